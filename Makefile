@@ -1,0 +1,48 @@
+# gpuslice — per-job GPU-memory quotas for Slurm.  `make help` lists targets.
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+
+ROOT    := $(CURDIR)
+BUILD   ?= $(ROOT)/build
+BIN     := $(BUILD)/bin
+LIB     := $(BUILD)/lib
+EXAMPLES:= $(BUILD)/examples
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null | sed 's/^v//' || echo 0.0.0)
+ifeq ($(VERSION),)
+VERSION := 0.0.0
+endif
+GO      ?= go
+CC      ?= gcc
+# Hardened C flags shared by every native component.
+CWARN   := -Wall -Wextra -Werror
+CFLAGS_COMMON := -O2 -g $(CWARN) -fstack-protector-strong -D_FORTIFY_SOURCE=2 -D_GNU_SOURCE -fPIC -pthread
+LDFLAGS_COMMON := -Wl,-z,relro -Wl,-z,now -pthread
+export BUILD VERSION
+
+include mk/deps.mk
+include mk/fakecuda.mk
+include mk/interceptor.mk
+include mk/go.mk
+include mk/spank.mk
+include mk/packaging.mk
+
+.PHONY: help build native test demo bench clean fmt vet
+
+help: ## list targets
+	@grep -hE '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN{FS=":.*?## "}{printf "  %-16s %s\n",$$1,$$2}'
+
+build: fakecuda interceptor go-build spank ## build everything into build/
+
+test: deps build test-go test-fakecuda test-interceptor test-core test-slurm test-packages ## run every test suite (what CI runs)
+
+demo: deps build ## run the demo: gpusliced on a private socket + fakecuda, target_app under a 128 MiB quota
+	@bash scripts/demo.sh
+
+fmt: ## gofmt the Go tree
+	gofmt -w $$(git ls-files '*.go')
+
+vet: ## go vet
+	$(GO) vet ./...
+
+clean: ## remove build outputs
+	rm -rf $(BUILD)

@@ -1,0 +1,3 @@
+.PHONY: fakecuda test-fakecuda
+fakecuda:
+test-fakecuda:

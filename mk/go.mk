@@ -1,0 +1,4 @@
+.PHONY: go-build test-go bench
+go-build:
+test-go:
+bench:

@@ -1,0 +1,4 @@
+.PHONY: interceptor test-interceptor test-core
+interceptor:
+test-interceptor:
+test-core:

@@ -1,0 +1,4 @@
+.PHONY: install packages test-packages
+install:
+packages:
+test-packages:

@@ -1,0 +1,3 @@
+.PHONY: spank test-slurm
+spank:
+test-slurm:

@@ -1,0 +1,86 @@
+/*
+ * gpuslice session ledger: the shared-memory layout between gpusliced (Go,
+ * internal/ledger) and the interceptor (C). docs/ledger.md explains it.
+ * Every field is little-endian, naturally aligned; counters are updated with
+ * 64-bit atomics only. Changing any offset requires bumping GS_LEDGER_VERSION
+ * in both this header and internal/ledger/layout.go; a test compares them.
+ */
+#ifndef GPUSLICE_LEDGER_H
+#define GPUSLICE_LEDGER_H
+
+#include <stdint.h>
+
+#define GS_LEDGER_VERSION 1u
+#define GS_LIMITS_MAGIC 0x4D4C5347u   /* "GSLM" */
+#define GS_COUNTERS_MAGIC 0x54435347u /* "GSCT" */
+#define GS_MAX_GPUS 16
+#define GS_UUID_LEN 48     /* "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx" + NUL, padded */
+#define GS_SESSION_LEN 64  /* session id, NUL-padded */
+#define GS_DEFAULT_SLOTS 256
+#define GS_LIMITS_SIZE 4096
+#define GS_COUNTERS_HDR_SIZE 4096
+#define GS_SLOT_SIZE 256
+
+/* slot states */
+#define GS_SLOT_FREE 0u
+#define GS_SLOT_ATTACHED 1u
+#define GS_SLOT_RECLAIMING 2u
+
+/* ---- limits file: daemon writes, clients map it PROT_READ from an O_RDONLY fd ---- */
+struct gs_limit_gpu {
+	char uuid[GS_UUID_LEN]; /* offset 0 */
+	uint64_t limit;         /* 48: bytes this session may hold on this GPU */
+	uint64_t physical;      /* 56: the GPU's physical memory in bytes */
+};                          /* 64 bytes */
+
+struct gs_limits {
+	uint32_t magic;      /* 0 */
+	uint32_t version;    /* 4 */
+	uint32_t ngpus;      /* 8 */
+	uint32_t flags;      /* 12: reserved, 0 */
+	uint64_t generation; /* 16: bumped (atomically, after the limit stores) on every change */
+	uint64_t reserved[5];                   /* 24..63 */
+	char session[GS_SESSION_LEN];           /* 64 */
+	struct gs_limit_gpu gpu[GS_MAX_GPUS];   /* 128 .. 1152 */
+};
+
+/* ---- counters file: mapped read-write by the daemon and every attached process ---- */
+struct gs_counter_gpu {
+	uint64_t used;       /* 0: bytes currently charged (CAS against limit) */
+	uint64_t peak;       /* 8: high-water mark of used (CAS-max) */
+	uint64_t denied;     /* 16: number of refused allocations */
+	uint64_t reclaimed;  /* 24: bytes given back by the daemon for dead processes */
+	uint64_t reserved[4];/* 32..63 */
+};                       /* 64 bytes, one cache line */
+
+struct gs_slot {
+	uint32_t pid;        /* 0: owner pid (written by the daemon at attach) */
+	uint32_t state;      /* 4: GS_SLOT_* (written by the daemon) */
+	uint64_t starttime;  /* 8: /proc/<pid>/stat field 22 of the owner, guards pid reuse */
+	uint64_t attach_ns;  /* 16: unix time of attach in ns */
+	uint64_t reserved;   /* 24 */
+	uint64_t used[GS_MAX_GPUS]; /* 32..159: bytes this process holds per ledger GPU */
+	uint64_t pad[12];    /* 160..255 */
+};                       /* 256 bytes */
+
+struct gs_counters_hdr {
+	uint32_t magic;      /* 0 */
+	uint32_t version;    /* 4 */
+	uint32_t ngpus;      /* 8 */
+	uint32_t nslots;     /* 12 */
+	uint64_t reserved[6];/* 16..63 */
+	struct gs_counter_gpu gpu[GS_MAX_GPUS]; /* 64 .. 1088; header padded to 4096 */
+};
+/* slots start at GS_COUNTERS_HDR_SIZE: slot i at 4096 + i*256.
+ * counters file size = GS_COUNTERS_HDR_SIZE + nslots*GS_SLOT_SIZE. */
+
+#define GS_SLOT_AT(base, i) \
+	((struct gs_slot *)((char *)(base) + GS_COUNTERS_HDR_SIZE + (uint64_t)(i) * GS_SLOT_SIZE))
+
+_Static_assert(sizeof(struct gs_limit_gpu) == 64, "gs_limit_gpu");
+_Static_assert(sizeof(struct gs_limits) == 1152, "gs_limits");
+_Static_assert(sizeof(struct gs_counter_gpu) == 64, "gs_counter_gpu");
+_Static_assert(sizeof(struct gs_slot) == GS_SLOT_SIZE, "gs_slot");
+_Static_assert(sizeof(struct gs_counters_hdr) == 1088, "gs_counters_hdr");
+
+#endif
