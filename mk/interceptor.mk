@@ -1,4 +1,48 @@
-.PHONY: interceptor test-interceptor test-core
-interceptor:
-test-interceptor:
-test-core:
+# interceptor: libgpuslice.so (LD_PRELOAD) from native/interceptor, its C
+# test programs, and the interceptor / cross-component test suites.
+.PHONY: interceptor interceptor-tests test-interceptor test-core
+
+GS_DIR      := $(ROOT)/native/interceptor
+GS_OBJDIR   := $(BUILD)/obj/interceptor
+GS_GENDIR   := $(BUILD)/gen/interceptor
+GS_TESTBIN  := $(BUILD)/tests/interceptor
+GS_LIBSO    := $(LIB)/libgpuslice.so
+GS_MAP      := $(GS_GENDIR)/exports.map
+GS_SRCS     := $(wildcard $(GS_DIR)/*.c)
+GS_OBJS     := $(patsubst $(GS_DIR)/%.c,$(GS_OBJDIR)/%.o,$(GS_SRCS))
+GS_HDRS     := $(wildcard $(GS_DIR)/*.h) $(GS_DIR)/hooks.def \
+               $(wildcard $(ROOT)/native/include/*.h)
+GS_CFLAGS   := $(CFLAGS_COMMON) -fvisibility=hidden -I$(ROOT)/native/include -I$(GS_DIR)
+GS_T_SRCS   := $(wildcard $(GS_DIR)/tests/*.c)
+GS_T_BINS   := $(patsubst $(GS_DIR)/tests/%.c,$(GS_TESTBIN)/%,$(GS_T_SRCS))
+GS_T_CFLAGS := $(CFLAGS_COMMON) -I$(ROOT)/native/include
+GS_T_LIBS   := -L$(LIB) -Wl,-rpath,'$$ORIGIN/../../lib' -lcuda -lnvidia-ml -ldl
+
+interceptor: $(GS_LIBSO) ## build build/lib/libgpuslice.so
+
+$(GS_OBJDIR)/%.o: $(GS_DIR)/%.c $(GS_HDRS)
+	@mkdir -p $(@D)
+	$(CC) $(GS_CFLAGS) -c $< -o $@
+
+# The version script is expanded from hooks.def (exports.map.in).
+$(GS_MAP): $(GS_DIR)/exports.map.in $(GS_DIR)/hooks.def
+	@mkdir -p $(@D)
+	$(CC) -E -P -x c -I$(GS_DIR) $< -o $@
+
+$(GS_LIBSO): $(GS_OBJS) $(GS_MAP)
+	@mkdir -p $(@D)
+	$(CC) -shared -o $@ $(GS_OBJS) $(LDFLAGS_COMMON) -Wl,--version-script=$(GS_MAP) \
+		-Wl,-soname,libgpuslice.so -Wl,--no-undefined
+
+# Small C programs the suites run (against fakecuda's libcuda.so.1).
+interceptor-tests: $(GS_T_BINS)
+
+$(GS_TESTBIN)/%: $(GS_DIR)/tests/%.c $(wildcard $(ROOT)/native/include/*.h) | fakecuda-libs
+	@mkdir -p $(@D)
+	$(CC) $(GS_T_CFLAGS) -o $@ $< $(LDFLAGS_COMMON) $(GS_T_LIBS)
+
+test-interceptor: fakecuda-libs interceptor interceptor-tests ## interceptor library tests (fake peer, exports, dlsym)
+	$(GO) test -count=1 ./tests/interceptor/...
+
+test-core: fakecuda-libs fakecuda-examples interceptor interceptor-tests go-build ## cross-component tests: gpusliced + interceptor + fakecuda
+	$(GO) test -count=1 -timeout 20m ./tests/core/...

@@ -1,4 +1,107 @@
+# packaging: `make install`, the .deb and .rpm packages (nfpm, pinned in
+# tools/go.mod) and their tests.
+
+# ---- Version ----------------------------------------------------------------
+# dpkg and rpm need a version that sorts; packaging/version.sh turns the git
+# describe output (a bare commit hash when no tag exists) into one, e.g.
+# 0.0.0~git20261122002523.d7a75d1. The packages and the --version of every
+# program carry that same string: when VERSION is not already it, install and
+# packages run make again with VERSION set to it.
+PKG_VERSION   := $(shell $(ROOT)/packaging/version.sh '$(VERSION)')
+DIST          ?= $(ROOT)/dist
+VERSION_STAMP := $(BUILD)/.version
+PKG_FORMATS   ?= deb rpm
+
+# Programs that embed the version are rebuilt when it changes.
+$(BIN)/gpusliced $(BIN)/gpuslice $(BIN)/gpuslice-prolog $(BIN)/gpuslice-epilog: $(VERSION_STAMP)
+$(VERSION_STAMP): FORCE
+	@mkdir -p $(@D)
+	@[ "$$(cat $@ 2>/dev/null)" = '$(VERSION)' ] || echo '$(VERSION)' >$@
+
+.PHONY: FORCE
+FORCE:
+
+define check-pkg-version
+$(if $(PKG_VERSION),,$(error cannot derive a package version from VERSION='$(VERSION)'))
+endef
+
+# ---- make install -------------------------------------------------------------
+PREFIX          ?= /usr/local
+DESTDIR         ?=
+BINDIR          ?= $(PREFIX)/bin
+SBINDIR         ?= $(PREFIX)/sbin
+LIBDIR          ?= $(PREFIX)/lib
+LIBEXECDIR      ?= $(PREFIX)/libexec
+DATADIR         ?= $(PREFIX)/share
+DOCDIR          ?= $(DATADIR)/doc/gpuslice
+SYSCONFDIR      ?= $(if $(filter /usr,$(PREFIX)),/etc,$(PREFIX)/etc)
+SYSTEMDUNITDIR  ?= $(LIBDIR)/systemd/system
+# Slurm's PluginDir differs between distributions; the installed
+# plugstack.conf snippet names the plugin by absolute path.
+SLURM_PLUGINDIR ?= $(LIBDIR)/slurm
+SLURM_SYSCONFDIR?= $(SYSCONFDIR)/slurm
+
+# The files in etc/ name the packaged paths (/usr/..., /etc/...); rewrite them
+# for PREFIX (identity when PREFIX=/usr). Longest paths first. The
+# plugstack.conf line names the plugin by absolute path, since SLURM_PLUGINDIR
+# is usually not Slurm's PluginDir.
+INSTALL_SED := -e 's@^\(required\|optional\)\([[:space:]]\{1,\}\)gpuslice\.so\b@\1\2$(SLURM_PLUGINDIR)/gpuslice.so@' \
+               -e 's|/usr/lib/x86_64-linux-gnu/slurm-wlm/gpuslice\.so|$(SLURM_PLUGINDIR)/gpuslice.so|g' \
+               -e 's|/usr/lib64/slurm/gpuslice\.so|$(SLURM_PLUGINDIR)/gpuslice.so|g' \
+               -e 's|/usr/sbin/gpusliced|$(SBINDIR)/gpusliced|g' \
+               -e 's|/usr/bin/gpuslice|$(BINDIR)/gpuslice|g' \
+               -e 's|/usr/libexec/gpuslice/|$(LIBEXECDIR)/gpuslice/|g' \
+               -e 's|/usr/lib/gpuslice/|$(LIBDIR)/gpuslice/|g' \
+               -e 's|/usr/share/doc/gpuslice|$(DOCDIR)|g' \
+               -e 's|/etc/gpuslice/|$(SYSCONFDIR)/gpuslice/|g' \
+               -e 's|/etc/slurm/|$(SLURM_SYSCONFDIR)/|g'
+
+# install-conf SRC DST: install a configuration file, rewritten for PREFIX,
+# unless one is already there (an admin's edits are never overwritten).
+define install-conf
+	@if [ -e '$(DESTDIR)$(2)' ]; then \
+	  echo "install: keeping existing $(DESTDIR)$(2)"; \
+	else \
+	  install -d -m 0755 '$(dir $(DESTDIR)$(2))' && \
+	  sed $(INSTALL_SED) '$(1)' >'$(DESTDIR)$(2).tmp' && chmod 0644 '$(DESTDIR)$(2).tmp' && \
+	  mv '$(DESTDIR)$(2).tmp' '$(DESTDIR)$(2)' && echo "install: $(DESTDIR)$(2)"; \
+	fi
+endef
+
+define install-recipe
+	install -d -m 0755 '$(DESTDIR)$(SBINDIR)' '$(DESTDIR)$(BINDIR)' '$(DESTDIR)$(LIBDIR)/gpuslice' \
+	  '$(DESTDIR)$(LIBEXECDIR)/gpuslice' '$(DESTDIR)$(SLURM_PLUGINDIR)' '$(DESTDIR)$(SYSTEMDUNITDIR)' \
+	  '$(DESTDIR)$(DOCDIR)'
+	install -m 0755 '$(BIN)/gpusliced' '$(DESTDIR)$(SBINDIR)/gpusliced'
+	install -m 0755 '$(BIN)/gpuslice' '$(DESTDIR)$(BINDIR)/gpuslice'
+	install -m 0755 '$(BIN)/gpuslice-prolog' '$(BIN)/gpuslice-epilog' '$(DESTDIR)$(LIBEXECDIR)/gpuslice/'
+	install -m 0644 '$(LIB)/libgpuslice.so' '$(DESTDIR)$(LIBDIR)/gpuslice/libgpuslice.so'
+	install -m 0644 '$(BUILD)/spank/gpuslice.so' '$(DESTDIR)$(SLURM_PLUGINDIR)/gpuslice.so'
+	sed $(INSTALL_SED) etc/systemd/gpusliced.service >'$(DESTDIR)$(SYSTEMDUNITDIR)/gpusliced.service'
+	chmod 0644 '$(DESTDIR)$(SYSTEMDUNITDIR)/gpusliced.service'
+	sed $(INSTALL_SED) etc/slurm/slurm.conf.fragment >'$(DESTDIR)$(DOCDIR)/slurm.conf.fragment'
+	install -m 0644 docs/install.md '$(DESTDIR)$(DOCDIR)/install.md'
+	$(call install-conf,etc/gpusliced.yaml,$(SYSCONFDIR)/gpuslice/gpusliced.yaml)
+	$(call install-conf,etc/plugstack.conf.d/gpuslice.conf,$(SLURM_SYSCONFDIR)/plugstack.conf.d/gpuslice.conf)
+endef
+
 .PHONY: install packages test-packages
-install:
-packages:
-test-packages:
+
+ifeq ($(VERSION),$(PKG_VERSION))
+install: build ## install under PREFIX (/usr/local) into DESTDIR: daemon, CLI, interceptor, SPANK plugin, Prolog/Epilog, unit, configs
+	$(install-recipe)
+
+packages: build ## build .deb and .rpm packages (gpuslice, gpuslice-fakecuda) into dist/
+	$(check-pkg-version)
+	BUILD='$(BUILD)' GO='$(GO)' $(ROOT)/packaging/build-packages.sh '$(PKG_VERSION)' '$(DIST)' $(PKG_FORMATS)
+else
+install packages:
+	$(check-pkg-version)
+	$(MAKE) --no-print-directory $@ VERSION='$(PKG_VERSION)'
+endif
+
+# The suite installs the packages into this machine with dpkg (root) and
+# purges them afterwards; it builds its own older/newer pair for the upgrade.
+test-packages: packages ## package tests: contents, lintian, rpm -K, systemd-analyze, install, run, upgrade (root)
+	GPUSLICE_BUILD_DIR='$(BUILD)' GPUSLICE_DIST_DIR='$(DIST)' GPUSLICE_PKG_VERSION='$(PKG_VERSION)' \
+	  $(GO) test -count=1 -timeout 20m ./tests/packaging/...

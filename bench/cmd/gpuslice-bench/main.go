@@ -1,0 +1,564 @@
+// Command gpuslice-bench measures gpuslice against the targets of
+// DESIGN.md and writes bench/results.json (`make bench`).
+//
+// Every figure comes from one run on this machine: the interceptor's cost is
+// the difference between interleaved runs of alloc_bench with and without
+// LD_PRELOAD; IPC, attach and session creation are timed against a real
+// gpusliced on private sockets; RSS is read from /proc.
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"math"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/gpuslice/gpuslice/internal/client"
+	"github.com/gpuslice/gpuslice/internal/ipc"
+)
+
+func main() {
+	os.Exit(run())
+}
+
+type options struct {
+	build    string
+	out      string
+	rounds   int
+	pings    int
+	clients  int
+	attaches int
+	creates  int
+	sessions int
+}
+
+func run() int {
+	var o options
+	flag.StringVar(&o.build, "build", "build", "build directory (bin/, lib/, examples/)")
+	flag.StringVar(&o.out, "out", "bench/results.json", "results file")
+	flag.IntVar(&o.rounds, "rounds", 11, "interleaved alloc_bench rounds per configuration")
+	flag.IntVar(&o.pings, "pings", 20000, "sequential IPC pings")
+	flag.IntVar(&o.clients, "clients", 32, "concurrent IPC clients")
+	flag.IntVar(&o.attaches, "attaches", 1000, "attach/detach cycles")
+	flag.IntVar(&o.creates, "creates", 200, "session creations timed")
+	flag.IntVar(&o.sessions, "sessions", 1000, "sessions for the RSS figure")
+	flag.Parse()
+	build, err := filepath.Abs(o.build)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "gpuslice-bench:", err)
+		return 1
+	}
+	o.build = build
+	res := results{values: map[string]any{}, notes: map[string]string{}}
+	if err := measure(o, &res); err != nil {
+		fmt.Fprintln(os.Stderr, "gpuslice-bench:", err)
+		return 1
+	}
+	if err := res.write(o.out); err != nil {
+		fmt.Fprintln(os.Stderr, "gpuslice-bench:", err)
+		return 1
+	}
+	res.print(os.Stdout)
+	fmt.Printf("\nwrote %s\n", o.out)
+	return 0
+}
+
+type results struct {
+	values map[string]any
+	notes  map[string]string
+}
+
+func (r *results) set(k string, v float64) { r.values[k] = round(v) }
+func (r *results) fail(k string, err error) {
+	r.values[k] = nil
+	r.notes[k] = err.Error()
+	fmt.Fprintf(os.Stderr, "gpuslice-bench: %s: %v\n", k, err)
+}
+
+func round(v float64) float64 { return math.Round(v*1000) / 1000 }
+
+func (r *results) write(path string) error {
+	out := map[string]any{}
+	for k, v := range r.values {
+		out[k] = v
+	}
+	if len(r.notes) > 0 {
+		out["notes"] = r.notes
+	}
+	b, err := json.MarshalIndent(out, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return err
+	}
+	return os.WriteFile(path, append(b, '\n'), 0o644)
+}
+
+// targets from DESIGN.md: key, description, comparison, bound.
+var targets = []struct {
+	key, what string
+	le        bool
+	bound     float64
+	unit      string
+}{
+	{"alloc_free_added_ns_median", "interceptor cost per alloc+free pair (1 thread, median)", true, 150, "ns"},
+	{"throughput_ratio_8threads", "alloc/free throughput with/without interceptor (8 threads)", false, 0.9, ""},
+	{"ipc_ping_p50_us", "IPC ping round trip, sequential p50", true, 20, "µs"},
+	{"ipc_ping_p99_us_32clients", "IPC ping round trip, 32 concurrent clients p99", true, 1000, "µs"},
+	{"attach_p50_us", "process attach (connect to ATTACH_OK + fds) p50", true, 300, "µs"},
+	{"session_create_p50_ms", "session create -> ready (admin API) p50", true, 25, "ms"},
+	{"daemon_rss_mib_1000x4", "gpusliced RSS, 1000 sessions x 4 GPUs", true, 40, "MiB"},
+}
+
+func (r *results) print(w *os.File) {
+	fmt.Fprintf(w, "\n%-28s %-58s %12s %10s  %s\n", "key", "what", "measured", "target", "")
+	for _, t := range targets {
+		op := "≤"
+		if !t.le {
+			op = "≥"
+		}
+		target := fmt.Sprintf("%s %g%s", op, t.bound, t.unit)
+		v, ok := r.values[t.key].(float64)
+		if !ok {
+			fmt.Fprintf(w, "%-28s %-58s %12s %10s  %s\n", t.key, t.what, "n/a", target, "NOT MEASURED: "+r.notes[t.key])
+			continue
+		}
+		verdict := "meets target"
+		if (t.le && v > t.bound) || (!t.le && v < t.bound) {
+			verdict = "MISSES target"
+		}
+		fmt.Fprintf(w, "%-28s %-58s %12s %10s  %s\n", t.key, t.what, fmt.Sprintf("%.3g%s", v, t.unit), target, verdict)
+	}
+}
+
+func percentile(d []float64, p float64) float64 {
+	if len(d) == 0 {
+		return math.NaN()
+	}
+	s := append([]float64(nil), d...)
+	sort.Float64s(s)
+	i := int(math.Ceil(p/100*float64(len(s)))) - 1
+	if i < 0 {
+		i = 0
+	}
+	return s[i]
+}
+
+func median(d []float64) float64 {
+	if len(d) == 0 {
+		return math.NaN()
+	}
+	s := append([]float64(nil), d...)
+	sort.Float64s(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+// daemon is a private gpusliced for the benchmark.
+type daemon struct {
+	dir, ipcSock, adminSock, devices, state string
+	cmd                                     *exec.Cmd
+	cl                                      *client.Client
+}
+
+func startDaemon(build, devices string) (*daemon, error) {
+	dir, err := os.MkdirTemp("/tmp", "gsb")
+	if err != nil {
+		return nil, err
+	}
+	os.Chmod(dir, 0o755)
+	d := &daemon{dir: dir, ipcSock: filepath.Join(dir, "ipc.sock"), adminSock: filepath.Join(dir, "admin.sock"),
+		devices: devices, state: fmt.Sprintf("gsbench-%d-%d", os.Getpid(), time.Now().UnixNano())}
+	logf, err := os.Create(filepath.Join(dir, "gpusliced.log"))
+	if err != nil {
+		return nil, err
+	}
+	defer logf.Close()
+	d.cmd = exec.Command(filepath.Join(build, "bin", "gpusliced"),
+		"--runtime-dir", filepath.Join(dir, "run"), "--state-dir", filepath.Join(dir, "state"),
+		"--ipc-socket", d.ipcSock, "--admin-socket", d.adminSock,
+		"--nvml-library", filepath.Join(build, "lib", "libnvidia-ml.so.1"), "--log-level", "warn")
+	d.cmd.Env = append(baseEnv(), "FAKECUDA_DEVICES="+devices, "FAKECUDA_STATE="+d.state)
+	d.cmd.Stdout, d.cmd.Stderr = logf, logf
+	if err := d.cmd.Start(); err != nil {
+		os.RemoveAll(dir)
+		return nil, fmt.Errorf("start gpusliced: %w", err)
+	}
+	d.cl = client.New(d.adminSock)
+	for start := time.Now(); ; {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		_, err := d.cl.Health(ctx)
+		cancel()
+		if err == nil {
+			return d, nil
+		}
+		if time.Since(start) > 15*time.Second {
+			log, _ := os.ReadFile(filepath.Join(dir, "gpusliced.log"))
+			d.stop()
+			return nil, fmt.Errorf("gpusliced did not start: %v\n%s", err, log)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func (d *daemon) stop() {
+	if d.cmd != nil && d.cmd.Process != nil {
+		d.cmd.Process.Signal(syscall.SIGTERM)
+		done := make(chan struct{})
+		go func() { d.cmd.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			d.cmd.Process.Kill()
+			<-done
+		}
+	}
+	if d.cl != nil {
+		d.cl.Close()
+	}
+	os.Remove("/dev/shm/fakecuda-" + d.state)
+	os.RemoveAll(d.dir)
+}
+
+func baseEnv() []string {
+	var out []string
+	for _, kv := range os.Environ() {
+		k, _, _ := strings.Cut(kv, "=")
+		if strings.HasPrefix(k, "GPUSLICE_") || strings.HasPrefix(k, "FAKECUDA_") || k == "LD_PRELOAD" ||
+			k == "LD_LIBRARY_PATH" || k == "CUDA_VISIBLE_DEVICES" {
+			continue
+		}
+		out = append(out, kv)
+	}
+	return out
+}
+
+func measure(o options, r *results) error {
+	d, err := startDaemon(o.build, "80GiB")
+	if err != nil {
+		return err
+	}
+	defer d.stop()
+	fmt.Println("gpuslice-bench: daemon up; measuring (this takes a minute)")
+
+	if err := allocBench(o, d, r); err != nil {
+		r.fail("alloc_free_added_ns_median", err)
+		r.fail("throughput_ratio_8threads", err)
+	}
+	if p50, p99, err := pingSequential(d.ipcSock, o.pings); err != nil {
+		r.fail("ipc_ping_p50_us", err)
+	} else {
+		r.set("ipc_ping_p50_us", p50)
+		r.set("ipc_ping_p99_us", p99)
+	}
+	if p50, p99, err := pingConcurrent(d.ipcSock, o.clients, o.pings/10); err != nil {
+		r.fail("ipc_ping_p99_us_32clients", err)
+	} else {
+		r.set("ipc_ping_p99_us_32clients", p99)
+		r.set("ipc_ping_p50_us_32clients", p50)
+	}
+	if p50, p99, err := attachBench(d, o.attaches); err != nil {
+		r.fail("attach_p50_us", err)
+	} else {
+		r.set("attach_p50_us", p50)
+		r.set("attach_p99_us", p99)
+	}
+	if p50, p99, err := createBench(d, o.creates); err != nil {
+		r.fail("session_create_p50_ms", err)
+	} else {
+		r.set("session_create_p50_ms", p50)
+		r.set("session_create_p99_ms", p99)
+	}
+	if rss, err := rssBench(o); err != nil {
+		r.fail("daemon_rss_mib_1000x4", err)
+	} else {
+		r.set("daemon_rss_mib_1000x4", rss)
+	}
+	return nil
+}
+
+type allocResult struct {
+	Threads         int     `json:"threads"`
+	Pairs           int64   `json:"pairs"`
+	NsPerPairMedian float64 `json:"ns_per_pair_median"`
+	PairsPerSec     float64 `json:"pairs_per_sec"`
+}
+
+func runAllocBench(bin string, env []string, threads int) (allocResult, error) {
+	cmd := exec.Command(bin, "--threads", strconv.Itoa(threads))
+	cmd.Env = env
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return allocResult{}, fmt.Errorf("%s --threads %d: %v: %s", bin, threads, err, strings.TrimSpace(stderr.String()))
+	}
+	var res allocResult
+	sc := bufio.NewScanner(bytes.NewReader(out))
+	found := false
+	for sc.Scan() {
+		line := strings.TrimSpace(sc.Text())
+		if strings.HasPrefix(line, "{") {
+			if err := json.Unmarshal([]byte(line), &res); err == nil {
+				found = true
+			}
+		}
+	}
+	if !found || res.NsPerPairMedian <= 0 || res.PairsPerSec <= 0 {
+		return allocResult{}, fmt.Errorf("alloc_bench printed no result line: %q", out)
+	}
+	return res, nil
+}
+
+func allocBench(o options, d *daemon, r *results) error {
+	bin := filepath.Join(o.build, "examples", "alloc_bench")
+	lib := filepath.Join(o.build, "lib", "libgpuslice.so")
+	for _, p := range []string{bin, lib} {
+		if _, err := os.Stat(p); err != nil {
+			return fmt.Errorf("%s missing (make build)", p)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	const id = "bench-alloc"
+	if _, err := d.cl.CreateSession(ctx, client.SessionRequest{ID: id, UID: uint32(os.Getuid()), QuotaBytes: 64 << 30}); err != nil {
+		return err
+	}
+	without := append(baseEnv(), "LD_LIBRARY_PATH="+filepath.Join(o.build, "lib"),
+		"FAKECUDA_DEVICES="+d.devices, "FAKECUDA_STATE="+d.state)
+	with := append(append([]string(nil), without...), "LD_PRELOAD="+lib, "GPUSLICE_SESSION="+id, "GPUSLICE_IPC_SOCK="+d.ipcSock)
+
+	for _, threads := range []int{1, 8} {
+		var nsWith, nsWithout, ppsWith, ppsWithout []float64
+		// Warm up once each, then interleave.
+		if _, err := runAllocBench(bin, without, threads); err != nil {
+			return err
+		}
+		if _, err := runAllocBench(bin, with, threads); err != nil {
+			return err
+		}
+		for i := 0; i < o.rounds; i++ {
+			a, err := runAllocBench(bin, without, threads)
+			if err != nil {
+				return err
+			}
+			b, err := runAllocBench(bin, with, threads)
+			if err != nil {
+				return err
+			}
+			nsWithout = append(nsWithout, a.NsPerPairMedian)
+			nsWith = append(nsWith, b.NsPerPairMedian)
+			ppsWithout = append(ppsWithout, a.PairsPerSec)
+			ppsWith = append(ppsWith, b.PairsPerSec)
+		}
+		if threads == 1 {
+			r.set("alloc_free_added_ns_median", median(nsWith)-median(nsWithout))
+			r.set("alloc_free_ns_median_without", median(nsWithout))
+			r.set("alloc_free_ns_median_with", median(nsWith))
+		} else {
+			r.set("throughput_ratio_8threads", median(ppsWith)/median(ppsWithout))
+			r.set("pairs_per_sec_8threads_without", median(ppsWithout))
+			r.set("pairs_per_sec_8threads_with", median(ppsWith))
+		}
+	}
+	// Honesty check: the preloaded runs must have been charged to the session.
+	s, err := d.cl.GetSession(ctx, id)
+	if err != nil {
+		return err
+	}
+	var peak uint64
+	for _, g := range s.GPUs {
+		peak += g.PeakBytes
+	}
+	if peak == 0 {
+		r.notes["alloc_free_added_ns_median"] = "the preloaded runs charged nothing to the session: the interceptor was not active"
+		r.notes["throughput_ratio_8threads"] = r.notes["alloc_free_added_ns_median"]
+	}
+	r.set("alloc_session_peak_bytes", float64(peak))
+	d.cl.DeleteSession(ctx, id)
+	return nil
+}
+
+func pingSequential(sock string, n int) (p50, p99 float64, err error) {
+	lockThread()
+	c, err := dialRaw(sock)
+	if err != nil {
+		return 0, 0, err
+	}
+	defer c.close()
+	for i := 0; i < 1000; i++ {
+		if err := c.ping(); err != nil {
+			return 0, 0, err
+		}
+	}
+	lat := make([]float64, 0, n)
+	for i := 0; i < n; i++ {
+		t0 := time.Now()
+		if err := c.ping(); err != nil {
+			return 0, 0, err
+		}
+		lat = append(lat, float64(time.Since(t0).Nanoseconds())/1e3)
+	}
+	return percentile(lat, 50), percentile(lat, 99), nil
+}
+
+// pingConcurrent runs clients blocking clients, each on its own OS thread.
+func pingConcurrent(sock string, clients, per int) (p50, p99 float64, err error) {
+	var mu sync.Mutex
+	var all []float64
+	var firstErr error
+	var wg sync.WaitGroup
+	var ready sync.WaitGroup
+	start := make(chan struct{})
+	for i := 0; i < clients; i++ {
+		wg.Add(1)
+		ready.Add(1)
+		go func() {
+			defer wg.Done()
+			lockThread()
+			c, err := dialRaw(sock)
+			if err != nil {
+				mu.Lock()
+				firstErr = err
+				mu.Unlock()
+				ready.Done()
+				return
+			}
+			defer c.close()
+			for j := 0; j < 100; j++ {
+				c.ping()
+			}
+			lat := make([]float64, 0, per)
+			ready.Done()
+			<-start
+			for j := 0; j < per; j++ {
+				t0 := time.Now()
+				if err := c.ping(); err != nil {
+					mu.Lock()
+					firstErr = err
+					mu.Unlock()
+					return
+				}
+				lat = append(lat, float64(time.Since(t0).Nanoseconds())/1e3)
+			}
+			mu.Lock()
+			all = append(all, lat...)
+			mu.Unlock()
+		}()
+	}
+	ready.Wait()
+	close(start)
+	wg.Wait()
+	if firstErr != nil {
+		return 0, 0, firstErr
+	}
+	return percentile(all, 50), percentile(all, 99), nil
+}
+
+func attachBench(d *daemon, n int) (p50, p99 float64, err error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	const id = "bench-attach"
+	if _, err := d.cl.CreateSession(ctx, client.SessionRequest{ID: id, UID: uint32(os.Getuid()), QuotaBytes: 1 << 30}); err != nil {
+		return 0, 0, err
+	}
+	defer d.cl.DeleteSession(ctx, id)
+	lat := make([]float64, 0, n)
+	for i := 0; i < n+50; i++ {
+		t0 := time.Now()
+		c, err := ipc.Dial(d.ipcSock)
+		if err != nil {
+			return 0, 0, err
+		}
+		a, err := c.Attach(id, "")
+		el := time.Since(t0)
+		if err != nil {
+			c.Close()
+			return 0, 0, err
+		}
+		// Detach so the next attach is a first attach again (new slot, new pidfd).
+		if err := c.Detach(a.Slot); err != nil {
+			return 0, 0, err
+		}
+		a.Close()
+		c.Close()
+		if i >= 50 {
+			lat = append(lat, float64(el.Nanoseconds())/1e3)
+		}
+	}
+	return percentile(lat, 50), percentile(lat, 99), nil
+}
+
+func createBench(d *daemon, n int) (p50, p99 float64, err error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	defer cancel()
+	lat := make([]float64, 0, n)
+	for i := 0; i < n; i++ {
+		id := fmt.Sprintf("bench-create-%d", i)
+		t0 := time.Now()
+		if _, err := d.cl.CreateSession(ctx, client.SessionRequest{ID: id, UID: 1000, QuotaBytes: 64 << 20}); err != nil {
+			return 0, 0, err
+		}
+		lat = append(lat, float64(time.Since(t0).Nanoseconds())/1e6)
+	}
+	for i := 0; i < n; i++ {
+		if _, err := d.cl.DeleteSession(ctx, fmt.Sprintf("bench-create-%d", i)); err != nil {
+			return 0, 0, err
+		}
+	}
+	return percentile(lat, 50), percentile(lat, 99), nil
+}
+
+func rssBench(o options) (float64, error) {
+	d, err := startDaemon(o.build, "4x80GiB")
+	if err != nil {
+		return 0, err
+	}
+	defer d.stop()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	for i := 0; i < o.sessions; i++ {
+		_, err := d.cl.CreateSession(ctx, client.SessionRequest{ID: fmt.Sprintf("job-%d", 100000+i), UID: 1000, QuotaBytes: 64 << 20})
+		if err != nil {
+			return 0, err
+		}
+	}
+	ss, err := d.cl.ListSessions(ctx)
+	if err != nil {
+		return 0, err
+	}
+	if len(ss) != o.sessions || len(ss[0].GPUs) != 4 {
+		return 0, fmt.Errorf("expected %d sessions on 4 GPUs, got %d", o.sessions, len(ss))
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", d.cmd.Process.Pid))
+	if err != nil {
+		return 0, err
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if strings.HasPrefix(line, "VmRSS:") {
+			f := strings.Fields(line)
+			kb, err := strconv.ParseFloat(f[1], 64)
+			if err != nil {
+				return 0, err
+			}
+			return kb / 1024, nil
+		}
+	}
+	return 0, errors.New("no VmRSS in /proc status")
+}

@@ -1,0 +1,189 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/gpuslice/gpuslice/internal/size"
+	"github.com/spf13/pflag"
+)
+
+// SystemPreload is where packages install the interceptor.
+const SystemPreload = "/usr/lib/gpuslice/libgpuslice.so"
+
+// findPreload picks the interceptor: the flag, else GPUSLICE_PRELOAD, else
+// <dir of this binary>/../lib/libgpuslice.so when it exists, else the
+// system path.
+func findPreload(flagValue string, getenv func(string) string) (string, error) {
+	p := flagValue
+	if p == "" {
+		p = getenv("GPUSLICE_PRELOAD")
+	}
+	if p == "" {
+		if exe, err := os.Executable(); err == nil {
+			if exe, err = filepath.EvalSymlinks(exe); err == nil {
+				cand := filepath.Join(filepath.Dir(exe), "..", "lib", "libgpuslice.so")
+				if _, err := os.Stat(cand); err == nil {
+					p = filepath.Clean(cand)
+				}
+			}
+		}
+	}
+	if p == "" {
+		p = SystemPreload
+	}
+	abs, err := filepath.Abs(p)
+	if err != nil {
+		return "", err
+	}
+	if _, err := os.Stat(abs); err != nil {
+		return "", fmt.Errorf("interceptor library %s: %w (set --preload or GPUSLICE_PRELOAD)", abs, err)
+	}
+	return abs, nil
+}
+
+// childEnv is the environment of run's command.
+func childEnv(base []string, preload, session, ipcSock string) []string {
+	out := make([]string, 0, len(base)+3)
+	existing := ""
+	for _, kv := range base {
+		k, v, _ := strings.Cut(kv, "=")
+		switch k {
+		case "LD_PRELOAD":
+			existing = v
+			continue
+		case "GPUSLICE_SESSION", "GPUSLICE_IPC_SOCK":
+			continue
+		}
+		out = append(out, kv)
+	}
+	lp := preload
+	if strings.TrimSpace(existing) != "" {
+		lp = existing + ":" + preload
+	}
+	return append(out, "LD_PRELOAD="+lp, "GPUSLICE_SESSION="+session, "GPUSLICE_IPC_SOCK="+ipcSock)
+}
+
+func runCmd(fs *pflag.FlagSet, e *env) func([]string) error {
+	var q quotaFlags
+	q.register(fs)
+	id := fs.String("id", "", "session id (default: run-<host>-<pid>)")
+	preload := fs.String("preload", "", "interceptor library (env GPUSLICE_PRELOAD; default <bindir>/../lib/libgpuslice.so, else "+SystemPreload+")")
+	quiet := fs.BoolP("quiet", "q", false, "do not print the usage summary when the command exits")
+	fs.SetInterspersed(false)
+	return func(args []string) error {
+		if len(args) == 0 {
+			return usagef("no command given (gpuslice run --gpu-mem 8G -- COMMAND ARGS...)")
+		}
+		lib, err := findPreload(*preload, e.getenv)
+		if err != nil {
+			return err
+		}
+		sid := *id
+		if sid == "" {
+			host, _ := os.Hostname()
+			host, _, _ = strings.Cut(host, ".")
+			sid = sanitizeID(fmt.Sprintf("run-%s-%d", host, os.Getpid()))
+		}
+		req, err := q.request(sid, uint32(os.Getuid()))
+		if err != nil {
+			return err
+		}
+		path, err := exec.LookPath(args[0])
+		if err != nil {
+			fmt.Fprintf(e.stderr, "gpuslice run: %v\n", err)
+			return childExit(127)
+		}
+		c := e.client()
+		defer c.Close()
+		ctx, cancel := ctxTimeout()
+		s, err := c.CreateSession(ctx, req)
+		cancel()
+		if err != nil {
+			return err
+		}
+		code := runChild(e, path, args, childEnv(os.Environ(), lib, s.ID, e.ipcSock))
+
+		rctx, rcancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer rcancel()
+		rep, rerr := c.DeleteSession(rctx, s.ID)
+		if rerr != nil {
+			fmt.Fprintf(e.stderr, "gpuslice run: release session %s: %v\n", s.ID, rerr)
+		} else if !*quiet {
+			var parts []string
+			for i, g := range rep.GPUs {
+				parts = append(parts, fmt.Sprintf("GPU %d peak %s of %s", i, size.Format(g.PeakBytes), size.Format(g.LimitBytes)))
+				if g.Denied > 0 {
+					parts[len(parts)-1] += fmt.Sprintf(", %d allocations denied", g.Denied)
+				}
+			}
+			fmt.Fprintf(e.stderr, "gpuslice: session %s released: %s\n", s.ID, strings.Join(parts, "; "))
+		}
+		return childExit(code)
+	}
+}
+
+// runChild runs the command, forwarding termination signals, and returns
+// its exit code (128+N when killed by signal N).
+func runChild(e *env, path string, args, environ []string) int {
+	cmd := exec.Command(path, args[1:]...)
+	cmd.Args = args
+	cmd.Env = environ
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = e.stdin, e.stdout, e.stderr
+	sigs := make(chan os.Signal, 4)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT)
+	defer signal.Stop(sigs)
+	if err := cmd.Start(); err != nil {
+		fmt.Fprintf(e.stderr, "gpuslice run: %v\n", err)
+		if errors.Is(err, os.ErrPermission) {
+			return 126
+		}
+		return 127
+	}
+	done := make(chan struct{})
+	go func() {
+		for {
+			select {
+			case sig := <-sigs:
+				cmd.Process.Signal(sig)
+			case <-done:
+				return
+			}
+		}
+	}()
+	err := cmd.Wait()
+	close(done)
+	if err == nil {
+		return 0
+	}
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+			return 128 + int(ws.Signal())
+		}
+		return ee.ExitCode()
+	}
+	fmt.Fprintf(e.stderr, "gpuslice run: %v\n", err)
+	return ExitError
+}
+
+func sanitizeID(s string) string {
+	b := []byte(s)
+	for i, c := range b {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-') {
+			b[i] = '_'
+		}
+	}
+	if len(b) > 63 {
+		b = b[:63]
+	}
+	return string(b)
+}

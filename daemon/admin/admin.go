@@ -1,0 +1,159 @@
+// Package admin serves the admin HTTP API (docs/api.md) and the
+// /metrics and /healthz endpoints.
+package admin
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+
+	"github.com/gpuslice/gpuslice/daemon/session"
+	"github.com/gpuslice/gpuslice/internal/api"
+	"github.com/gpuslice/gpuslice/internal/version"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+const maxBody = 1 << 20
+
+// Handler returns the admin API handler (served on the root-only socket).
+func Handler(m *session.Manager, reg *prometheus.Registry, log *slog.Logger) http.Handler {
+	h := &handler{m: m, log: log}
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", healthz)
+	mux.Handle("GET /metrics", metricsHandler(reg))
+	mux.HandleFunc("GET /v1/gpus", h.gpus)
+	mux.HandleFunc("POST /v1/sessions", h.create)
+	mux.HandleFunc("GET /v1/sessions", h.list)
+	mux.HandleFunc("GET /v1/sessions/{id}", h.get)
+	mux.HandleFunc("PATCH /v1/sessions/{id}", h.patch)
+	mux.HandleFunc("DELETE /v1/sessions/{id}", h.delete)
+	mux.HandleFunc("GET /v1/history/{id}", h.history)
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		writeErr(w, fmt.Errorf("%w: no route %s %s", api.ErrNotFound, r.Method, r.URL.Path))
+	})
+	return mux
+}
+
+// PublicHandler serves only /metrics and /healthz (the optional TCP listener).
+func PublicHandler(reg *prometheus.Registry) http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", healthz)
+	mux.Handle("GET /metrics", metricsHandler(reg))
+	return mux
+}
+
+func metricsHandler(reg *prometheus.Registry) http.Handler {
+	return promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg, ErrorHandling: promhttp.ContinueOnError})
+}
+
+func healthz(w http.ResponseWriter, _ *http.Request) {
+	writeJSON(w, http.StatusOK, api.Health{Status: "ok", Version: version.Version})
+}
+
+type handler struct {
+	m   *session.Manager
+	log *slog.Logger
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		http.Error(w, `{"error":"encode reply","code":"internal"}`, http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	w.Write(append(b, '\n'))
+}
+
+// writeErr maps an error to its status and code once, for every route.
+func writeErr(w http.ResponseWriter, err error) {
+	status, code := api.Classify(err)
+	writeJSON(w, status, api.ErrorBody{Error: err.Error(), Code: code})
+}
+
+func decode(r *http.Request, v any) error {
+	dec := json.NewDecoder(io.LimitReader(r.Body, maxBody))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return fmt.Errorf("%w: request body: %v", api.ErrBadRequest, err)
+	}
+	if dec.More() {
+		return fmt.Errorf("%w: request body: trailing data", api.ErrBadRequest)
+	}
+	return nil
+}
+
+func (h *handler) gpus(w http.ResponseWriter, _ *http.Request) {
+	writeJSON(w, http.StatusOK, h.m.Inventory())
+}
+
+func (h *handler) create(w http.ResponseWriter, r *http.Request) {
+	var req api.SessionRequest
+	if err := decode(r, &req); err != nil {
+		writeErr(w, err)
+		return
+	}
+	s, created, err := h.m.Create(req)
+	if err != nil {
+		if !errors.Is(err, api.ErrBadRequest) {
+			h.log.Info("create refused", "session", req.ID, "err", err)
+		}
+		writeErr(w, err)
+		return
+	}
+	code := http.StatusOK
+	if created {
+		code = http.StatusCreated
+	}
+	writeJSON(w, code, s)
+}
+
+func (h *handler) list(w http.ResponseWriter, _ *http.Request) {
+	writeJSON(w, http.StatusOK, h.m.List())
+}
+
+func (h *handler) get(w http.ResponseWriter, r *http.Request) {
+	s, err := h.m.Get(r.PathValue("id"))
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, s)
+}
+
+func (h *handler) patch(w http.ResponseWriter, r *http.Request) {
+	var req api.PatchRequest
+	if err := decode(r, &req); err != nil {
+		writeErr(w, err)
+		return
+	}
+	s, err := h.m.Patch(r.PathValue("id"), req)
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, s)
+}
+
+func (h *handler) delete(w http.ResponseWriter, r *http.Request) {
+	rep, err := h.m.Delete(r.PathValue("id"))
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, rep)
+}
+
+func (h *handler) history(w http.ResponseWriter, r *http.Request) {
+	rep, err := h.m.History(r.PathValue("id"))
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, rep)
+}

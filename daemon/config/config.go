@@ -1,0 +1,276 @@
+// Package config loads gpusliced's configuration: defaults in code, then
+// the YAML file (/etc/gpuslice/gpusliced.yaml or --config), then GPUSLICE_*
+// environment variables, then command-line flags, through one viper
+// instance. Unknown keys and malformed files are errors that name the file
+// and line.
+package config
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/spf13/pflag"
+	"github.com/spf13/viper"
+	"go.yaml.in/yaml/v3"
+)
+
+// DefaultFile is read when it exists and --config is not given.
+const DefaultFile = "/etc/gpuslice/gpusliced.yaml"
+
+// Config is the daemon's whole configuration.
+type Config struct {
+	RuntimeDir       string        `mapstructure:"runtime_dir" yaml:"runtime_dir"`
+	StateDir         string        `mapstructure:"state_dir" yaml:"state_dir"`
+	IPCSocket        string        `mapstructure:"ipc_socket" yaml:"ipc_socket"`
+	AdminSocket      string        `mapstructure:"admin_socket" yaml:"admin_socket"`
+	Listen           string        `mapstructure:"listen" yaml:"listen"`
+	NVMLLibrary      string        `mapstructure:"nvml_library" yaml:"nvml_library"`
+	Overcommit       float64       `mapstructure:"overcommit" yaml:"overcommit"`
+	DefaultTTL       time.Duration `mapstructure:"default_ttl" yaml:"default_ttl"`
+	RecoveryInterval time.Duration `mapstructure:"recovery_interval" yaml:"recovery_interval"`
+	IPCToken         string        `mapstructure:"ipc_token" yaml:"ipc_token"`
+	IPCTokenRequired bool          `mapstructure:"ipc_token_required" yaml:"ipc_token_required"`
+	MetricsDebug     bool          `mapstructure:"metrics_debug" yaml:"metrics_debug"`
+	LogLevel         string        `mapstructure:"log_level" yaml:"log_level"`
+	Debug            bool          `mapstructure:"debug" yaml:"debug"`
+	LedgerSlots      int           `mapstructure:"ledger_slots" yaml:"ledger_slots"`
+	HistoryRetention time.Duration `mapstructure:"history_retention" yaml:"history_retention"`
+
+	// File is the configuration file that was read ("" if none).
+	File string `mapstructure:"-" yaml:"-"`
+	// ShowVersion is set by --version.
+	ShowVersion bool `mapstructure:"-" yaml:"-"`
+}
+
+// Defaults returns the built-in configuration.
+func Defaults() Config {
+	return Config{
+		RuntimeDir:       "/run/gpuslice",
+		StateDir:         "/var/lib/gpuslice",
+		Overcommit:       1.0,
+		DefaultTTL:       24 * time.Hour,
+		RecoveryInterval: 5 * time.Second,
+		LogLevel:         "info",
+		LedgerSlots:      256,
+		HistoryRetention: 30 * 24 * time.Hour,
+	}
+}
+
+// key describes one configuration key: its flag (if any), environment
+// names and help text.
+type key struct {
+	name string
+	flag string
+	env  []string
+	help string
+}
+
+var keys = []key{
+	{"runtime_dir", "runtime-dir", nil, "runtime directory (tmpfs): sockets and ledgers"},
+	{"state_dir", "state-dir", nil, "state directory: the session database"},
+	{"ipc_socket", "ipc-socket", []string{"GPUSLICE_IPC_SOCKET", "GPUSLICE_IPC_SOCK"}, "IPC socket path (default <runtime-dir>/ipc.sock)"},
+	{"admin_socket", "admin-socket", []string{"GPUSLICE_ADMIN_SOCKET", "GPUSLICE_ADMIN_SOCK"}, "admin API socket path (default <runtime-dir>/admin.sock)"},
+	{"listen", "listen", nil, "TCP address for /metrics and /healthz (empty: off)"},
+	{"nvml_library", "nvml-library", nil, "path to libnvidia-ml.so.1 (empty: default lookup)"},
+	{"overcommit", "overcommit", nil, "admission factor: quotas on a GPU may sum to capacity x overcommit"},
+	{"default_ttl", "default-ttl", nil, "TTL of sessions created without one"},
+	{"recovery_interval", "recovery-interval", nil, "period of the /proc sweep and TTL reaper"},
+	{"ipc_token", "", nil, "shared token clients send at attach"},
+	{"ipc_token_required", "ipc-token-required", nil, "refuse ATTACH/STATUS without the right token"},
+	{"metrics_debug", "metrics-debug", nil, "export per-session metrics (label: session)"},
+	{"log_level", "log-level", nil, "debug, info, warn or error"},
+	{"debug", "", nil, "same as log_level debug"},
+	{"ledger_slots", "ledger-slots", nil, "process slots per session ledger"},
+	{"history_retention", "history-retention", nil, "how long reports of released sessions are kept"},
+}
+
+// Load builds the configuration from args (without the program name) and
+// the process environment.
+func Load(args []string, stderr io.Writer) (Config, error) {
+	def := Defaults()
+	v := viper.New()
+	fs := pflag.NewFlagSet("gpusliced", pflag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.SortFlags = false
+	configFile := fs.String("config", "", "configuration file (default "+DefaultFile+" if it exists)")
+	showVersion := fs.Bool("version", false, "print the version and exit")
+	fs.String("runtime-dir", def.RuntimeDir, keys[0].help)
+	fs.String("state-dir", def.StateDir, keys[1].help)
+	fs.String("ipc-socket", "", keys[2].help)
+	fs.String("admin-socket", "", keys[3].help)
+	fs.String("listen", "", keys[4].help)
+	fs.String("nvml-library", "", keys[5].help)
+	fs.Float64("overcommit", def.Overcommit, keys[6].help)
+	fs.Duration("default-ttl", def.DefaultTTL, keys[7].help)
+	fs.Duration("recovery-interval", def.RecoveryInterval, keys[8].help)
+	fs.Bool("ipc-token-required", false, keys[10].help)
+	fs.Bool("metrics-debug", false, keys[11].help)
+	fs.String("log-level", def.LogLevel, keys[12].help)
+	fs.Int("ledger-slots", def.LedgerSlots, keys[14].help)
+	fs.Duration("history-retention", def.HistoryRetention, keys[15].help)
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, "Usage: gpusliced [flags]\n\ngpusliced keeps per-job GPU-memory quotas (see docs/daemon.md).\n"+
+			"Precedence: defaults < config file < GPUSLICE_* environment < flags.\n\nFlags:\n%s", fs.FlagUsages())
+	}
+	if err := fs.Parse(args); err != nil {
+		return Config{}, err
+	}
+	if fs.NArg() > 0 {
+		return Config{}, fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	if *showVersion {
+		return Config{ShowVersion: true}, nil
+	}
+
+	v.SetDefault("runtime_dir", def.RuntimeDir)
+	v.SetDefault("state_dir", def.StateDir)
+	v.SetDefault("ipc_socket", "")
+	v.SetDefault("admin_socket", "")
+	v.SetDefault("listen", "")
+	v.SetDefault("nvml_library", "")
+	v.SetDefault("overcommit", def.Overcommit)
+	v.SetDefault("default_ttl", def.DefaultTTL)
+	v.SetDefault("recovery_interval", def.RecoveryInterval)
+	v.SetDefault("ipc_token", "")
+	v.SetDefault("ipc_token_required", false)
+	v.SetDefault("metrics_debug", false)
+	v.SetDefault("log_level", def.LogLevel)
+	v.SetDefault("debug", false)
+	v.SetDefault("ledger_slots", def.LedgerSlots)
+	v.SetDefault("history_retention", def.HistoryRetention)
+
+	file := *configFile
+	if file == "" {
+		file = os.Getenv("GPUSLICE_CONFIG")
+	}
+	required := file != ""
+	if file == "" {
+		file = DefaultFile
+	}
+	data, err := os.ReadFile(file)
+	switch {
+	case err == nil:
+		if err := checkFile(file, data); err != nil {
+			return Config{}, err
+		}
+		v.SetConfigType("yaml")
+		if err := v.ReadConfig(bytes.NewReader(data)); err != nil {
+			return Config{}, fmt.Errorf("config %s: %w", file, err)
+		}
+	case errors.Is(err, os.ErrNotExist) && !required:
+		file = ""
+	default:
+		return Config{}, fmt.Errorf("config: %w", err)
+	}
+
+	for _, k := range keys {
+		names := k.env
+		if names == nil {
+			names = []string{"GPUSLICE_" + strings.ToUpper(k.name)}
+		}
+		if err := v.BindEnv(append([]string{k.name}, names...)...); err != nil {
+			return Config{}, fmt.Errorf("config: bind env %s: %w", k.name, err)
+		}
+		if k.flag != "" {
+			if err := v.BindPFlag(k.name, fs.Lookup(k.flag)); err != nil {
+				return Config{}, fmt.Errorf("config: bind flag %s: %w", k.flag, err)
+			}
+		}
+	}
+
+	var cfg Config
+	if err := v.Unmarshal(&cfg); err != nil {
+		return Config{}, fmt.Errorf("config: %w", err)
+	}
+	cfg.File = file
+	if cfg.Debug {
+		cfg.LogLevel = "debug"
+	}
+	if cfg.IPCSocket == "" {
+		cfg.IPCSocket = filepath.Join(cfg.RuntimeDir, "ipc.sock")
+	}
+	if cfg.AdminSocket == "" {
+		cfg.AdminSocket = filepath.Join(cfg.RuntimeDir, "admin.sock")
+	}
+	if err := cfg.Validate(); err != nil {
+		return Config{}, err
+	}
+	return cfg, nil
+}
+
+// checkFile decodes the file strictly so that syntax errors, unknown keys
+// and wrongly typed values are reported with the file name and line.
+func checkFile(file string, data []byte) error {
+	var root yaml.Node
+	if err := yaml.Unmarshal(data, &root); err != nil {
+		return fmt.Errorf("config %s: %w", file, err)
+	}
+	if len(root.Content) == 0 {
+		return nil // empty file
+	}
+	doc := root.Content[0]
+	if doc.Kind != yaml.MappingNode {
+		return fmt.Errorf("config %s: line %d: expected a mapping of keys to values", file, doc.Line)
+	}
+	known := map[string]bool{}
+	for _, k := range keys {
+		known[k.name] = true
+	}
+	for i := 0; i+1 < len(doc.Content); i += 2 {
+		kn := doc.Content[i]
+		if !known[kn.Value] {
+			return fmt.Errorf("config %s: line %d: unknown key %q", file, kn.Line, kn.Value)
+		}
+	}
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	dec.KnownFields(true)
+	var c Config
+	if err := dec.Decode(&c); err != nil && !errors.Is(err, io.EOF) {
+		return fmt.Errorf("config %s: %w", file, err)
+	}
+	return nil
+}
+
+// Validate checks values that decode but make no sense.
+func (c Config) Validate() error {
+	var errs []error
+	if c.Overcommit <= 0 {
+		errs = append(errs, fmt.Errorf("overcommit must be > 0 (got %v)", c.Overcommit))
+	}
+	if c.DefaultTTL <= 0 {
+		errs = append(errs, fmt.Errorf("default_ttl must be > 0 (got %v)", c.DefaultTTL))
+	}
+	if c.RecoveryInterval <= 0 {
+		errs = append(errs, fmt.Errorf("recovery_interval must be > 0 (got %v)", c.RecoveryInterval))
+	}
+	if c.HistoryRetention <= 0 {
+		errs = append(errs, fmt.Errorf("history_retention must be > 0 (got %v)", c.HistoryRetention))
+	}
+	if c.LedgerSlots < 1 || c.LedgerSlots > 65536 {
+		errs = append(errs, fmt.Errorf("ledger_slots must be 1..65536 (got %d)", c.LedgerSlots))
+	}
+	switch c.LogLevel {
+	case "debug", "info", "warn", "error":
+	default:
+		errs = append(errs, fmt.Errorf("log_level must be debug, info, warn or error (got %q)", c.LogLevel))
+	}
+	if c.IPCTokenRequired && c.IPCToken == "" {
+		errs = append(errs, errors.New("ipc_token_required is set but ipc_token (GPUSLICE_IPC_TOKEN) is empty"))
+	}
+	if len(c.IPCToken) > 256 {
+		errs = append(errs, errors.New("ipc_token longer than 256 bytes"))
+	}
+	if c.RuntimeDir == "" || c.StateDir == "" {
+		errs = append(errs, errors.New("runtime_dir and state_dir must be set"))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("config: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,80 @@
+// Package gpu reads the node's GPU inventory through NVML.
+package gpu
+
+import (
+	"fmt"
+
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
+)
+
+// GPU is one physical GPU.
+type GPU struct {
+	Index    int
+	UUID     string
+	Name     string
+	Physical uint64 // bytes
+}
+
+// Inventory loads NVML (from libPath when set, else the default
+// libnvidia-ml.so.1 lookup) and lists the GPUs in NVML index order.
+func Inventory(libPath string) ([]GPU, error) {
+	var lib nvml.Interface
+	where := "libnvidia-ml.so.1"
+	if libPath != "" {
+		lib = nvml.New(nvml.WithLibraryPath(libPath))
+		where = libPath
+	} else {
+		lib = nvml.New()
+	}
+	if ret := initLib(lib); ret != nil {
+		return nil, fmt.Errorf("load NVML (%s): %w", where, ret)
+	}
+	defer lib.Shutdown()
+	n, ret := lib.DeviceGetCount()
+	if ret != nvml.SUCCESS {
+		return nil, fmt.Errorf("NVML device count: %s", lib.ErrorString(ret))
+	}
+	out := make([]GPU, 0, n)
+	for i := 0; i < n; i++ {
+		dev, ret := lib.DeviceGetHandleByIndex(i)
+		if ret != nvml.SUCCESS {
+			return nil, fmt.Errorf("NVML device %d: %s", i, lib.ErrorString(ret))
+		}
+		uuid, ret := dev.GetUUID()
+		if ret != nvml.SUCCESS {
+			return nil, fmt.Errorf("NVML device %d UUID: %s", i, lib.ErrorString(ret))
+		}
+		name, ret := dev.GetName()
+		if ret != nvml.SUCCESS {
+			name = "unknown"
+		}
+		mem, ret := dev.GetMemoryInfo()
+		if ret != nvml.SUCCESS {
+			return nil, fmt.Errorf("NVML device %d memory: %s", i, lib.ErrorString(ret))
+		}
+		out = append(out, GPU{Index: i, UUID: uuid, Name: name, Physical: mem.Total})
+	}
+	return out, nil
+}
+
+// initLib calls Init, turning the panic-free error paths of go-nvml into an
+// error (a library that cannot be opened is reported, not fatal).
+func initLib(lib nvml.Interface) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("%v", r)
+		}
+	}()
+	if ret := lib.Init(); ret != nvml.SUCCESS {
+		return fmt.Errorf("nvmlInit: %s", nvmlError(lib, ret))
+	}
+	return nil
+}
+
+func nvmlError(lib nvml.Interface, ret nvml.Return) string {
+	defer func() { recover() }()
+	if ret == nvml.ERROR_LIBRARY_NOT_FOUND {
+		return "library not found"
+	}
+	return fmt.Sprintf("%s (%d)", lib.ErrorString(ret), int(ret))
+}

@@ -1,0 +1,334 @@
+// Package ipcserver serves the IPC socket (docs/protocol.md): PING,
+// ATTACH (ledger fds over SCM_RIGHTS), DETACH and STATUS, with the peer
+// identified by SO_PEERCRED. A malformed frame closes that connection only.
+package ipcserver
+
+import (
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/gpuslice/gpuslice/daemon/session"
+	"github.com/gpuslice/gpuslice/internal/api"
+	"github.com/gpuslice/gpuslice/internal/ipc"
+	"github.com/gpuslice/gpuslice/internal/ledger"
+	"golang.org/x/sys/unix"
+)
+
+// Timeouts from docs/protocol.md.
+const (
+	IdleTimeout  = 30 * time.Second
+	FrameTimeout = 5 * time.Second
+)
+
+// Options configure the server.
+type Options struct {
+	Token         string
+	TokenRequired bool
+	Log           *slog.Logger
+	// Observe records one request's duration (seconds) by type; may be nil.
+	Observe func(t ipc.Type, seconds float64)
+}
+
+// Server is the IPC server.
+type Server struct {
+	m     *session.Manager
+	opt   Options
+	token [32]byte
+
+	mu     sync.Mutex
+	ln     *net.UnixListener
+	conns  map[*net.UnixConn]struct{}
+	closed bool
+	wg     sync.WaitGroup
+}
+
+// New creates a server for m.
+func New(m *session.Manager, opt Options) *Server {
+	if opt.Log == nil {
+		opt.Log = slog.Default()
+	}
+	return &Server{m: m, opt: opt, token: sha256.Sum256([]byte(opt.Token)), conns: map[*net.UnixConn]struct{}{}}
+}
+
+// Serve accepts connections on ln until Close.
+func (s *Server) Serve(ln *net.UnixListener) error {
+	s.mu.Lock()
+	s.ln = ln
+	s.mu.Unlock()
+	for {
+		c, err := ln.AcceptUnix()
+		if err != nil {
+			s.mu.Lock()
+			closed := s.closed
+			s.mu.Unlock()
+			if closed {
+				return nil
+			}
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				continue
+			}
+			if errors.Is(err, unix.EMFILE) || errors.Is(err, unix.ENFILE) {
+				s.opt.Log.Warn("ipc accept", "err", err)
+				time.Sleep(50 * time.Millisecond)
+				continue
+			}
+			return fmt.Errorf("ipc accept: %w", err)
+		}
+		s.mu.Lock()
+		if s.closed {
+			s.mu.Unlock()
+			c.Close()
+			return nil
+		}
+		s.conns[c] = struct{}{}
+		s.wg.Add(1)
+		s.mu.Unlock()
+		go s.serveConn(c)
+	}
+}
+
+// Close stops accepting, closes every connection and waits for handlers.
+func (s *Server) Close() {
+	s.mu.Lock()
+	s.closed = true
+	if s.ln != nil {
+		s.ln.Close()
+	}
+	for c := range s.conns {
+		c.Close()
+	}
+	s.mu.Unlock()
+	s.wg.Wait()
+}
+
+type conn struct {
+	c       *net.UnixConn
+	cred    *unix.Ucred
+	buf     []byte // HeaderSize+MaxPayload
+	start   int    // unread data is buf[start:end]
+	end     int
+	out     []byte
+	session string // session attached on this connection
+
+	idleArmed time.Time // when the idle deadline was last set
+	partial   bool      // the frame deadline (not the idle one) is armed
+}
+
+func peerCred(c *net.UnixConn) (*unix.Ucred, error) {
+	raw, err := c.SyscallConn()
+	if err != nil {
+		return nil, err
+	}
+	var cred *unix.Ucred
+	var cerr error
+	err = raw.Control(func(fd uintptr) {
+		cred, cerr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
+	})
+	if err != nil {
+		return nil, err
+	}
+	return cred, cerr
+}
+
+func (s *Server) serveConn(c *net.UnixConn) {
+	defer func() {
+		c.Close()
+		s.mu.Lock()
+		delete(s.conns, c)
+		s.mu.Unlock()
+		s.wg.Done()
+	}()
+	cred, err := peerCred(c)
+	if err != nil {
+		s.opt.Log.Warn("ipc: SO_PEERCRED", "err", err)
+		return
+	}
+	cc := &conn{c: c, cred: cred, buf: make([]byte, ipc.HeaderSize+ipc.MaxPayload), out: make([]byte, 0, 256)}
+	for {
+		t, payload, err := cc.readFrame()
+		if err != nil {
+			if errors.Is(err, ipc.ErrVersion) {
+				cc.writeError(ipc.CodeVersion, err.Error())
+			} else if errors.Is(err, ipc.ErrMalformed) {
+				cc.writeError(ipc.CodeBadRequest, err.Error())
+			}
+			if errors.Is(err, ipc.ErrMalformed) || errors.Is(err, ipc.ErrVersion) {
+				s.opt.Log.Debug("ipc: closing connection after a bad frame", "pid", cred.Pid, "err", err)
+			}
+			return
+		}
+		begin := time.Now()
+		req, err := ipc.ParseRequest(t, payload)
+		if err != nil {
+			cc.writeError(ipc.CodeBadRequest, err.Error())
+			s.opt.Log.Debug("ipc: closing connection after a bad payload", "pid", cred.Pid, "err", err)
+			return
+		}
+		if err := s.handle(cc, req); err != nil {
+			return
+		}
+		if s.opt.Observe != nil {
+			s.opt.Observe(t, time.Since(begin).Seconds())
+		}
+	}
+}
+
+// readFrame returns the next whole frame; the header is checked as soon as
+// it arrives, so an oversized length is refused before its payload is read.
+func (cc *conn) readFrame() (ipc.Type, []byte, error) {
+	if cc.start == cc.end {
+		cc.start, cc.end = 0, 0
+	}
+	var first time.Time
+	need := ipc.HeaderSize
+	var hdr ipc.Header
+	haveHdr := false
+	for {
+		avail := cc.end - cc.start
+		if !haveHdr && avail >= ipc.HeaderSize {
+			h, err := ipc.ParseHeader(cc.buf[cc.start : cc.start+ipc.HeaderSize])
+			if err != nil {
+				return 0, nil, err
+			}
+			hdr, haveHdr = h, true
+			need = ipc.HeaderSize + h.Length
+		}
+		if haveHdr && avail >= need {
+			p := cc.buf[cc.start+ipc.HeaderSize : cc.start+need]
+			cc.start += need
+			return hdr.Type, p, nil
+		}
+		if cc.start > 0 && cc.start+need > len(cc.buf) {
+			copy(cc.buf, cc.buf[cc.start:cc.end])
+			cc.end -= cc.start
+			cc.start = 0
+		}
+		if avail == 0 {
+			// Re-arm the idle deadline at most once a second: a busy
+			// connection does not pay for a timer update per request.
+			now := time.Now()
+			if cc.partial || now.Sub(cc.idleArmed) > time.Second {
+				if err := cc.c.SetReadDeadline(now.Add(IdleTimeout)); err != nil {
+					return 0, nil, err
+				}
+				cc.idleArmed, cc.partial = now, false
+			}
+		} else if !cc.partial {
+			if first.IsZero() {
+				first = time.Now()
+			}
+			if err := cc.c.SetReadDeadline(first.Add(FrameTimeout)); err != nil {
+				return 0, nil, err
+			}
+			cc.partial = true
+		}
+		n, err := cc.c.Read(cc.buf[cc.end:])
+		if n > 0 {
+			if avail == 0 {
+				first = time.Now()
+			}
+			cc.end += n
+			continue
+		}
+		if err != nil {
+			return 0, nil, err
+		}
+	}
+}
+
+func (cc *conn) write(b []byte) error {
+	cc.c.SetWriteDeadline(time.Now().Add(FrameTimeout))
+	_, err := cc.c.Write(b)
+	return err
+}
+
+func (cc *conn) writeError(code uint32, msg string) error {
+	cc.out = ipc.AppendError(cc.out[:0], code, msg)
+	return cc.write(cc.out)
+}
+
+func (s *Server) tokenOK(tok []byte) bool {
+	if !s.opt.TokenRequired {
+		return true
+	}
+	sum := sha256.Sum256(tok)
+	return subtle.ConstantTimeCompare(sum[:], s.token[:]) == 1
+}
+
+func codeFor(err error) uint32 {
+	switch {
+	case errors.Is(err, api.ErrNotFound):
+		return ipc.CodeUnknown
+	case errors.Is(err, session.ErrNotPermitted):
+		return ipc.CodeNotPermitted
+	case errors.Is(err, ledger.ErrNoSlot):
+		return ipc.CodeNoSlot
+	default:
+		return ipc.CodeInternal
+	}
+}
+
+// handle answers one request. A returned error closes the connection.
+func (s *Server) handle(cc *conn, req ipc.Request) error {
+	switch req.Type {
+	case ipc.TypePing:
+		cc.out = ipc.AppendFrame(cc.out[:0], ipc.TypePong, req.Ping)
+		return cc.write(cc.out)
+
+	case ipc.TypeAttach:
+		if !s.tokenOK(req.Token) {
+			s.opt.Log.Warn("ipc: attach with a bad token", "pid", cc.cred.Pid, "uid", cc.cred.Uid)
+			return cc.writeError(ipc.CodeBadToken, "bad or missing token")
+		}
+		id := string(req.Session)
+		a, err := s.m.Attach(id, cc.cred.Uid, uint32(cc.cred.Pid))
+		if err != nil {
+			s.opt.Log.Info("ipc: attach refused", "session", id, "pid", cc.cred.Pid, "uid", cc.cred.Uid, "err", err)
+			return cc.writeError(codeFor(err), err.Error())
+		}
+		defer a.Close()
+		cc.session = id
+		cc.out = ipc.AppendAttachOK(cc.out[:0], uint32(a.Slot), uint32(a.NGPUs), a.Generation)
+		oob := unix.UnixRights(int(a.Limits.Fd()), int(a.Counters.Fd()))
+		cc.c.SetWriteDeadline(time.Now().Add(FrameTimeout))
+		_, _, err = cc.c.WriteMsgUnix(cc.out, oob, nil)
+		return err
+
+	case ipc.TypeDetach:
+		if err := s.m.Detach(cc.session, int(req.Slot), uint32(cc.cred.Pid)); err != nil {
+			return cc.writeError(codeFor(err), err.Error())
+		}
+		cc.out = ipc.AppendFrame(cc.out[:0], ipc.TypeOK, nil)
+		return cc.write(cc.out)
+
+	case ipc.TypeStatus:
+		if !s.tokenOK(req.Token) {
+			return cc.writeError(ipc.CodeBadToken, "bad or missing token")
+		}
+		id := string(req.Session)
+		if err := s.m.CheckOwner(id, cc.cred.Uid); err != nil {
+			return cc.writeError(codeFor(err), err.Error())
+		}
+		v, err := s.m.Get(id)
+		if err != nil {
+			return cc.writeError(codeFor(err), err.Error())
+		}
+		b, err := json.Marshal(v)
+		if err != nil || len(b) > ipc.MaxPayload {
+			// Too many processes to fit a frame: drop the process list.
+			v.Processes = nil
+			b, _ = json.Marshal(v)
+		}
+		cc.out = ipc.AppendFrame(cc.out[:0], ipc.TypeStatusOK, b)
+		return cc.write(cc.out)
+	}
+	return cc.writeError(ipc.CodeBadRequest, "not a request")
+}

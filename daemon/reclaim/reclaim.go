@@ -1,0 +1,198 @@
+// Package reclaim watches attached processes: one pidfd per process in one
+// epoll set, so the daemon learns of a death the moment it happens, plus
+// the /proc helpers the periodic sweep uses to catch anything missed.
+package reclaim
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"sync"
+
+	"golang.org/x/sys/unix"
+)
+
+// StartTime returns field 22 of /proc/<pid>/stat (start time in clock
+// ticks since boot), which tells a process from a later one with the same pid.
+func StartTime(pid uint32) (uint64, error) {
+	var buf [512]byte
+	f, err := os.Open("/proc/" + strconv.FormatUint(uint64(pid), 10) + "/stat")
+	if err != nil {
+		return 0, err
+	}
+	n, err := f.Read(buf[:])
+	f.Close()
+	if err != nil {
+		return 0, err
+	}
+	return parseStartTime(buf[:n])
+}
+
+func parseStartTime(b []byte) (uint64, error) {
+	// The command name (field 2) is in parentheses and may hold spaces or
+	// parentheses: start after the last ')'.
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return 0, errors.New("proc stat: no command field")
+	}
+	fields := bytes.Fields(b[i+1:])
+	// fields[0] is field 3 (state); field 22 is fields[19].
+	if len(fields) < 20 {
+		return 0, errors.New("proc stat: too few fields")
+	}
+	return strconv.ParseUint(string(fields[19]), 10, 64)
+}
+
+// Alive reports whether pid runs and is the process that had startTime.
+func Alive(pid uint32, startTime uint64) bool {
+	st, err := StartTime(pid)
+	return err == nil && st == startTime
+}
+
+// Key identifies a watched process to the exit callback.
+type Key struct {
+	Session   string
+	Slot      int
+	PID       uint32
+	StartTime uint64
+}
+
+// Watcher delivers Key to OnExit when a watched process exits.
+type Watcher struct {
+	epfd   int
+	wakefd int
+	onExit func(Key)
+
+	mu    sync.Mutex
+	byFD  map[int32]Key
+	byKey map[Key]int
+	done  chan struct{}
+}
+
+// NewWatcher creates the epoll set; Run must be called to deliver events.
+func NewWatcher(onExit func(Key)) (*Watcher, error) {
+	epfd, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
+	if err != nil {
+		return nil, fmt.Errorf("epoll_create1: %w", err)
+	}
+	wakefd, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
+	if err != nil {
+		unix.Close(epfd)
+		return nil, fmt.Errorf("eventfd: %w", err)
+	}
+	ev := unix.EpollEvent{Events: unix.EPOLLIN, Fd: int32(wakefd)}
+	if err := unix.EpollCtl(epfd, unix.EPOLL_CTL_ADD, wakefd, &ev); err != nil {
+		unix.Close(epfd)
+		unix.Close(wakefd)
+		return nil, fmt.Errorf("epoll_ctl: %w", err)
+	}
+	return &Watcher{epfd: epfd, wakefd: wakefd, onExit: onExit,
+		byFD: map[int32]Key{}, byKey: map[Key]int{}, done: make(chan struct{})}, nil
+}
+
+// ErrGone means the process had already exited when Add was called.
+var ErrGone = errors.New("process is gone")
+
+// Add starts watching k.PID. It returns ErrGone when the process no longer
+// exists or is not the one with k.StartTime. Other errors (no pidfd
+// support) leave the process to the /proc sweep.
+func (w *Watcher) Add(k Key) error {
+	fd, err := unix.PidfdOpen(int(k.PID), 0)
+	if err != nil {
+		if errors.Is(err, unix.ESRCH) {
+			return ErrGone
+		}
+		return fmt.Errorf("pidfd_open(%d): %w", k.PID, err)
+	}
+	// The pidfd now pins this pid; check it is still the same process.
+	if !Alive(k.PID, k.StartTime) {
+		unix.Close(fd)
+		return ErrGone
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if _, ok := w.byKey[k]; ok {
+		unix.Close(fd)
+		return nil
+	}
+	ev := unix.EpollEvent{Events: unix.EPOLLIN, Fd: int32(fd)}
+	if err := unix.EpollCtl(w.epfd, unix.EPOLL_CTL_ADD, fd, &ev); err != nil {
+		unix.Close(fd)
+		return fmt.Errorf("epoll_ctl(pidfd %d): %w", k.PID, err)
+	}
+	w.byFD[int32(fd)] = k
+	w.byKey[k] = fd
+	return nil
+}
+
+// Remove stops watching k (detach, release).
+func (w *Watcher) Remove(k Key) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if fd, ok := w.byKey[k]; ok {
+		w.drop(fd, k)
+	}
+}
+
+func (w *Watcher) drop(fd int, k Key) {
+	unix.EpollCtl(w.epfd, unix.EPOLL_CTL_DEL, fd, nil)
+	unix.Close(fd)
+	delete(w.byFD, int32(fd))
+	delete(w.byKey, k)
+}
+
+// Len is the number of watched processes.
+func (w *Watcher) Len() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return len(w.byKey)
+}
+
+// Run delivers exits until Close. It blocks one OS thread in epoll_wait.
+func (w *Watcher) Run() {
+	defer close(w.done)
+	events := make([]unix.EpollEvent, 64)
+	var gone []Key
+	for {
+		n, err := unix.EpollWait(w.epfd, events, -1)
+		if err != nil {
+			if errors.Is(err, unix.EINTR) {
+				continue
+			}
+			return
+		}
+		gone = gone[:0]
+		w.mu.Lock()
+		for _, ev := range events[:n] {
+			if int(ev.Fd) == w.wakefd {
+				w.mu.Unlock()
+				return
+			}
+			if k, ok := w.byFD[ev.Fd]; ok {
+				w.drop(int(ev.Fd), k)
+				gone = append(gone, k)
+			}
+		}
+		w.mu.Unlock()
+		for _, k := range gone {
+			w.onExit(k)
+		}
+	}
+}
+
+// Close stops Run and closes every pidfd.
+func (w *Watcher) Close() {
+	var one [8]byte
+	one[0] = 1
+	unix.Write(w.wakefd, one[:])
+	<-w.done
+	w.mu.Lock()
+	for k, fd := range w.byKey {
+		w.drop(fd, k)
+	}
+	w.mu.Unlock()
+	unix.Close(w.epfd)
+	unix.Close(w.wakefd)
+}

@@ -1,0 +1,107 @@
+package reclaim
+
+import (
+	"os"
+	"os/exec"
+	"testing"
+	"time"
+)
+
+func TestParseStartTime(t *testing.T) {
+	tests := []struct {
+		name string
+		stat string
+		want uint64
+		err  bool
+	}{
+		{"plain", "42 (sleep) S 1 42 42 0 -1 4194560 100 0 0 0 0 0 0 0 20 0 1 0 123456 1000 10", 123456, false},
+		{"spaces and parens in name", "42 (a b) (c)) S 1 42 42 0 -1 4194560 100 0 0 0 0 0 0 0 20 0 1 0 987 1000 10", 987, false},
+		{"too short", "42 (x) S 1 2 3", 0, true},
+		{"no name", "42 x S", 0, true},
+		{"not a number", "42 (x) S 1 42 42 0 -1 4194560 100 0 0 0 0 0 0 0 20 0 1 0 abc 1000", 0, true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := parseStartTime([]byte(tc.stat))
+			if (err != nil) != tc.err || got != tc.want {
+				t.Fatalf("parseStartTime = %d, %v; want %d (err %v)", got, err, tc.want, tc.err)
+			}
+		})
+	}
+}
+
+func TestStartTimeAndAlive(t *testing.T) {
+	st, err := StartTime(uint32(os.Getpid()))
+	if err != nil || st == 0 {
+		t.Fatalf("StartTime(self) = %d, %v", st, err)
+	}
+	if !Alive(uint32(os.Getpid()), st) {
+		t.Fatal("Alive(self) = false")
+	}
+	if Alive(uint32(os.Getpid()), st+1) {
+		t.Fatal("Alive with another start time = true (pid reuse not detected)")
+	}
+}
+
+func TestWatcher(t *testing.T) {
+	exits := make(chan Key, 4)
+	w, err := NewWatcher(func(k Key) { exits <- k })
+	if err != nil {
+		t.Fatal(err)
+	}
+	go w.Run()
+	defer w.Close()
+
+	start := func() (*exec.Cmd, Key) {
+		cmd := exec.Command("sleep", "60")
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		st, err := StartTime(uint32(cmd.Process.Pid))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return cmd, Key{Session: "s", Slot: 1, PID: uint32(cmd.Process.Pid), StartTime: st}
+	}
+	cmd, k := start()
+	if err := w.Add(k); err != nil {
+		t.Fatal(err)
+	}
+	if w.Len() != 1 {
+		t.Fatalf("Len = %d", w.Len())
+	}
+	cmd.Process.Kill()
+	cmd.Wait()
+	select {
+	case got := <-exits:
+		if got != k {
+			t.Fatalf("exit of %+v, want %+v", got, k)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("no exit event")
+	}
+	if w.Len() != 0 {
+		t.Fatalf("Len after exit = %d", w.Len())
+	}
+	// A removed process is not reported.
+	cmd2, k2 := start()
+	if err := w.Add(k2); err != nil {
+		t.Fatal(err)
+	}
+	w.Remove(k2)
+	cmd2.Process.Kill()
+	cmd2.Wait()
+	select {
+	case got := <-exits:
+		t.Fatalf("exit reported for a removed process: %+v", got)
+	case <-time.After(200 * time.Millisecond):
+	}
+	// A dead or reused pid is refused.
+	if err := w.Add(k2); err != ErrGone {
+		t.Fatalf("Add(dead) = %v, want ErrGone", err)
+	}
+	self, _ := StartTime(uint32(os.Getpid()))
+	if err := w.Add(Key{PID: uint32(os.Getpid()), StartTime: self + 1}); err != ErrGone {
+		t.Fatalf("Add(reused pid) = %v, want ErrGone", err)
+	}
+}

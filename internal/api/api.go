@@ -1,0 +1,172 @@
+// Package api holds the admin API's wire types and error vocabulary
+// (docs/api.md), shared by the daemon, internal/client and the CLI.
+package api
+
+import (
+	"errors"
+	"net/http"
+	"time"
+)
+
+// Sentinel errors. The daemon wraps them; the HTTP layer maps them to status
+// codes (HTTPStatus) and the client maps the codes back (FromCode).
+var (
+	ErrNotFound      = errors.New("not found")
+	ErrConflict      = errors.New("conflict")
+	ErrQuotaExceeded = errors.New("quota exceeded")
+	ErrBadRequest    = errors.New("bad request")
+	ErrUnavailable   = errors.New("gpusliced unavailable")
+	ErrInternal      = errors.New("internal error")
+)
+
+// Error codes in the JSON error body.
+const (
+	CodeNotFound      = "not_found"
+	CodeConflict      = "conflict"
+	CodeQuotaExceeded = "quota_exceeded"
+	CodeBadRequest    = "bad_request"
+	CodeInternal      = "internal"
+)
+
+// ErrorBody is the JSON body of every error response.
+type ErrorBody struct {
+	Error string `json:"error"`
+	Code  string `json:"code"`
+}
+
+// Classify maps an error to its HTTP status and code.
+func Classify(err error) (int, string) {
+	switch {
+	case errors.Is(err, ErrNotFound):
+		return http.StatusNotFound, CodeNotFound
+	case errors.Is(err, ErrConflict):
+		return http.StatusConflict, CodeConflict
+	case errors.Is(err, ErrQuotaExceeded):
+		return http.StatusInsufficientStorage, CodeQuotaExceeded
+	case errors.Is(err, ErrBadRequest):
+		return http.StatusBadRequest, CodeBadRequest
+	default:
+		return http.StatusInternalServerError, CodeInternal
+	}
+}
+
+// FromCode returns the sentinel for an error body code.
+func FromCode(code string) error {
+	switch code {
+	case CodeNotFound:
+		return ErrNotFound
+	case CodeConflict:
+		return ErrConflict
+	case CodeQuotaExceeded:
+		return ErrQuotaExceeded
+	case CodeBadRequest:
+		return ErrBadRequest
+	default:
+		return ErrInternal
+	}
+}
+
+// SessionRequest creates a session. QuotaBytes applies to each GPU in GPUs
+// (UUIDs or NVML indices as strings; empty = every GPU of the node); Quotas
+// sets per-GPU values (keys as in GPUs) and wins for the GPUs it names.
+// UID 0 means a root-owned session. TTLSeconds 0 takes the daemon default.
+type SessionRequest struct {
+	ID         string            `json:"id"`
+	UID        uint32            `json:"uid"`
+	QuotaBytes uint64            `json:"quota_bytes,omitempty"`
+	GPUs       []string          `json:"gpus,omitempty"`
+	Quotas     map[string]uint64 `json:"quotas,omitempty"`
+	TTLSeconds int64             `json:"ttl_seconds,omitempty"`
+}
+
+// PatchRequest changes a session's quotas and/or TTL live. QuotaBytes sets
+// every GPU of the session; Quotas sets the GPUs it names (UUID or index).
+type PatchRequest struct {
+	QuotaBytes *uint64           `json:"quota_bytes,omitempty"`
+	Quotas     map[string]uint64 `json:"quotas,omitempty"`
+	TTLSeconds *int64            `json:"ttl_seconds,omitempty"`
+}
+
+// SessionGPU is one GPU of a session.
+type SessionGPU struct {
+	UUID          string `json:"uuid"`
+	Index         int    `json:"index"`
+	Name          string `json:"name"`
+	PhysicalBytes uint64 `json:"physical_bytes"`
+	LimitBytes    uint64 `json:"limit_bytes"`
+	UsedBytes     uint64 `json:"used_bytes"`
+	PeakBytes     uint64 `json:"peak_bytes"`
+	Denied        uint64 `json:"denied"`
+}
+
+// Process is one attached process.
+type Process struct {
+	PID       uint32            `json:"pid"`
+	Slot      int               `json:"slot"`
+	Attached  time.Time         `json:"attached"`
+	UsedBytes map[string]uint64 `json:"used_bytes"`
+}
+
+// Session is the session object.
+type Session struct {
+	ID         string       `json:"id"`
+	UID        uint32       `json:"uid"`
+	Created    time.Time    `json:"created"`
+	Updated    time.Time    `json:"updated"`
+	TTLSeconds int64        `json:"ttl_seconds"`
+	Expires    time.Time    `json:"expires"`
+	GPUs       []SessionGPU `json:"gpus"`
+	Processes  []Process    `json:"processes"`
+}
+
+// ReportGPU is one GPU's final figures.
+type ReportGPU struct {
+	UUID           string `json:"uuid"`
+	LimitBytes     uint64 `json:"limit_bytes"`
+	PeakBytes      uint64 `json:"peak_bytes"`
+	FinalUsedBytes uint64 `json:"final_used_bytes"`
+	Denied         uint64 `json:"denied"`
+	ReclaimedBytes uint64 `json:"reclaimed_bytes"`
+}
+
+// Report describes a released session (DELETE, history).
+type Report struct {
+	ID       string      `json:"id"`
+	UID      uint32      `json:"uid"`
+	Created  time.Time   `json:"created"`
+	Released time.Time   `json:"released"`
+	Reason   string      `json:"reason,omitempty"` // "deleted", "ttl"
+	GPUs     []ReportGPU `json:"gpus"`
+}
+
+// GPU is one GPU of the node's inventory.
+type GPU struct {
+	Index          int    `json:"index"`
+	UUID           string `json:"uuid"`
+	Name           string `json:"name"`
+	PhysicalBytes  uint64 `json:"physical_bytes"`
+	CommittedBytes uint64 `json:"committed_bytes"`
+	UsedBytes      uint64 `json:"used_bytes"`
+	Sessions       int    `json:"sessions"`
+}
+
+// Health is the /healthz body.
+type Health struct {
+	Status  string `json:"status"`
+	Version string `json:"version,omitempty"`
+}
+
+// ValidSessionID reports whether id may name a session: 1..63 characters
+// from [A-Za-z0-9._-], not "." or "..".
+func ValidSessionID(id string) bool {
+	if len(id) < 1 || len(id) > 63 || id == "." || id == ".." {
+		return false
+	}
+	for i := 0; i < len(id); i++ {
+		c := id[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-') {
+			return false
+		}
+	}
+	return true
+}

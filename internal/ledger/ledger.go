@@ -1,0 +1,520 @@
+package ledger
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"sync/atomic"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// Errors.
+var (
+	ErrNoSlot  = errors.New("no free slot in the session ledger")
+	ErrInvalid = errors.New("invalid ledger file")
+	ErrQuota   = errors.New("allocation exceeds the session's limit")
+)
+
+// GPU describes one ledger GPU at creation.
+type GPU struct {
+	UUID     string
+	Limit    uint64
+	Physical uint64
+}
+
+// Ledger is one session's mapped ledger. The daemon maps limits read-write;
+// a client (Map) maps them read-only. Counter and slot access is atomic.
+type Ledger struct {
+	lim      []byte
+	ctr      []byte
+	limFile  *os.File // O_RDONLY: the fd handed to clients
+	ctrFile  *os.File // O_RDWR
+	limPath  string
+	ctrPath  string
+	ngpus    int
+	nslots   int
+	writable bool
+	// inUse tracks non-free slots on the daemon side (the daemon is the only
+	// writer of slot states), so that scans never touch the pages of unused
+	// slots: RSS stays small with many sessions. Nil for client mappings.
+	inUse  []bool
+	nInUse atomic.Int32 // readable without the caller's lock
+}
+
+// Paths returns the limits and counters file paths of session id in dir.
+func Paths(dir, id string) (limits, counters string) {
+	return filepath.Join(dir, id+".limits"), filepath.Join(dir, id+".counters")
+}
+
+// Create writes a fresh ledger for session id into dir (files mode 0600,
+// written under temporary names and renamed into place) and maps it.
+func Create(dir, id string, gpus []GPU, nslots int) (*Ledger, error) {
+	if len(gpus) == 0 || len(gpus) > MaxGPUs {
+		return nil, fmt.Errorf("ledger %s: %d GPUs (want 1..%d)", id, len(gpus), MaxGPUs)
+	}
+	if len(id) == 0 || len(id) >= SessionLen {
+		return nil, fmt.Errorf("ledger: session id length %d (want 1..%d)", len(id), SessionLen-1)
+	}
+	if nslots <= 0 || nslots > MaxSlots {
+		return nil, fmt.Errorf("ledger %s: %d slots (want 1..%d)", id, nslots, MaxSlots)
+	}
+	limPath, ctrPath := Paths(dir, id)
+	lim := make([]byte, LimitsSize)
+	le := binary.LittleEndian
+	le.PutUint32(lim[LimOffMagic:], LimitsMagic)
+	le.PutUint32(lim[LimOffVersion:], Version)
+	le.PutUint32(lim[LimOffNGPUs:], uint32(len(gpus)))
+	copy(lim[LimOffSession:LimOffSession+SessionLen-1], id)
+	for g, gpu := range gpus {
+		if len(gpu.UUID) >= UUIDLen {
+			return nil, fmt.Errorf("ledger %s: GPU UUID %q too long", id, gpu.UUID)
+		}
+		base := LimOffGPU + g*LimGPUStride
+		copy(lim[base+LimGPUOffUUID:base+LimGPUOffUUID+UUIDLen-1], gpu.UUID)
+		le.PutUint64(lim[base+LimGPUOffLimit:], gpu.Limit)
+		le.PutUint64(lim[base+LimGPUOffPhys:], gpu.Physical)
+	}
+	ctr := make([]byte, CountersSize(nslots))
+	le.PutUint32(ctr[CtrOffMagic:], CountersMagic)
+	le.PutUint32(ctr[CtrOffVersion:], Version)
+	le.PutUint32(ctr[CtrOffNGPUs:], uint32(len(gpus)))
+	le.PutUint32(ctr[CtrOffNSlots:], uint32(nslots))
+	if err := writeFileAtomic(limPath, lim); err != nil {
+		return nil, err
+	}
+	if err := writeFileAtomic(ctrPath, ctr); err != nil {
+		os.Remove(limPath)
+		return nil, err
+	}
+	l, err := Open(dir, id)
+	if err != nil {
+		os.Remove(limPath)
+		os.Remove(ctrPath)
+		return nil, err
+	}
+	return l, nil
+}
+
+func writeFileAtomic(path string, data []byte) error {
+	tmp := path + ".tmp"
+	f, err := os.OpenFile(tmp, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o600)
+	if err != nil {
+		return fmt.Errorf("create ledger file: %w", err)
+	}
+	if _, err := f.Write(data); err != nil {
+		f.Close()
+		os.Remove(tmp)
+		return fmt.Errorf("write %s: %w", tmp, err)
+	}
+	if err := f.Close(); err != nil {
+		os.Remove(tmp)
+		return fmt.Errorf("close %s: %w", tmp, err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		os.Remove(tmp)
+		return fmt.Errorf("rename ledger file: %w", err)
+	}
+	return nil
+}
+
+// Open maps an existing ledger of session id in dir for the daemon
+// (limits read-write) and validates its headers.
+func Open(dir, id string) (*Ledger, error) {
+	limPath, ctrPath := Paths(dir, id)
+	limRW, err := os.OpenFile(limPath, os.O_RDWR, 0)
+	if err != nil {
+		return nil, fmt.Errorf("open ledger: %w", err)
+	}
+	defer limRW.Close()
+	limRO, err := os.OpenFile(limPath, os.O_RDONLY, 0)
+	if err != nil {
+		return nil, fmt.Errorf("open ledger: %w", err)
+	}
+	ctrF, err := os.OpenFile(ctrPath, os.O_RDWR, 0)
+	if err != nil {
+		limRO.Close()
+		return nil, fmt.Errorf("open ledger: %w", err)
+	}
+	l, err := mapFiles(limRW, ctrF, true)
+	if err != nil {
+		limRO.Close()
+		ctrF.Close()
+		return nil, fmt.Errorf("ledger %s: %w", id, err)
+	}
+	l.limFile, l.ctrFile = limRO, ctrF
+	l.limPath, l.ctrPath = limPath, ctrPath
+	l.inUse = make([]bool, l.nslots)
+	for i := 0; i < l.nslots; i++ {
+		if st, _ := l.SlotState(i); st != SlotFree {
+			l.inUse[i] = true
+			l.nInUse.Add(1)
+		}
+	}
+	// Drop the slot pages from this mapping (they stay in the file): only
+	// slots in use are touched from now on.
+	unix.Madvise(l.ctr[CountersHdrSize:], unix.MADV_DONTNEED)
+	if got := l.Session(); got != id {
+		l.Close()
+		return nil, fmt.Errorf("ledger %s: %w: names session %q", id, ErrInvalid, got)
+	}
+	return l, nil
+}
+
+// Map maps ledger files received over IPC, as a client does: limits
+// PROT_READ, counters read-write. The files stay owned by the caller.
+func Map(limits, counters *os.File) (*Ledger, error) {
+	return mapFiles(limits, counters, false)
+}
+
+func mapFiles(limF, ctrF *os.File, limWritable bool) (*Ledger, error) {
+	var st unix.Stat_t
+	if err := unix.Fstat(int(limF.Fd()), &st); err != nil {
+		return nil, fmt.Errorf("stat limits: %w", err)
+	}
+	if st.Size != LimitsSize {
+		return nil, fmt.Errorf("%w: limits file is %d bytes, want %d", ErrInvalid, st.Size, LimitsSize)
+	}
+	prot := unix.PROT_READ
+	if limWritable {
+		prot |= unix.PROT_WRITE
+	}
+	lim, err := unix.Mmap(int(limF.Fd()), 0, LimitsSize, prot, unix.MAP_SHARED)
+	if err != nil {
+		return nil, fmt.Errorf("mmap limits: %w", err)
+	}
+	fail := func(err error) (*Ledger, error) {
+		unix.Munmap(lim)
+		return nil, err
+	}
+	le := binary.LittleEndian
+	if le.Uint32(lim[LimOffMagic:]) != LimitsMagic || le.Uint32(lim[LimOffVersion:]) != Version {
+		return fail(fmt.Errorf("%w: limits magic/version", ErrInvalid))
+	}
+	ngpus := int(le.Uint32(lim[LimOffNGPUs:]))
+	if ngpus < 1 || ngpus > MaxGPUs {
+		return fail(fmt.Errorf("%w: ngpus %d", ErrInvalid, ngpus))
+	}
+	if err := unix.Fstat(int(ctrF.Fd()), &st); err != nil {
+		return fail(fmt.Errorf("stat counters: %w", err))
+	}
+	if st.Size < CountersHdrSize+SlotSize || st.Size > int64(CountersSize(MaxSlots)) {
+		return fail(fmt.Errorf("%w: counters file is %d bytes", ErrInvalid, st.Size))
+	}
+	ctr, err := unix.Mmap(int(ctrF.Fd()), 0, int(st.Size), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	if err != nil {
+		return fail(fmt.Errorf("mmap counters: %w", err))
+	}
+	nslots := int(le.Uint32(ctr[CtrOffNSlots:]))
+	if le.Uint32(ctr[CtrOffMagic:]) != CountersMagic || le.Uint32(ctr[CtrOffVersion:]) != Version ||
+		int(le.Uint32(ctr[CtrOffNGPUs:])) != ngpus || CountersSize(nslots) != int(st.Size) {
+		unix.Munmap(ctr)
+		return fail(fmt.Errorf("%w: counters header does not match", ErrInvalid))
+	}
+	return &Ledger{lim: lim, ctr: ctr, ngpus: ngpus, nslots: nslots, writable: limWritable}, nil
+}
+
+// Close unmaps the ledger and closes its files (the files stay on disk).
+func (l *Ledger) Close() error {
+	var errs []error
+	if l.lim != nil {
+		errs = append(errs, unix.Munmap(l.lim))
+		l.lim = nil
+	}
+	if l.ctr != nil {
+		errs = append(errs, unix.Munmap(l.ctr))
+		l.ctr = nil
+	}
+	if l.limFile != nil {
+		errs = append(errs, l.limFile.Close())
+	}
+	if l.ctrFile != nil {
+		errs = append(errs, l.ctrFile.Close())
+	}
+	return errors.Join(errs...)
+}
+
+// Remove closes the ledger and deletes its files.
+func (l *Ledger) Remove() error {
+	err := l.Close()
+	if l.limPath != "" {
+		if e := os.Remove(l.limPath); e != nil && !errors.Is(e, os.ErrNotExist) {
+			err = errors.Join(err, e)
+		}
+		if e := os.Remove(l.ctrPath); e != nil && !errors.Is(e, os.ErrNotExist) {
+			err = errors.Join(err, e)
+		}
+	}
+	return err
+}
+
+// Files returns the files handed to an attaching client: limits O_RDONLY,
+// counters O_RDWR. Nil for a ledger obtained with Map.
+func (l *Ledger) Files() (limits, counters *os.File) { return l.limFile, l.ctrFile }
+
+// NGPUs is the number of ledger GPUs.
+func (l *Ledger) NGPUs() int { return l.ngpus }
+
+// NSlots is the number of process slots.
+func (l *Ledger) NSlots() int { return l.nslots }
+
+func u64(b []byte, off int) *uint64 { return (*uint64)(unsafe.Pointer(&b[off])) }
+func u32(b []byte, off int) *uint32 { return (*uint32)(unsafe.Pointer(&b[off])) }
+
+// Session is the session id stored in the limits file.
+func (l *Ledger) Session() string {
+	s := l.lim[LimOffSession : LimOffSession+SessionLen]
+	if i := bytes.IndexByte(s, 0); i >= 0 {
+		s = s[:i]
+	}
+	return string(s)
+}
+
+// UUID of ledger GPU g.
+func (l *Ledger) UUID(g int) string {
+	base := LimOffGPU + g*LimGPUStride + LimGPUOffUUID
+	s := l.lim[base : base+UUIDLen]
+	if i := bytes.IndexByte(s, 0); i >= 0 {
+		s = s[:i]
+	}
+	return string(s)
+}
+
+// Generation counts limit changes.
+func (l *Ledger) Generation() uint64 { return atomic.LoadUint64(u64(l.lim, LimOffGeneration)) }
+
+// Limit of ledger GPU g in bytes.
+func (l *Ledger) Limit(g int) uint64 {
+	return atomic.LoadUint64(u64(l.lim, LimOffGPU+g*LimGPUStride+LimGPUOffLimit))
+}
+
+// Physical memory of ledger GPU g in bytes.
+func (l *Ledger) Physical(g int) uint64 {
+	return atomic.LoadUint64(u64(l.lim, LimOffGPU+g*LimGPUStride+LimGPUOffPhys))
+}
+
+// SetLimits stores new limits (one per ledger GPU) and then bumps the
+// generation, as docs/ledger.md requires.
+func (l *Ledger) SetLimits(limits []uint64) error {
+	if !l.writable {
+		return errors.New("ledger: limits are mapped read-only")
+	}
+	if len(limits) != l.ngpus {
+		return fmt.Errorf("ledger: %d limits for %d GPUs", len(limits), l.ngpus)
+	}
+	for g, v := range limits {
+		atomic.StoreUint64(u64(l.lim, LimOffGPU+g*LimGPUStride+LimGPUOffLimit), v)
+	}
+	atomic.AddUint64(u64(l.lim, LimOffGeneration), 1)
+	return nil
+}
+
+func (l *Ledger) gpuCtr(g, field int) *uint64 {
+	return u64(l.ctr, CtrOffGPU+g*CtrGPUStride+field)
+}
+
+// Used bytes on ledger GPU g.
+func (l *Ledger) Used(g int) uint64 { return atomic.LoadUint64(l.gpuCtr(g, CtrGPUOffUsed)) }
+
+// Peak bytes on ledger GPU g.
+func (l *Ledger) Peak(g int) uint64 { return atomic.LoadUint64(l.gpuCtr(g, CtrGPUOffPeak)) }
+
+// Denied allocations on ledger GPU g.
+func (l *Ledger) Denied(g int) uint64 { return atomic.LoadUint64(l.gpuCtr(g, CtrGPUOffDenied)) }
+
+// Reclaimed bytes (from dead processes) on ledger GPU g.
+func (l *Ledger) Reclaimed(g int) uint64 {
+	return atomic.LoadUint64(l.gpuCtr(g, CtrGPUOffReclaimed))
+}
+
+func (l *Ledger) slot(i, off int) int { return CountersHdrSize + i*SlotSize + off }
+
+// Slot is a snapshot of one process slot.
+type Slot struct {
+	Index     int
+	PID       uint32
+	State     uint32
+	StartTime uint64
+	AttachNS  uint64
+	Used      []uint64 // per ledger GPU
+}
+
+// Slot reads slot i.
+func (l *Ledger) Slot(i int) Slot {
+	s := Slot{
+		Index:     i,
+		PID:       atomic.LoadUint32(u32(l.ctr, l.slot(i, SlotOffPID))),
+		State:     atomic.LoadUint32(u32(l.ctr, l.slot(i, SlotOffState))),
+		StartTime: atomic.LoadUint64(u64(l.ctr, l.slot(i, SlotOffStartTime))),
+		AttachNS:  atomic.LoadUint64(u64(l.ctr, l.slot(i, SlotOffAttachNS))),
+		Used:      make([]uint64, l.ngpus),
+	}
+	for g := range s.Used {
+		s.Used[g] = atomic.LoadUint64(u64(l.ctr, l.slot(i, SlotOffUsed+8*g)))
+	}
+	return s
+}
+
+// SlotState returns the state and pid of slot i without allocating.
+func (l *Ledger) SlotState(i int) (state, pid uint32) {
+	return atomic.LoadUint32(u32(l.ctr, l.slot(i, SlotOffState))),
+		atomic.LoadUint32(u32(l.ctr, l.slot(i, SlotOffPID)))
+}
+
+// InUse lists the indices of non-free slots.
+func (l *Ledger) InUse() []int {
+	var out []int
+	for i := 0; i < l.nslots; i++ {
+		if l.inUse != nil {
+			if l.inUse[i] {
+				out = append(out, i)
+			}
+		} else if st, _ := l.SlotState(i); st != SlotFree {
+			out = append(out, i)
+		}
+	}
+	return out
+}
+
+// NInUse is the number of non-free slots (daemon side); safe without the
+// lock that serialises Claim and Reclaim.
+func (l *Ledger) NInUse() int {
+	if l.inUse == nil {
+		return len(l.InUse())
+	}
+	return int(l.nInUse.Load())
+}
+
+// Attached lists the non-free slots.
+func (l *Ledger) Attached() []Slot {
+	var out []Slot
+	for _, i := range l.InUse() {
+		out = append(out, l.Slot(i))
+	}
+	return out
+}
+
+// Claim registers pid in a slot (daemon side): the pid's existing attached
+// slot if it has one (same start time), else the first free slot. The
+// caller serialises Claim, Release and Reclaim for one ledger.
+func (l *Ledger) Claim(pid uint32, startTime, attachNS uint64) (int, bool, error) {
+	for _, i := range l.InUse() {
+		st, p := l.SlotState(i)
+		if st == SlotAttached && p == pid &&
+			atomic.LoadUint64(u64(l.ctr, l.slot(i, SlotOffStartTime))) == startTime {
+			return i, true, nil
+		}
+	}
+	free := -1
+	for i := 0; i < l.nslots; i++ {
+		if l.inUse != nil && !l.inUse[i] {
+			free = i
+			break
+		}
+		if l.inUse == nil {
+			if st, _ := l.SlotState(i); st == SlotFree {
+				free = i
+				break
+			}
+		}
+	}
+	if free < 0 {
+		return -1, false, ErrNoSlot
+	}
+	i := free
+	for g := 0; g < l.ngpus; g++ {
+		atomic.StoreUint64(u64(l.ctr, l.slot(i, SlotOffUsed+8*g)), 0)
+	}
+	atomic.StoreUint32(u32(l.ctr, l.slot(i, SlotOffPID)), pid)
+	atomic.StoreUint64(u64(l.ctr, l.slot(i, SlotOffStartTime)), startTime)
+	atomic.StoreUint64(u64(l.ctr, l.slot(i, SlotOffAttachNS)), attachNS)
+	atomic.StoreUint32(u32(l.ctr, l.slot(i, SlotOffState)), SlotAttached)
+	if l.inUse != nil {
+		l.inUse[i] = true
+		l.nInUse.Add(1)
+	}
+	return i, false, nil
+}
+
+// Reclaim gives back what slot i holds (docs/ledger.md "Reclaim"): the slot
+// goes to reclaiming, each per-GPU figure is exchanged with 0, subtracted
+// from used and added to reclaimed, then the slot is freed. It returns the
+// bytes reclaimed per ledger GPU.
+func (l *Ledger) Reclaim(i int) []uint64 {
+	out := make([]uint64, l.ngpus)
+	atomic.StoreUint32(u32(l.ctr, l.slot(i, SlotOffState)), SlotReclaiming)
+	for g := 0; g < l.ngpus; g++ {
+		v := atomic.SwapUint64(u64(l.ctr, l.slot(i, SlotOffUsed+8*g)), 0)
+		if v == 0 {
+			continue
+		}
+		subSaturating(l.gpuCtr(g, CtrGPUOffUsed), v)
+		atomic.AddUint64(l.gpuCtr(g, CtrGPUOffReclaimed), v)
+		out[g] = v
+	}
+	atomic.StoreUint32(u32(l.ctr, l.slot(i, SlotOffPID)), 0)
+	atomic.StoreUint64(u64(l.ctr, l.slot(i, SlotOffStartTime)), 0)
+	atomic.StoreUint64(u64(l.ctr, l.slot(i, SlotOffAttachNS)), 0)
+	atomic.StoreUint32(u32(l.ctr, l.slot(i, SlotOffState)), SlotFree)
+	if l.inUse != nil && l.inUse[i] {
+		l.inUse[i] = false
+		l.nInUse.Add(-1)
+	}
+	return out
+}
+
+// Rebase sets used to 0 on every GPU. Call it only when no slot is
+// attached (used then equals the sum of the slots, all 0).
+func (l *Ledger) Rebase() {
+	for g := 0; g < l.ngpus; g++ {
+		atomic.StoreUint64(l.gpuCtr(g, CtrGPUOffUsed), 0)
+	}
+}
+
+func subSaturating(p *uint64, v uint64) {
+	for {
+		old := atomic.LoadUint64(p)
+		nv := uint64(0)
+		if old > v {
+			nv = old - v
+		}
+		if atomic.CompareAndSwapUint64(p, old, nv) {
+			return
+		}
+	}
+}
+
+// Reserve charges n bytes on ledger GPU g to slot i, exactly as the
+// interceptor's hot path does (docs/ledger.md). Used by Go clients and tests.
+func (l *Ledger) Reserve(i, g int, n uint64) error {
+	used := l.gpuCtr(g, CtrGPUOffUsed)
+	limit := l.Limit(g)
+	for {
+		cur := atomic.LoadUint64(used)
+		if n > math.MaxUint64-cur || cur+n > limit {
+			atomic.AddUint64(l.gpuCtr(g, CtrGPUOffDenied), 1)
+			return ErrQuota
+		}
+		if atomic.CompareAndSwapUint64(used, cur, cur+n) {
+			atomic.AddUint64(u64(l.ctr, l.slot(i, SlotOffUsed+8*g)), n)
+			peak := l.gpuCtr(g, CtrGPUOffPeak)
+			for {
+				p := atomic.LoadUint64(peak)
+				if cur+n <= p || atomic.CompareAndSwapUint64(peak, p, cur+n) {
+					return nil
+				}
+			}
+		}
+	}
+}
+
+// Release gives back n bytes charged to slot i on ledger GPU g.
+func (l *Ledger) Release(i, g int, n uint64) {
+	atomic.AddUint64(u64(l.ctr, l.slot(i, SlotOffUsed+8*g)), ^(n - 1))
+	atomic.AddUint64(l.gpuCtr(g, CtrGPUOffUsed), ^(n - 1))
+}

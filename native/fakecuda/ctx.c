@@ -1,0 +1,396 @@
+/*
+ * Contexts: one primary context per device (retain/release/flags/state/reset)
+ * and created contexts, with a per-thread context stack.
+ */
+#include "drv.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define STACK_MAX 64
+
+FC_HIDDEN __thread CUcontext fc_tls_ctx;
+static __thread CUcontext stack[STACK_MAX];
+static __thread int depth;
+
+static pthread_mutex_t ctx_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct CUctx_st primary[FC_MAX_DEVICES];
+static unsigned primary_refs[FC_MAX_DEVICES];
+static unsigned primary_flags[FC_MAX_DEVICES];
+static _Atomic unsigned long long next_ctx_id = 1;
+
+static void set_top(void)
+{
+	fc_tls_ctx = depth > 0 ? stack[depth - 1] : NULL;
+}
+
+bool fc_ctx_valid(CUcontext c)
+{
+	return c != NULL && c->magic == FC_MAGIC_CTX;
+}
+
+void fc_mark_ctx_on_device(unsigned phys)
+{
+	atomic_fetch_or(&fc_self_slot->ctxmask, 1ULL << phys);
+}
+
+static void ctx_init(struct CUctx_st *c, CUdevice dev, unsigned flags, bool prim)
+{
+	memset(c, 0, sizeof(*c));
+	c->ordinal = dev;
+	c->phys = fc_visible[dev];
+	c->flags = flags;
+	c->primary = prim;
+	c->id = atomic_fetch_add(&next_ctx_id, 1);
+	c->limits[CU_LIMIT_STACK_SIZE] = 1024;
+	c->limits[CU_LIMIT_PRINTF_FIFO_SIZE] = 1 << 20;
+	c->limits[CU_LIMIT_MALLOC_HEAP_SIZE] = 8 << 20;
+	c->limits[CU_LIMIT_DEV_RUNTIME_SYNC_DEPTH] = 2;
+	c->limits[CU_LIMIT_DEV_RUNTIME_PENDING_LAUNCH_COUNT] = 2048;
+	c->limits[CU_LIMIT_MAX_L2_FETCH_GRANULARITY] = 64;
+	atomic_thread_fence(memory_order_release);
+	c->magic = FC_MAGIC_CTX;
+	fc_mark_ctx_on_device(c->phys);
+}
+
+/* ---- primary contexts ---- */
+FC_API CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev)
+{
+	FC_CHECK_INIT();
+	if (pctx == NULL)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (!fc_valid_dev(dev))
+		return CUDA_ERROR_INVALID_DEVICE;
+	pthread_mutex_lock(&ctx_lock);
+	if (primary_refs[dev]++ == 0 || primary[dev].magic != FC_MAGIC_CTX)
+		ctx_init(&primary[dev], dev, primary_flags[dev], true);
+	pthread_mutex_unlock(&ctx_lock);
+	*pctx = &primary[dev];
+	return CUDA_SUCCESS;
+}
+
+static void primary_teardown(CUdevice dev)
+{
+	/* memory of the primary context goes with it, as on the real driver */
+	fc_free_ctx_allocs(&primary[dev]);
+}
+
+FC_API CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev)
+{
+	FC_CHECK_INIT();
+	if (!fc_valid_dev(dev))
+		return CUDA_ERROR_INVALID_DEVICE;
+	pthread_mutex_lock(&ctx_lock);
+	if (primary_refs[dev] == 0) {
+		pthread_mutex_unlock(&ctx_lock);
+		return CUDA_ERROR_INVALID_CONTEXT;
+	}
+	bool last = --primary_refs[dev] == 0;
+	pthread_mutex_unlock(&ctx_lock);
+	if (last)
+		primary_teardown(dev);
+	return CUDA_SUCCESS;
+}
+
+FC_API CUresult cuDevicePrimaryCtxSetFlags_v2(CUdevice dev, unsigned int flags)
+{
+	FC_CHECK_INIT();
+	if (!fc_valid_dev(dev))
+		return CUDA_ERROR_INVALID_DEVICE;
+	if (flags & ~(unsigned)CU_CTX_FLAGS_MASK)
+		return CUDA_ERROR_INVALID_VALUE;
+	pthread_mutex_lock(&ctx_lock);
+	primary_flags[dev] = flags;
+	primary[dev].flags = flags;
+	pthread_mutex_unlock(&ctx_lock);
+	return CUDA_SUCCESS;
+}
+
+FC_API CUresult cuDevicePrimaryCtxGetState(CUdevice dev, unsigned int *flags, int *active)
+{
+	FC_CHECK_INIT();
+	if (flags == NULL || active == NULL)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (!fc_valid_dev(dev))
+		return CUDA_ERROR_INVALID_DEVICE;
+	pthread_mutex_lock(&ctx_lock);
+	*flags = primary_flags[dev];
+	*active = primary_refs[dev] > 0;
+	pthread_mutex_unlock(&ctx_lock);
+	return CUDA_SUCCESS;
+}
+
+FC_API CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev)
+{
+	FC_CHECK_INIT();
+	if (!fc_valid_dev(dev))
+		return CUDA_ERROR_INVALID_DEVICE;
+	primary_teardown(dev);
+	pthread_mutex_lock(&ctx_lock);
+	primary_flags[dev] = 0;
+	primary[dev].flags = 0;
+	pthread_mutex_unlock(&ctx_lock);
+	return CUDA_SUCCESS;
+}
+
+/* legacy entry points with the same ABI */
+FC_API CUresult cuDevicePrimaryCtxRelease(CUdevice dev)
+{
+	return cuDevicePrimaryCtxRelease_v2(dev);
+}
+FC_API CUresult cuDevicePrimaryCtxSetFlags(CUdevice dev, unsigned int flags)
+{
+	return cuDevicePrimaryCtxSetFlags_v2(dev, flags);
+}
+FC_API CUresult cuDevicePrimaryCtxReset(CUdevice dev)
+{
+	return cuDevicePrimaryCtxReset_v2(dev);
+}
+
+/* ---- created contexts and the stack ---- */
+FC_API CUresult cuCtxCreate_v2(CUcontext *pctx, unsigned int flags, CUdevice dev)
+{
+	FC_CHECK_INIT();
+	if (pctx == NULL || (flags & ~(unsigned)CU_CTX_FLAGS_MASK))
+		return CUDA_ERROR_INVALID_VALUE;
+	if (!fc_valid_dev(dev))
+		return CUDA_ERROR_INVALID_DEVICE;
+	if (depth >= STACK_MAX)
+		return CUDA_ERROR_INVALID_VALUE;
+	struct CUctx_st *c = malloc(sizeof(*c));
+	if (c == NULL)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	ctx_init(c, dev, flags, false);
+	stack[depth++] = c;
+	set_top();
+	*pctx = c;
+	return CUDA_SUCCESS;
+}
+
+FC_API CUresult cuCtxCreate(CUcontext *pctx, unsigned int flags, CUdevice dev)
+{
+	return cuCtxCreate_v2(pctx, flags, dev);
+}
+
+FC_API CUresult cuCtxDestroy_v2(CUcontext ctx)
+{
+	FC_CHECK_INIT();
+	if (!fc_ctx_valid(ctx) || ctx->primary)
+		return CUDA_ERROR_INVALID_CONTEXT;
+	fc_free_ctx_allocs(ctx);
+	/* drop it from this thread's stack; other threads find the magic gone */
+	int w = 0;
+	for (int r = 0; r < depth; r++)
+		if (stack[r] != ctx)
+			stack[w++] = stack[r];
+	depth = w;
+	set_top();
+	ctx->magic = FC_MAGIC_DEAD; /* the handle stays readable; contexts are few */
+	return CUDA_SUCCESS;
+}
+
+FC_API CUresult cuCtxDestroy(CUcontext ctx)
+{
+	return cuCtxDestroy_v2(ctx);
+}
+
+FC_API CUresult cuCtxPushCurrent_v2(CUcontext ctx)
+{
+	FC_CHECK_INIT();
+	if (!fc_ctx_valid(ctx))
+		return CUDA_ERROR_INVALID_CONTEXT;
+	if (depth >= STACK_MAX)
+		return CUDA_ERROR_INVALID_VALUE;
+	stack[depth++] = ctx;
+	set_top();
+	return CUDA_SUCCESS;
+}
+
+FC_API CUresult cuCtxPushCurrent(CUcontext ctx)
+{
+	return cuCtxPushCurrent_v2(ctx);
+}
+
+FC_API CUresult cuCtxPopCurrent_v2(CUcontext *pctx)
+{
+	FC_CHECK_INIT();
+	if (depth == 0)
+		return CUDA_ERROR_INVALID_CONTEXT;
+	CUcontext c = stack[--depth];
+	set_top();
+	if (pctx)
+		*pctx = c;
+	return CUDA_SUCCESS;
+}
+
+FC_API CUresult cuCtxPopCurrent(CUcontext *pctx)
+{
+	return cuCtxPopCurrent_v2(pctx);
+}
+
+FC_API CUresult cuCtxSetCurrent(CUcontext ctx)
+{
+	FC_CHECK_INIT();
+	if (ctx == NULL) {
+		if (depth > 0)
+			depth--;
+		set_top();
+		return CUDA_SUCCESS;
+	}
+	if (!fc_ctx_valid(ctx))
+		return CUDA_ERROR_INVALID_CONTEXT;
+	if (depth == 0)
+		depth = 1;
+	stack[depth - 1] = ctx;
+	set_top();
+	return CUDA_SUCCESS;
+}
+
+FC_API CUresult cuCtxGetCurrent(CUcontext *pctx)
+{
+	FC_CHECK_INIT();
+	if (pctx == NULL)
+		return CUDA_ERROR_INVALID_VALUE;
+	*pctx = fc_tls_ctx;
+	return CUDA_SUCCESS;
+}
+
+static CUresult current_or_err(CUcontext *c)
+{
+	FC_CHECK_INIT();
+	*c = fc_tls_ctx;
+	if (!fc_ctx_valid(*c))
+		return CUDA_ERROR_INVALID_CONTEXT;
+	return CUDA_SUCCESS;
+}
+
+FC_API CUresult cuCtxGetDevice(CUdevice *device)
+{
+	CUcontext c;
+	CUresult r = current_or_err(&c);
+	if (r != CUDA_SUCCESS)
+		return r;
+	if (device == NULL)
+		return CUDA_ERROR_INVALID_VALUE;
+	*device = c->ordinal;
+	return CUDA_SUCCESS;
+}
+
+FC_API CUresult cuCtxGetFlags(unsigned int *flags)
+{
+	CUcontext c;
+	CUresult r = current_or_err(&c);
+	if (r != CUDA_SUCCESS)
+		return r;
+	if (flags == NULL)
+		return CUDA_ERROR_INVALID_VALUE;
+	*flags = c->flags;
+	return CUDA_SUCCESS;
+}
+
+FC_API CUresult cuCtxSetFlags(unsigned int flags)
+{
+	CUcontext c;
+	CUresult r = current_or_err(&c);
+	if (r != CUDA_SUCCESS)
+		return r;
+	if (flags & ~(unsigned)CU_CTX_FLAGS_MASK)
+		return CUDA_ERROR_INVALID_VALUE;
+	c->flags = flags;
+	return CUDA_SUCCESS;
+}
+
+FC_API CUresult cuCtxGetId(CUcontext ctx, unsigned long long *ctxId)
+{
+	FC_CHECK_INIT();
+	if (ctxId == NULL)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (ctx == NULL)
+		ctx = fc_tls_ctx;
+	if (!fc_ctx_valid(ctx))
+		return CUDA_ERROR_INVALID_CONTEXT;
+	*ctxId = ctx->id;
+	return CUDA_SUCCESS;
+}
+
+FC_API CUresult cuCtxSynchronize(void)
+{
+	CUcontext c;
+	return current_or_err(&c); /* all work is synchronous */
+}
+
+FC_API CUresult cuCtxGetApiVersion(CUcontext ctx, unsigned int *version)
+{
+	FC_CHECK_INIT();
+	if (version == NULL)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (ctx == NULL)
+		ctx = fc_tls_ctx;
+	if (!fc_ctx_valid(ctx))
+		return CUDA_ERROR_INVALID_CONTEXT;
+	*version = 3020;
+	return CUDA_SUCCESS;
+}
+
+FC_API CUresult cuCtxSetLimit(CUlimit limit, size_t value)
+{
+	CUcontext c;
+	CUresult r = current_or_err(&c);
+	if (r != CUDA_SUCCESS)
+		return r;
+	if ((unsigned)limit > CU_LIMIT_MAX_L2_FETCH_GRANULARITY + 2)
+		return CUDA_ERROR_UNSUPPORTED_LIMIT;
+	c->limits[limit] = value;
+	return CUDA_SUCCESS;
+}
+
+FC_API CUresult cuCtxGetLimit(size_t *pvalue, CUlimit limit)
+{
+	CUcontext c;
+	CUresult r = current_or_err(&c);
+	if (r != CUDA_SUCCESS)
+		return r;
+	if (pvalue == NULL)
+		return CUDA_ERROR_INVALID_VALUE;
+	if ((unsigned)limit > CU_LIMIT_MAX_L2_FETCH_GRANULARITY + 2)
+		return CUDA_ERROR_UNSUPPORTED_LIMIT;
+	*pvalue = c->limits[limit];
+	return CUDA_SUCCESS;
+}
+
+FC_API CUresult cuCtxGetCacheConfig(CUfunc_cache *pconfig)
+{
+	CUcontext c;
+	CUresult r = current_or_err(&c);
+	if (r != CUDA_SUCCESS)
+		return r;
+	if (pconfig == NULL)
+		return CUDA_ERROR_INVALID_VALUE;
+	*pconfig = c->cache;
+	return CUDA_SUCCESS;
+}
+
+FC_API CUresult cuCtxSetCacheConfig(CUfunc_cache config)
+{
+	CUcontext c;
+	CUresult r = current_or_err(&c);
+	if (r != CUDA_SUCCESS)
+		return r;
+	if ((unsigned)config > CU_FUNC_CACHE_PREFER_EQUAL)
+		return CUDA_ERROR_INVALID_VALUE;
+	c->cache = config;
+	return CUDA_SUCCESS;
+}
+
+FC_API CUresult cuCtxGetStreamPriorityRange(int *leastPriority, int *greatestPriority)
+{
+	CUcontext c;
+	CUresult r = current_or_err(&c);
+	if (r != CUDA_SUCCESS)
+		return r;
+	if (leastPriority)
+		*leastPriority = 0;
+	if (greatestPriority)
+		*greatestPriority = -5;
+	return CUDA_SUCCESS;
+}

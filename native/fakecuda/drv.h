@@ -1,0 +1,137 @@
+/*
+ * Driver-internal declarations (libcuda.so.1 only).
+ */
+#ifndef FC_DRV_H
+#define FC_DRV_H
+
+#include "fc_internal.h"
+
+#include <pthread.h>
+
+/* handle magics */
+#define FC_MAGIC_CTX 0x43545831u
+#define FC_MAGIC_STREAM 0x53545231u
+#define FC_MAGIC_EVENT 0x45564e31u
+#define FC_MAGIC_MODULE 0x4d4f4431u
+#define FC_MAGIC_FUNC 0x46554e31u
+#define FC_MAGIC_POOL 0x504f4f31u
+#define FC_MAGIC_ARRAY 0x41525231u
+#define FC_MAGIC_MIP 0x4d495031u
+#define FC_MAGIC_VMM 0x564d4d31u
+#define FC_MAGIC_DEAD 0xdeadc0deu
+
+/* ---- initialization and devices (init.c) ---- */
+extern _Atomic int fc_ready;    /* cuInit succeeded */
+extern unsigned fc_nvisible;    /* devices this process sees */
+extern unsigned fc_visible[FC_MAX_DEVICES]; /* visible ordinal -> physical index */
+
+#define FC_CHECK_INIT()                                                                          \
+	do {                                                                                     \
+		if (FC_UNLIKELY(!atomic_load_explicit(&fc_ready, memory_order_acquire)))        \
+			return CUDA_ERROR_NOT_INITIALIZED;                                       \
+	} while (0)
+
+static inline bool fc_valid_dev(CUdevice d)
+{
+	return d >= 0 && (unsigned)d < fc_nvisible;
+}
+
+/* ---- contexts (ctx.c) ---- */
+struct CUctx_st {
+	uint32_t magic;
+	int ordinal;   /* visible ordinal (the CUdevice) */
+	unsigned phys; /* physical index */
+	unsigned flags;
+	bool primary;
+	unsigned long long id;
+	size_t limits[16];
+	CUfunc_cache cache;
+};
+
+extern __thread CUcontext fc_tls_ctx; /* top of this thread's context stack */
+
+static inline CUcontext fc_current(void)
+{
+	return fc_tls_ctx;
+}
+bool fc_ctx_valid(CUcontext c);
+/* the context of a stream argument (NULL/legacy/per-thread: current); NULL if invalid */
+CUcontext fc_stream_ctx(CUstream s, CUresult *err);
+void fc_mark_ctx_on_device(unsigned phys);
+
+/* ---- allocations (alloc.c) ---- */
+enum fc_kind {
+	FC_KIND_DEVICE = 1,
+	FC_KIND_MANAGED,
+	FC_KIND_ASYNC,
+	FC_KIND_ARRAY,
+	FC_KIND_HOST,
+	FC_KIND_REGISTERED,
+};
+
+struct fc_alloc {
+	uintptr_t ptr;
+	size_t size;    /* bytes requested (and charged, for device kinds) */
+	size_t maplen;  /* bytes mapped */
+	struct fc_alloc *next;
+	CUcontext ctx;
+	CUmemoryPool pool;
+	unsigned phys;
+	unsigned kind;
+	unsigned flags;
+	unsigned long long id;
+};
+
+/* Allocate device memory of `size` bytes on physical device phys for ctx (charged). */
+CUresult fc_dev_alloc(CUcontext ctx, unsigned phys, size_t size, unsigned kind, CUmemoryPool pool, uintptr_t *out);
+/* Free device memory allocated by fc_dev_alloc; kind_mask limits the kinds accepted. */
+CUresult fc_dev_free(uintptr_t ptr, unsigned kind_mask, struct fc_alloc *copy_out);
+/* Host (not charged) memory */
+CUresult fc_host_alloc(size_t size, unsigned flags, void **out);
+CUresult fc_host_free(void *p);
+/* Copies the record covering [p, p+1) into *out; 0 if found. */
+int fc_lookup_range(uintptr_t p, struct fc_alloc *out);
+int fc_lookup_exact(uintptr_t p, struct fc_alloc *out);
+int fc_register_host(uintptr_t p, size_t size, unsigned flags);
+int fc_unregister_host(uintptr_t p);
+/* Frees every allocation made in ctx (context destruction / primary reset). */
+void fc_free_ctx_allocs(CUcontext ctx);
+#define FC_KMASK(k) (1u << (k))
+#define FC_KMASK_DEVICE (FC_KMASK(FC_KIND_DEVICE) | FC_KMASK(FC_KIND_MANAGED) | FC_KMASK(FC_KIND_ASYNC))
+
+/* ---- pools (pool.c) ---- */
+struct CUmemPoolHandle_st {
+	uint32_t magic;
+	int ordinal;
+	unsigned phys;
+	bool is_default;
+	CUmemPoolProps props;
+	uint64_t threshold;
+	int reuse[4];
+	_Atomic uint64_t used, used_high;
+};
+CUmemoryPool fc_device_current_pool(int ordinal);
+void fc_pool_account(CUmemoryPool pool, int64_t delta);
+
+/* ---- arrays (array.c) ---- */
+struct CUarray_st {
+	uint32_t magic;
+	bool owned; /* false for levels of a mipmapped array */
+	CUDA_ARRAY3D_DESCRIPTOR desc;
+	size_t elem;     /* bytes per element (format size * channels) */
+	size_t rowbytes; /* Width * elem */
+	size_t bytes;
+	uintptr_t base;
+};
+bool fc_array_valid(CUarray a);
+
+/* ---- per-thread variants ---- */
+/* Defines NAME_SUFFIX as a distinct exported function forwarding to NAME. */
+#define FC_PT_WRAP(ret, name, suffix, params, args)                                        \
+	FC_API ret name##suffix params;                                                    \
+	FC_API ret name##suffix params                                                     \
+	{                                                                                  \
+		return name args;                                                          \
+	}
+
+#endif /* FC_DRV_H */

@@ -1,0 +1,135 @@
+/*
+ * fakecuda internals shared by the driver (libcuda.so.1) and NVML
+ * (libnvidia-ml.so.1). Nothing here is exported.
+ */
+#ifndef FC_INTERNAL_H
+#define FC_INTERNAL_H
+
+#define __CUDA_API_VERSION_INTERNAL 1
+#include "cuda.h"
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#define FC_API __attribute__((visibility("default")))
+#define FC_HIDDEN __attribute__((visibility("hidden")))
+#define FC_LIKELY(x) __builtin_expect(!!(x), 1)
+#define FC_UNLIKELY(x) __builtin_expect(!!(x), 0)
+
+#define FC_DRIVER_VERSION 12060
+#define FC_MAX_DEVICES 16
+#define FC_DEFAULT_CAPACITY (80ULL << 30)
+#define FC_GRANULARITY (2ULL << 20) /* cuMemGetAllocationGranularity */
+#define FC_PITCH_ALIGN 512
+#define FC_NVIDIA_DRIVER "560.35.03" /* the Linux driver release that ships CUDA 12.6 */
+
+/* ------------------------------------------------------------------ */
+/* configuration (config.c)                                            */
+/* ------------------------------------------------------------------ */
+struct fc_config {
+	unsigned ndev;
+	uint64_t capacity[FC_MAX_DEVICES];
+	char state[128]; /* FAKECUDA_STATE */
+};
+
+/* Parses FAKECUDA_DEVICES / FAKECUDA_STATE. Returns 0, or -1 after writing
+ * one explanatory line to stderr (once per process). */
+int fc_config_load(struct fc_config *cfg);
+/* Parses a FAKECUDA_DEVICES value; 0 or -1. */
+int fc_parse_devices(const char *s, struct fc_config *cfg);
+/* Formats "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx" for physical index i. */
+void fc_uuid_for_index(unsigned i, uint8_t bytes[16], char out[48]);
+void fc_uuid_format(const uint8_t bytes[16], char out[48]);
+
+/* ------------------------------------------------------------------ */
+/* node-wide state in /dev/shm (state.c)                               */
+/* ------------------------------------------------------------------ */
+#define FC_SHM_MAGIC 0x46434b53u /* "SKCF" */
+#define FC_SHM_VERSION 1u
+#define FC_SHM_SLOTS 1024
+#define FC_PID_CLAIMED 0xFFFFFFFFu
+
+struct fc_shm_dev {
+	char uuid[48];
+	char name[96];
+	char busid[32]; /* "00000000:XX:00.0" */
+	uint8_t uuid_bytes[16];
+	uint64_t capacity;
+	_Atomic uint64_t used; /* bytes held by all processes */
+	uint32_t pci_bus;
+	uint32_t pad0;
+	uint8_t pad[256 - 48 - 96 - 32 - 16 - 8 - 8 - 8];
+};
+
+struct fc_shm_slot {
+	_Atomic uint32_t pid; /* 0 free, FC_PID_CLAIMED while being reclaimed */
+	uint32_t pad0;
+	_Atomic uint64_t starttime; /* /proc/<pid>/stat field 22: guards pid reuse */
+	_Atomic uint64_t ctxmask;   /* bit i: the process has a context on physical device i */
+	uint64_t pad1;
+	_Atomic uint64_t used[FC_MAX_DEVICES];
+	uint8_t pad[256 - 32 - 8 * FC_MAX_DEVICES];
+};
+
+struct fc_shm {
+	uint32_t magic;
+	uint32_t version;
+	uint32_t ndev;
+	uint32_t nslots;
+	char config[512]; /* canonical device list it was created with */
+	uint8_t pad[4096 - 16 - 512];
+	struct fc_shm_dev dev[FC_MAX_DEVICES];
+	struct fc_shm_slot slot[FC_SHM_SLOTS];
+};
+
+extern struct fc_shm *fc_shm;           /* mapped state */
+extern struct fc_shm_slot *fc_self_slot; /* this process's slot (never NULL after attach) */
+
+/* Maps (creating if needed) the state named by cfg. 0 or -1 (stderr line written). */
+int fc_state_attach(const struct fc_config *cfg);
+/* Takes a slot for this process (at attach; again in a forked child). */
+void fc_state_register_self(void);
+/* Reclaims the slots of dead processes; returns bytes given back. */
+uint64_t fc_state_sweep(void);
+/* Gives back everything this process holds (clean exit). */
+void fc_state_release_self(void);
+
+/* Reserve bytes on physical device phys for this process; false if it does not fit. */
+static inline bool fc_charge(unsigned phys, uint64_t bytes)
+{
+	struct fc_shm_dev *d = &fc_shm->dev[phys];
+	const uint64_t cap = d->capacity;
+	bool swept = false;
+	uint64_t cur = atomic_load_explicit(&d->used, memory_order_relaxed);
+	for (;;) {
+		if (FC_UNLIKELY(bytes > cap || cur > cap - bytes)) {
+			if (swept || fc_state_sweep() == 0)
+				return false;
+			swept = true;
+			cur = atomic_load_explicit(&d->used, memory_order_relaxed);
+			continue;
+		}
+		if (atomic_compare_exchange_weak_explicit(&d->used, &cur, cur + bytes, memory_order_acq_rel,
+							  memory_order_relaxed))
+			break;
+	}
+	atomic_fetch_add_explicit(&fc_self_slot->used[phys], bytes, memory_order_relaxed);
+	return true;
+}
+
+void fc_sub_saturating(_Atomic uint64_t *v, uint64_t n);
+
+extern _Atomic int fc_released; /* set once this process gave everything back at exit */
+
+static inline void fc_uncharge(unsigned phys, uint64_t bytes)
+{
+	if (FC_UNLIKELY(atomic_load_explicit(&fc_released, memory_order_relaxed)))
+		return;
+	fc_sub_saturating(&fc_self_slot->used[phys], bytes);
+	fc_sub_saturating(&fc_shm->dev[phys].used, bytes);
+}
+
+#endif /* FC_INTERNAL_H */

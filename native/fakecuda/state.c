@@ -1,0 +1,268 @@
+/*
+ * The node-wide fake-GPU state: /dev/shm/fakecuda-<FAKECUDA_STATE>.
+ *
+ * The first process to attach creates it (under flock) from its
+ * FAKECUDA_DEVICES; later processes adopt the devices recorded in it, just as
+ * every process on a node sees the same physical GPUs. Capacity accounting
+ * uses 64-bit atomics only: a device's `used` is reserved with one CAS
+ * against its capacity, and each process has a slot recording what it holds
+ * per device. Slots of dead processes are reclaimed by sweeps (when an
+ * allocation would not fit and whenever NVML lists processes); a clean exit
+ * gives everything back at once.
+ */
+#include "fc_internal.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+_Static_assert(sizeof(struct fc_shm_dev) == 256, "fc_shm_dev");
+_Static_assert(sizeof(struct fc_shm_slot) == 256, "fc_shm_slot");
+_Static_assert(offsetof(struct fc_shm, dev) == 4096, "fc_shm header");
+
+FC_HIDDEN struct fc_shm *fc_shm;
+FC_HIDDEN struct fc_shm_slot *fc_self_slot;
+static struct fc_shm_slot private_slot; /* used only if every shared slot is taken */
+FC_HIDDEN _Atomic int fc_released;
+
+void fc_sub_saturating(_Atomic uint64_t *v, uint64_t n)
+{
+	uint64_t cur = atomic_load_explicit(v, memory_order_relaxed);
+	for (;;) {
+		uint64_t next = cur > n ? cur - n : 0;
+		if (atomic_compare_exchange_weak_explicit(v, &cur, next, memory_order_acq_rel, memory_order_relaxed))
+			return;
+	}
+}
+
+static void canonical_config(const struct fc_config *cfg, char *out, size_t len)
+{
+	size_t off = 0;
+	out[0] = 0;
+	for (unsigned i = 0; i < cfg->ndev && off < len; i++)
+		off += (size_t)snprintf(out + off, len - off, "%s%llu", i ? "," : "",
+					(unsigned long long)cfg->capacity[i]);
+}
+
+static void human_size(uint64_t b, char *out, size_t len)
+{
+	if (b % (1ULL << 30) == 0)
+		snprintf(out, len, "%llu GiB", (unsigned long long)(b >> 30));
+	else if (b % (1ULL << 20) == 0)
+		snprintf(out, len, "%llu MiB", (unsigned long long)(b >> 20));
+	else
+		snprintf(out, len, "%llu B", (unsigned long long)b);
+}
+
+static void init_shm(struct fc_shm *s, const struct fc_config *cfg)
+{
+	s->version = FC_SHM_VERSION;
+	s->ndev = cfg->ndev;
+	s->nslots = FC_SHM_SLOTS;
+	canonical_config(cfg, s->config, sizeof(s->config));
+	for (unsigned i = 0; i < cfg->ndev; i++) {
+		struct fc_shm_dev *d = &s->dev[i];
+		char hs[32];
+		fc_uuid_for_index(i, d->uuid_bytes, d->uuid);
+		human_size(cfg->capacity[i], hs, sizeof(hs));
+		snprintf(d->name, sizeof(d->name), "NVIDIA fakecuda GPU %s", hs);
+		d->pci_bus = 0x10 + i;
+		snprintf(d->busid, sizeof(d->busid), "00000000:%02X:00.0", d->pci_bus);
+		d->capacity = cfg->capacity[i];
+		atomic_store(&d->used, 0);
+	}
+	atomic_thread_fence(memory_order_release);
+	s->magic = FC_SHM_MAGIC;
+}
+
+int fc_state_attach(const struct fc_config *cfg)
+{
+	char path[256];
+	snprintf(path, sizeof(path), "/dev/shm/fakecuda-%s", cfg->state);
+	int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0666);
+	if (fd < 0) {
+		fprintf(stderr, "fakecuda: cannot open state %s: %s\n", path, strerror(errno));
+		return -1;
+	}
+	(void)fchmod(fd, 0666); /* jobs of every user share the node's GPUs; fails harmlessly if not ours */
+	int rv = -1;
+	void *m = MAP_FAILED;
+	if (flock(fd, LOCK_EX) != 0) {
+		fprintf(stderr, "fakecuda: cannot lock state %s: %s\n", path, strerror(errno));
+		goto out;
+	}
+	struct stat st;
+	if (fstat(fd, &st) != 0)
+		goto out_unlock;
+	bool fresh = st.st_size == 0;
+	if (fresh && ftruncate(fd, (off_t)sizeof(struct fc_shm)) != 0) {
+		fprintf(stderr, "fakecuda: cannot size state %s: %s\n", path, strerror(errno));
+		goto out_unlock;
+	}
+	if (!fresh && st.st_size != (off_t)sizeof(struct fc_shm)) {
+		fprintf(stderr, "fakecuda: state %s has an unexpected size (remove it to reset)\n", path);
+		goto out_unlock;
+	}
+	m = mmap(NULL, sizeof(struct fc_shm), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	if (m == MAP_FAILED) {
+		fprintf(stderr, "fakecuda: cannot map state %s: %s\n", path, strerror(errno));
+		goto out_unlock;
+	}
+	struct fc_shm *s = m;
+	if (fresh || s->magic == 0) {
+		init_shm(s, cfg);
+	} else if (s->magic != FC_SHM_MAGIC || s->version != FC_SHM_VERSION || s->ndev == 0 ||
+		   s->ndev > FC_MAX_DEVICES) {
+		fprintf(stderr, "fakecuda: state %s is not a fakecuda state of version %u (remove it to reset)\n",
+			path, FC_SHM_VERSION);
+		goto out_unlock;
+	} else {
+		char want[512];
+		canonical_config(cfg, want, sizeof(want));
+		if (getenv("FAKECUDA_DEVICES") != NULL && strcmp(want, s->config) != 0)
+			fprintf(stderr,
+				"fakecuda: state %s already holds devices of %s bytes; ignoring FAKECUDA_DEVICES "
+				"(remove the state to change them)\n",
+				path, s->config);
+	}
+	fc_shm = s;
+	m = MAP_FAILED;
+	rv = 0;
+out_unlock:
+	(void)flock(fd, LOCK_UN);
+out:
+	if (m != MAP_FAILED)
+		munmap(m, sizeof(struct fc_shm));
+	close(fd);
+	return rv;
+}
+
+/* /proc/<pid>/stat: state (field 3) and starttime (field 22). 0, or -1 if gone. */
+static int proc_stat(pid_t pid, char *state, uint64_t *starttime)
+{
+	char path[64], buf[1024];
+	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return -1;
+	ssize_t n = read(fd, buf, sizeof(buf) - 1);
+	close(fd);
+	if (n <= 0)
+		return -1;
+	buf[n] = 0;
+	char *p = strrchr(buf, ')');
+	if (p == NULL || p[1] != ' ')
+		return -1;
+	p += 2;
+	*state = *p;
+	/* p is at field 3; advance to field 22 */
+	for (int f = 3; f < 22; f++) {
+		p = strchr(p, ' ');
+		if (p == NULL)
+			return -1;
+		p++;
+	}
+	*starttime = strtoull(p, NULL, 10);
+	return 0;
+}
+
+void fc_state_register_self(void)
+{
+	pid_t pid = getpid();
+	char state;
+	uint64_t start = 0;
+	(void)proc_stat(pid, &state, &start);
+	for (int attempt = 0; attempt < 2; attempt++) {
+		for (unsigned i = 0; i < FC_SHM_SLOTS; i++) {
+			struct fc_shm_slot *s = &fc_shm->slot[i];
+			uint32_t expect = 0;
+			if (atomic_load_explicit(&s->pid, memory_order_relaxed) != 0)
+				continue;
+			if (!atomic_compare_exchange_strong(&s->pid, &expect, FC_PID_CLAIMED))
+				continue;
+			for (unsigned d = 0; d < FC_MAX_DEVICES; d++)
+				atomic_store(&s->used[d], 0);
+			atomic_store(&s->ctxmask, 0);
+			atomic_store(&s->starttime, start);
+			atomic_store(&s->pid, (uint32_t)pid);
+			fc_self_slot = s;
+			return;
+		}
+		fc_state_sweep();
+	}
+	fprintf(stderr, "fakecuda: all %u process slots of the state are taken; this process's usage "
+			"will not be listed by NVML\n", FC_SHM_SLOTS);
+	fc_self_slot = &private_slot;
+}
+
+static bool slot_owner_dead(struct fc_shm_slot *s, uint32_t pid)
+{
+	char state;
+	uint64_t start;
+	if (kill((pid_t)pid, 0) != 0 && errno == ESRCH)
+		return true;
+	if (proc_stat((pid_t)pid, &state, &start) != 0)
+		return true; /* /proc says it is gone (or a foreign pid namespace; kill said it exists) */
+	if (state == 'Z' || state == 'X')
+		return true;
+	uint64_t want = atomic_load(&s->starttime);
+	return want != 0 && start != want; /* the pid was reused */
+}
+
+uint64_t fc_state_sweep(void)
+{
+	uint64_t total = 0;
+	if (fc_shm == NULL)
+		return 0;
+	for (unsigned i = 0; i < FC_SHM_SLOTS; i++) {
+		struct fc_shm_slot *s = &fc_shm->slot[i];
+		uint32_t pid = atomic_load_explicit(&s->pid, memory_order_acquire);
+		if (pid == 0 || pid == FC_PID_CLAIMED || s == fc_self_slot)
+			continue;
+		if (!slot_owner_dead(s, pid))
+			continue;
+		if (!atomic_compare_exchange_strong(&s->pid, &pid, FC_PID_CLAIMED))
+			continue;
+		for (unsigned d = 0; d < fc_shm->ndev; d++) {
+			uint64_t u = atomic_exchange(&s->used[d], 0);
+			if (u) {
+				fc_sub_saturating(&fc_shm->dev[d].used, u);
+				total += u;
+			}
+		}
+		atomic_store(&s->ctxmask, 0);
+		atomic_store(&s->starttime, 0);
+		atomic_store_explicit(&s->pid, 0, memory_order_release);
+		if (total == 0)
+			total = 1; /* a slot was freed even if it held no memory */
+	}
+	return total;
+}
+
+void fc_state_release_self(void)
+{
+	struct fc_shm_slot *s = fc_self_slot;
+	if (fc_shm == NULL || s == NULL)
+		return;
+	if (s != &private_slot && atomic_load(&s->pid) != (uint32_t)getpid())
+		return;
+	atomic_store(&fc_released, 1);
+	for (unsigned d = 0; d < fc_shm->ndev; d++) {
+		uint64_t u = atomic_exchange(&s->used[d], 0);
+		if (u)
+			fc_sub_saturating(&fc_shm->dev[d].used, u);
+	}
+	if (s == &private_slot)
+		return;
+	atomic_store(&s->ctxmask, 0);
+	atomic_store(&s->starttime, 0);
+	atomic_store_explicit(&s->pid, 0, memory_order_release);
+}

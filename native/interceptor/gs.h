@@ -1,0 +1,206 @@
+/*
+ * libgpuslice.so internals: state, real entry points, ledger access.
+ * docs/interceptor.md describes the design.
+ */
+#ifndef GPUSLICE_GS_H
+#define GPUSLICE_GS_H
+
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* declare the entry points under their exported names (no renames) */
+#define __CUDA_API_VERSION_INTERNAL 1
+#define __NVML_API_VERSION_INTERNAL 1
+#include "cuda.h"
+#include "nvml.h"
+#include "gpuslice_ledger.h"
+
+/* cuda.h maps base names to their current symbols with #define; the hooks
+ * need the symbols themselves (and the pre-rename cuGetProcAddress). */
+#undef cuGetProcAddress
+#undef cuMemAlloc
+#undef cuMemAllocPitch
+#undef cuMemFree
+#undef cuMemGetInfo
+#undef cuDeviceTotalMem
+#undef cuArrayCreate
+#undef cuArray3DCreate
+#undef cuMemAllocAsync
+#undef cuMemAllocFromPoolAsync
+#undef cuMemFreeAsync
+#undef nvmlDeviceGetMemoryInfo
+#undef nvmlDeviceGetUUID
+
+#define GS_EXPORT __attribute__((visibility("default")))
+#define GS_LIKELY(x) __builtin_expect(!!(x), 1)
+#define GS_UNLIKELY(x) __builtin_expect(!!(x), 0)
+
+/* CUDA version up to which hooks.def lists every variant of a hooked base
+ * name (the TSV is CUDA 12.6); see dispatch.c. */
+#define GS_TABLE_CUDA_VERSION 12060
+
+/* ---- exported hooks: prototypes from the list ---- */
+#define GS_HOOK(lib, base, sym, ver, ptds, ret, params) GS_EXPORT ret sym params;
+#include "hooks.def"
+#undef GS_HOOK
+
+/* ---- real entry points ----
+ * Every hooked symbol plus the few the hooks call themselves. */
+#define GS_EXTRAS(X)                                                              \
+	X(CU, cuCtxGetDevice, CUresult, (CUdevice * device))                          \
+	X(CU, cuDeviceGetUuid, CUresult, (CUuuid * uuid, CUdevice dev))               \
+	X(CU, cuDeviceGetUuid_v2, CUresult, (CUuuid * uuid, CUdevice dev))            \
+	X(NVML, nvmlDeviceGetUUID, nvmlReturn_t, (nvmlDevice_t device, char *uuid, unsigned int length))
+
+enum gs_lib { GS_LIB_CU, GS_LIB_NVML };
+
+enum gs_real_index {
+#define GS_HOOK(lib, base, sym, ver, ptds, ret, params) GS_R_##sym,
+#include "hooks.def"
+#undef GS_HOOK
+#define GS_X(lib, sym, ret, params) GS_R_##sym,
+	GS_EXTRAS(GS_X)
+#undef GS_X
+	GS_NREAL
+};
+
+#define GS_HOOK(lib, base, sym, ver, ptds, ret, params) typedef ret(*gs_pfn_##sym) params;
+#include "hooks.def"
+#undef GS_HOOK
+#define GS_X(lib, sym, ret, params) typedef ret(*gs_pfn_##sym) params;
+GS_EXTRAS(GS_X)
+#undef GS_X
+
+extern void *gs_real[GS_NREAL];
+void *gs_real_resolve(int idx);
+
+static inline void *gs_real_get(int idx)
+{
+	void *p = __atomic_load_n(&gs_real[idx], __ATOMIC_ACQUIRE);
+	if (GS_UNLIKELY(p == NULL))
+		p = gs_real_resolve(idx);
+	return p;
+}
+
+/* GS_REAL(sym): the real entry point, typed; NULL when it cannot be found. */
+#define GS_REAL(sym) ((gs_pfn_##sym)gs_real_get(GS_R_##sym))
+
+/* ---- hook table (dispatch.c) ---- */
+struct gs_hook {
+	const char *base;
+	const char *symbol;
+	int version;
+	int ptds;
+	int lib;
+	int ridx;
+	void *hook;
+};
+extern const struct gs_hook gs_hooks[];
+extern const size_t gs_nhooks;
+const struct gs_hook *gs_find_symbol(const char *name);
+
+/* ---- process state (attach.c) ---- */
+enum gs_state_v {
+	GS_ST_UNINIT = 0, /* first hooked call not seen yet */
+	GS_ST_INERT = 1,  /* no GPUSLICE_SESSION: pass everything through */
+	GS_ST_ACTIVE = 2, /* attached: charge and virtualise */
+	GS_ST_FAILED = 3, /* session set, attach failed: charged allocations fail */
+};
+
+#define GS_MAX_ORDINALS 64
+#define GS_MAP_UNKNOWN (-2)
+#define GS_MAP_NONE (-1)
+
+/* Written only while attaching (never concurrently with the hot path's
+ * readers of an ACTIVE state: they start after the release store of
+ * state); read-mostly afterwards. */
+struct gs_global {
+	_Atomic int state;
+	const struct gs_limits *lim;   /* PROT_READ */
+	struct gs_counters_hdr *ctr;   /* PROT_READ|PROT_WRITE */
+	struct gs_slot *slot;          /* this process's slot in ctr */
+	uint32_t ngpus;
+	uint32_t slot_index;
+	size_t ctr_len;
+	signed char devmap[GS_MAX_ORDINALS]; /* ordinal -> ledger GPU, GS_MAP_* */
+	char session[GS_SESSION_LEN];
+} __attribute__((aligned(64)));
+
+extern struct gs_global gs;
+
+int gs_init_slow(void);
+int gs_failed_retry(void);
+int gs_session_configured(void);
+
+/* One acquire load; the slow path runs once per process (and after fork). */
+static inline int gs_state(void)
+{
+	int s = atomic_load_explicit(&gs.state, memory_order_acquire);
+	if (GS_UNLIKELY(s == GS_ST_UNINIT))
+		s = gs_init_slow();
+	return s;
+}
+
+/* ---- ledger (ledger.c) ---- */
+int gs_dev_lookup_slow(int dev);
+int gs_uuid_to_gpu(const char *uuid);
+
+static inline int gs_dev_to_gpu(int dev)
+{
+	if (GS_LIKELY((unsigned)dev < GS_MAX_ORDINALS)) {
+		int v = __atomic_load_n(&gs.devmap[dev], __ATOMIC_RELAXED);
+		if (GS_LIKELY(v != GS_MAP_UNKNOWN))
+			return v;
+	}
+	return gs_dev_lookup_slow(dev);
+}
+
+/* Reserve n bytes on ledger GPU g: 0 on success, -1 when over the limit. */
+static inline int gs_reserve(int g, uint64_t n)
+{
+	uint64_t limit = __atomic_load_n(&gs.lim->gpu[g].limit, __ATOMIC_ACQUIRE);
+	struct gs_counter_gpu *c = &gs.ctr->gpu[g];
+	uint64_t used = __atomic_load_n(&c->used, __ATOMIC_RELAXED);
+	do {
+		if (n > limit || used > limit - n) {
+			__atomic_fetch_add(&c->denied, 1, __ATOMIC_RELAXED);
+			return -1;
+		}
+	} while (!__atomic_compare_exchange_n(&c->used, &used, used + n, 1, __ATOMIC_ACQ_REL,
+					      __ATOMIC_RELAXED));
+	__atomic_fetch_add(&gs.slot->used[g], n, __ATOMIC_RELAXED);
+	uint64_t now = used + n;
+	uint64_t peak = __atomic_load_n(&c->peak, __ATOMIC_RELAXED);
+	while (now > peak &&
+	       !__atomic_compare_exchange_n(&c->peak, &peak, now, 1, __ATOMIC_RELAXED, __ATOMIC_RELAXED))
+		;
+	return 0;
+}
+
+static inline void gs_unreserve(int g, uint64_t n)
+{
+	__atomic_fetch_sub(&gs.slot->used[g], n, __ATOMIC_RELAXED);
+	__atomic_fetch_sub(&gs.ctr->gpu[g].used, n, __ATOMIC_RELEASE);
+}
+
+/* ---- allocation tables (ptrtab.c) ---- */
+enum gs_tab_kind { GS_TAB_PTR, GS_TAB_VMM, GS_TAB_ARRAY, GS_TAB_MIPMAP, GS_NTAB };
+int gs_tab_init(void);
+void gs_tab_drop(void);
+
+#include "ptrtab.h"
+
+/* ---- logging (log.c) ---- */
+extern int gs_debug_on;
+void gs_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+#define gs_debug(...)                 \
+	do {                          \
+		if (gs_debug_on)      \
+			gs_log(__VA_ARGS__); \
+	} while (0)
+
+/* ---- misc ---- */
+void gs_uuid_format(const unsigned char bytes[16], char out[GS_UUID_LEN]);
+
+#endif

@@ -1,0 +1,122 @@
+/*
+ * Memory queries, virtualised to the session's quota on the physical GPU:
+ * total = min(limit, physical), free = max(0, limit - used) and never more
+ * than the driver reports free. A GPU that is not part of the session shows
+ * 0. When attach failed, free is 0 (nothing can be allocated).
+ */
+#include <string.h>
+
+#include "gs.h"
+
+static uint64_t min64(uint64_t a, uint64_t b) { return a < b ? a : b; }
+
+/* Fill free, total and used for ledger GPU g from the driver figures. */
+static void virtual_mem(int g, uint64_t real_free, uint64_t real_total, uint64_t *free,
+			uint64_t *total, uint64_t *used)
+{
+	if (g < 0) {
+		*free = *total = *used = 0;
+		return;
+	}
+	uint64_t limit = __atomic_load_n(&gs.lim->gpu[g].limit, __ATOMIC_ACQUIRE);
+	uint64_t u = __atomic_load_n(&gs.ctr->gpu[g].used, __ATOMIC_RELAXED);
+	*total = min64(limit, real_total);
+	*free = min64(limit > u ? limit - u : 0, real_free);
+	*used = u;
+}
+
+CUresult cuMemGetInfo_v2(size_t *free, size_t *total)
+{
+	gs_pfn_cuMemGetInfo_v2 real = GS_REAL(cuMemGetInfo_v2);
+	if (GS_UNLIKELY(real == NULL))
+		return CUDA_ERROR_NOT_INITIALIZED;
+	int st = gs_state();
+	if (st == GS_ST_INERT)
+		return real(free, total);
+	size_t rf = 0, rt = 0;
+	CUresult r = real(&rf, &rt);
+	if (r != CUDA_SUCCESS)
+		return r;
+	uint64_t f = 0, t = rt, u;
+	if (st == GS_ST_ACTIVE) {
+		gs_pfn_cuCtxGetDevice getdev = GS_REAL(cuCtxGetDevice);
+		CUdevice dev;
+		int g = GS_MAP_NONE;
+		if (getdev != NULL && getdev(&dev) == CUDA_SUCCESS)
+			g = gs_dev_to_gpu(dev);
+		virtual_mem(g, rf, rt, &f, &t, &u);
+	}
+	if (free != NULL)
+		*free = (size_t)f;
+	if (total != NULL)
+		*total = (size_t)t;
+	return CUDA_SUCCESS;
+}
+
+CUresult cuDeviceTotalMem_v2(size_t *bytes, CUdevice dev)
+{
+	gs_pfn_cuDeviceTotalMem_v2 real = GS_REAL(cuDeviceTotalMem_v2);
+	if (GS_UNLIKELY(real == NULL))
+		return CUDA_ERROR_NOT_INITIALIZED;
+	int st = gs_state();
+	if (st == GS_ST_INERT)
+		return real(bytes, dev);
+	size_t rt = 0;
+	CUresult r = real(&rt, dev);
+	if (r != CUDA_SUCCESS)
+		return r;
+	uint64_t t = rt, f, u;
+	if (st == GS_ST_ACTIVE)
+		virtual_mem(gs_dev_to_gpu(dev), rt, rt, &f, &t, &u);
+	if (bytes != NULL)
+		*bytes = (size_t)t;
+	return CUDA_SUCCESS;
+}
+
+/* Ledger GPU of an NVML device, by UUID. */
+static int nvml_gpu(nvmlDevice_t device)
+{
+	gs_pfn_nvmlDeviceGetUUID getuuid = GS_REAL(nvmlDeviceGetUUID);
+	char uuid[NVML_DEVICE_UUID_V2_BUFFER_SIZE];
+	if (getuuid == NULL || getuuid(device, uuid, sizeof(uuid)) != NVML_SUCCESS)
+		return GS_MAP_NONE;
+	uuid[sizeof(uuid) - 1] = '\0';
+	return gs_uuid_to_gpu(uuid);
+}
+
+nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t *memory)
+{
+	gs_pfn_nvmlDeviceGetMemoryInfo real = GS_REAL(nvmlDeviceGetMemoryInfo);
+	if (GS_UNLIKELY(real == NULL))
+		return NVML_ERROR_FUNCTION_NOT_FOUND;
+	int st = gs_state();
+	nvmlReturn_t r = real(device, memory);
+	if (st == GS_ST_INERT || r != NVML_SUCCESS || memory == NULL)
+		return r;
+	uint64_t f = 0, t = memory->total, u = memory->total;
+	if (st == GS_ST_ACTIVE)
+		virtual_mem(nvml_gpu(device), memory->free, memory->total, &f, &t, &u);
+	memory->total = t;
+	memory->free = f;
+	memory->used = u;
+	return r;
+}
+
+nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvmlMemory_v2_t *memory)
+{
+	gs_pfn_nvmlDeviceGetMemoryInfo_v2 real = GS_REAL(nvmlDeviceGetMemoryInfo_v2);
+	if (GS_UNLIKELY(real == NULL))
+		return NVML_ERROR_FUNCTION_NOT_FOUND;
+	int st = gs_state();
+	nvmlReturn_t r = real(device, memory);
+	if (st == GS_ST_INERT || r != NVML_SUCCESS || memory == NULL)
+		return r;
+	uint64_t f = 0, t = memory->total, u = memory->total;
+	if (st == GS_ST_ACTIVE)
+		virtual_mem(nvml_gpu(device), memory->free, memory->total, &f, &t, &u);
+	memory->total = t;
+	memory->reserved = 0;
+	memory->free = f;
+	memory->used = u;
+	return r;
+}

@@ -1,0 +1,45 @@
+/* Diagnostics on stderr: one write(2) per line, never on the hot path. */
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <unistd.h>
+
+#include "gs.h"
+
+int gs_debug_on;
+
+void gs_log(const char *fmt, ...)
+{
+	char buf[512];
+	int saved = errno;
+	int n = snprintf(buf, sizeof(buf), "gpuslice: ");
+	va_list ap;
+	va_start(ap, fmt);
+	int m = vsnprintf(buf + n, sizeof(buf) - (size_t)n - 1, fmt, ap);
+	va_end(ap);
+	if (m < 0)
+		m = 0;
+	size_t len = (size_t)n + (size_t)m;
+	if (len > sizeof(buf) - 2)
+		len = sizeof(buf) - 2;
+	buf[len++] = '\n';
+	const char *p = buf;
+	while (len > 0) {
+		ssize_t w = write(STDERR_FILENO, p, len);
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w <= 0)
+			break;
+		p += w;
+		len -= (size_t)w;
+	}
+	errno = saved;
+}
+
+void gs_uuid_format(const unsigned char b[16], char out[GS_UUID_LEN])
+{
+	snprintf(out, GS_UUID_LEN,
+		 "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", b[0], b[1],
+		 b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13], b[14],
+		 b[15]);
+}

@@ -1,0 +1,100 @@
+/*
+ * Per-process allocation tables (ptrtab.c has the design notes): the fast
+ * paths, inline so the hooks pay no call for them.
+ */
+#ifndef GPUSLICE_PTRTAB_H
+#define GPUSLICE_PTRTAB_H
+
+#include <pthread.h>
+#include <stdint.h>
+
+#define GS_PROBE 64
+#define GS_KEY_EMPTY 0ull
+#define GS_KEY_TOMB (~0ull)
+#define GS_VAL_GPU_SHIFT 56
+#define GS_VAL_BYTES_MASK ((1ull << GS_VAL_GPU_SHIFT) - 1)
+#define GS_OVF_ENTRIES 4096
+
+struct gs_ent {
+	uint64_t key;
+	uint64_t val; /* gpu << 56 | bytes; never 0 for a live entry */
+};
+
+struct gs_tab {
+	struct gs_ent *e;
+	struct gs_ent *ovf;
+	unsigned shift; /* 64 - log2(entries) */
+	uint64_t mask;
+	unsigned novf; /* live overflow entries, read without the lock */
+	pthread_mutex_t mu;
+};
+
+extern struct gs_tab gs_tabs[];
+
+int gs_tab_insert_slow(struct gs_tab *t, uint64_t key, uint64_t val);
+uint64_t gs_tab_remove_slow(struct gs_tab *t, uint64_t key);
+
+static inline uint64_t gs_tab_hash(const struct gs_tab *t, uint64_t key)
+{
+	return (key * 0x9E3779B97F4A7C15ull) >> t->shift;
+}
+
+static inline uint64_t gs_val_pack(int g, uint64_t bytes)
+{
+	if (bytes > GS_VAL_BYTES_MASK)
+		bytes = GS_VAL_BYTES_MASK;
+	return ((uint64_t)g << GS_VAL_GPU_SHIFT) | bytes;
+}
+
+static inline int gs_val_gpu(uint64_t v) { return (int)(v >> GS_VAL_GPU_SHIFT); }
+static inline uint64_t gs_val_bytes(uint64_t v) { return v & GS_VAL_BYTES_MASK; }
+
+/* Remember key -> (g, bytes); 0 on success, -1 when no slot was found. */
+static inline int gs_tab_insert(int kind, uint64_t key, int g, uint64_t bytes)
+{
+	struct gs_tab *t = &gs_tabs[kind];
+	if (key == GS_KEY_EMPTY || key == GS_KEY_TOMB || t->e == NULL)
+		return -1;
+	uint64_t val = gs_val_pack(g, bytes);
+	uint64_t h = gs_tab_hash(t, key);
+	for (unsigned i = 0; i < GS_PROBE; i++) {
+		struct gs_ent *e = &t->e[(h + i) & t->mask];
+		uint64_t k = __atomic_load_n(&e->key, __ATOMIC_ACQUIRE);
+		while (k == GS_KEY_EMPTY || k == GS_KEY_TOMB) {
+			if (__atomic_compare_exchange_n(&e->key, &k, key, 0, __ATOMIC_ACQ_REL,
+							__ATOMIC_ACQUIRE)) {
+				__atomic_store_n(&e->val, val, __ATOMIC_RELEASE);
+				return 0;
+			}
+			/* lost the race: k now holds the winner's key */
+		}
+	}
+	return gs_tab_insert_slow(t, key, val);
+}
+
+/* Take key out; returns its packed value, 0 when it is not there. */
+static inline uint64_t gs_tab_remove(int kind, uint64_t key)
+{
+	struct gs_tab *t = &gs_tabs[kind];
+	if (key == GS_KEY_EMPTY || key == GS_KEY_TOMB || t->e == NULL)
+		return 0;
+	uint64_t h = gs_tab_hash(t, key);
+	for (unsigned i = 0; i < GS_PROBE; i++) {
+		struct gs_ent *e = &t->e[(h + i) & t->mask];
+		uint64_t k = __atomic_load_n(&e->key, __ATOMIC_ACQUIRE);
+		if (k == GS_KEY_EMPTY)
+			return 0;
+		if (k != key)
+			continue;
+		uint64_t v = __atomic_load_n(&e->val, __ATOMIC_ACQUIRE);
+		if (__atomic_compare_exchange_n(&e->key, &k, GS_KEY_TOMB, 0, __ATOMIC_ACQ_REL,
+						__ATOMIC_RELAXED))
+			return v;
+		return 0; /* released concurrently by another thread */
+	}
+	if (__atomic_load_n(&t->novf, __ATOMIC_ACQUIRE) == 0)
+		return 0;
+	return gs_tab_remove_slow(t, key);
+}
+
+#endif

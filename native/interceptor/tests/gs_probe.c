@@ -1,0 +1,426 @@
+/*
+ * gs_probe: runs driver-API steps named on the command line and prints one
+ * key=value line per step, for the interceptor test suites.
+ *
+ *   gs_probe [noinit] STEP...
+ *
+ * Steps (sizes take K/M/G/T or KiB/MiB/GiB/TiB suffixes):
+ *   dev:N              retain device N's primary context and make it current
+ *   alloc:S            cuMemAlloc_v2             managed:S   cuMemAllocManaged
+ *   async:S            cuMemAllocAsync           asyncptsz:S cuMemAllocAsync_ptsz
+ *   pool:S             cuMemAllocFromPoolAsync (default pool)   poolptsz:S
+ *   pitch:W:H          cuMemAllocPitch_v2        vmm:S       cuMemCreate on the current device
+ *   array:W:H          cuArrayCreate_v2 (float)  array3d:W:H:D cuArray3DCreate_v2
+ *   mipmap:W:H:L       cuMipmappedArrayCreate
+ *   fill:S             allocate S-sized blocks until one fails
+ *   free               release the newest allocation (with its kind's call)
+ *   freeall            release everything held
+ *   meminfo            cuMemGetInfo_v2           totalmem:N  cuDeviceTotalMem_v2
+ *   nvml               NVML memory info (both versions) of every device
+ *   gpa:NAME:VER:FL    cuGetProcAddress_v2; prints where the address points
+ *   gpa4:NAME:VER:FL   the same through cuGetProcAddress (4 arguments)
+ *   rtlddefault:NAME   dlsym(RTLD_DEFAULT, NAME); prints where the address points
+ *   gpaalloc:VER:FL:S  allocate S with the cuMemAlloc that cuGetProcAddress_v2 returns,
+ *                      then free it with the cuMemFree it returns ("gpafree" keeps it)
+ *   uuid:N             UUID of device N (cuDeviceGetUuid_v2)
+ *   held               bytes held by this program
+ *   pid                this process's pid
+ *   fds                how many file descriptors are open
+ *   pause              print "paused" and wait for a line on stdin
+ *   sleep:MS
+ *   fork ... endfork   the child runs the steps in between, then exits;
+ *                      the parent waits for it
+ */
+#include <dirent.h>
+#include <dlfcn.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cuda.h"
+#include "nvml.h"
+
+enum kind { K_PTR, K_ASYNC, K_VMM, K_ARRAY, K_MIPMAP };
+
+struct held {
+	enum kind kind;
+	uint64_t handle;
+	uint64_t bytes;
+};
+
+static struct held *held;
+static size_t nheld, capheld;
+static uint64_t held_bytes;
+
+static void push(enum kind k, uint64_t h, uint64_t bytes)
+{
+	if (nheld == capheld) {
+		capheld = capheld ? capheld * 2 : 64;
+		held = realloc(held, capheld * sizeof(*held));
+		if (held == NULL) {
+			perror("realloc");
+			exit(2);
+		}
+	}
+	held[nheld++] = (struct held){k, h, bytes};
+	held_bytes += bytes;
+}
+
+static uint64_t parse_size(const char *s)
+{
+	char *end;
+	unsigned long long v = strtoull(s, &end, 10);
+	uint64_t mul = 1;
+	switch (*end) {
+	case 'k': case 'K': mul = 1ull << 10; break;
+	case 'm': case 'M': mul = 1ull << 20; break;
+	case 'g': case 'G': mul = 1ull << 30; break;
+	case 't': case 'T': mul = 1ull << 40; break;
+	default: break;
+	}
+	return v * mul;
+}
+
+/* split "a:b:c" into at most n fields (modifies s) */
+static int split(char *s, char **f, int n)
+{
+	int k = 0;
+	while (k < n) {
+		f[k++] = s;
+		char *c = strchr(s, ':');
+		if (c == NULL)
+			break;
+		*c = '\0';
+		s = c + 1;
+	}
+	return k;
+}
+
+static CUresult release(struct held *h)
+{
+	switch (h->kind) {
+	case K_PTR: return cuMemFree_v2(h->handle);
+	case K_ASYNC: return cuMemFreeAsync(h->handle, NULL);
+	case K_VMM: return cuMemRelease(h->handle);
+	case K_ARRAY: return cuArrayDestroy((CUarray)(uintptr_t)h->handle);
+	case K_MIPMAP: return cuMipmappedArrayDestroy((CUmipmappedArray)(uintptr_t)h->handle);
+	}
+	return CUDA_ERROR_INVALID_VALUE;
+}
+
+static void where(const char *key, void *p)
+{
+	Dl_info info;
+	if (p == NULL) {
+		printf(" %s=null", key);
+		return;
+	}
+	if (dladdr(p, &info) == 0 || info.dli_fname == NULL) {
+		printf(" %s=?", key);
+		return;
+	}
+	const char *base = strrchr(info.dli_fname, '/');
+	base = base ? base + 1 : info.dli_fname;
+	printf(" %s=%s:%s", key, base, info.dli_sname ? info.dli_sname : "?");
+}
+
+typedef CUresult (*pfn_alloc)(CUdeviceptr *, size_t);
+typedef CUresult (*pfn_free)(CUdeviceptr);
+typedef CUresult (*pfn_gpa4)(const char *, void **, int, cuuint64_t);
+
+static int nvml_ready;
+
+static void step(char *arg)
+{
+	char *f[5] = {0};
+	int nf = split(arg, f, 5);
+	const char *cmd = f[0];
+	CUresult r;
+
+	if (strcmp(cmd, "dev") == 0 && nf >= 2) {
+		CUdevice d;
+		CUcontext ctx = NULL;
+		r = cuDeviceGet(&d, atoi(f[1]));
+		if (r == CUDA_SUCCESS)
+			r = cuDevicePrimaryCtxRetain(&ctx, d);
+		if (r == CUDA_SUCCESS)
+			r = cuCtxSetCurrent(ctx);
+		printf("dev rc=%d dev=%d\n", r, atoi(f[1]));
+	} else if ((strcmp(cmd, "alloc") == 0 || strcmp(cmd, "managed") == 0 ||
+		    strcmp(cmd, "async") == 0 || strcmp(cmd, "asyncptsz") == 0 ||
+		    strcmp(cmd, "pool") == 0 || strcmp(cmd, "poolptsz") == 0) &&
+		   nf >= 2) {
+		uint64_t n = parse_size(f[1]);
+		CUdeviceptr p = 0;
+		enum kind k = K_PTR;
+		if (strcmp(cmd, "alloc") == 0) {
+			r = cuMemAlloc_v2(&p, n);
+		} else if (strcmp(cmd, "managed") == 0) {
+			r = cuMemAllocManaged(&p, n, CU_MEM_ATTACH_GLOBAL);
+		} else if (strcmp(cmd, "async") == 0) {
+			r = cuMemAllocAsync(&p, n, NULL);
+			k = K_ASYNC;
+		} else if (strcmp(cmd, "asyncptsz") == 0) {
+			r = cuMemAllocAsync_ptsz(&p, n, NULL);
+			k = K_ASYNC;
+		} else {
+			CUdevice d;
+			CUmemoryPool pool = NULL;
+			k = K_ASYNC;
+			r = cuCtxGetDevice(&d);
+			if (r == CUDA_SUCCESS)
+				r = cuDeviceGetDefaultMemPool(&pool, d);
+			if (r == CUDA_SUCCESS)
+				r = strcmp(cmd, "pool") == 0 ? cuMemAllocFromPoolAsync(&p, n, pool, NULL)
+							     : cuMemAllocFromPoolAsync_ptsz(&p, n, pool, NULL);
+		}
+		if (r == CUDA_SUCCESS)
+			push(k, p, n);
+		printf("%s rc=%d bytes=%llu\n", cmd, r, (unsigned long long)n);
+	} else if (strcmp(cmd, "pitch") == 0 && nf >= 3) {
+		CUdeviceptr p = 0;
+		size_t pitch = 0, w = parse_size(f[1]), h = parse_size(f[2]);
+		r = cuMemAllocPitch_v2(&p, &pitch, w, h, 4);
+		if (r == CUDA_SUCCESS)
+			push(K_PTR, p, (uint64_t)pitch * h);
+		printf("pitch rc=%d pitch=%zu bytes=%llu\n", r, pitch,
+		       (unsigned long long)(r == CUDA_SUCCESS ? (uint64_t)pitch * h : 0));
+	} else if (strcmp(cmd, "vmm") == 0 && nf >= 2) {
+		CUdevice d = 0;
+		CUmemGenericAllocationHandle h = 0;
+		size_t gran = 0;
+		uint64_t n = parse_size(f[1]);
+		CUmemAllocationProp prop;
+		memset(&prop, 0, sizeof(prop));
+		prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+		prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+		r = cuCtxGetDevice(&d);
+		prop.location.id = d;
+		if (r == CUDA_SUCCESS)
+			r = cuMemGetAllocationGranularity(&gran, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM);
+		if (r == CUDA_SUCCESS && gran > 0)
+			n = (n + gran - 1) / gran * gran;
+		if (r == CUDA_SUCCESS)
+			r = cuMemCreate(&h, n, &prop, 0);
+		if (r == CUDA_SUCCESS)
+			push(K_VMM, h, n);
+		printf("vmm rc=%d bytes=%llu\n", r, (unsigned long long)n);
+	} else if ((strcmp(cmd, "array") == 0 || strcmp(cmd, "array3d") == 0 ||
+		    strcmp(cmd, "mipmap") == 0) &&
+		   nf >= 3) {
+		uint64_t w = parse_size(f[1]), h = parse_size(f[2]);
+		uint64_t bytes = 0;
+		if (strcmp(cmd, "array") == 0) {
+			CUDA_ARRAY_DESCRIPTOR d = {.Width = w, .Height = h, .Format = CU_AD_FORMAT_FLOAT,
+						   .NumChannels = 1};
+			CUarray a = NULL;
+			r = cuArrayCreate_v2(&a, &d);
+			bytes = w * (h ? h : 1) * 4;
+			if (r == CUDA_SUCCESS)
+				push(K_ARRAY, (uint64_t)(uintptr_t)a, bytes);
+		} else if (strcmp(cmd, "array3d") == 0) {
+			uint64_t z = nf >= 4 ? parse_size(f[3]) : 0;
+			CUDA_ARRAY3D_DESCRIPTOR d = {.Width = w, .Height = h, .Depth = z,
+						     .Format = CU_AD_FORMAT_FLOAT, .NumChannels = 1};
+			CUarray a = NULL;
+			r = cuArray3DCreate_v2(&a, &d);
+			bytes = w * (h ? h : 1) * (z ? z : 1) * 4;
+			if (r == CUDA_SUCCESS)
+				push(K_ARRAY, (uint64_t)(uintptr_t)a, bytes);
+		} else {
+			unsigned levels = nf >= 4 ? (unsigned)atoi(f[3]) : 1;
+			CUDA_ARRAY3D_DESCRIPTOR d = {.Width = w, .Height = h, .Depth = 0,
+						     .Format = CU_AD_FORMAT_FLOAT, .NumChannels = 1};
+			CUmipmappedArray m = NULL;
+			r = cuMipmappedArrayCreate(&m, &d, levels);
+			for (unsigned l = 0; l < levels; l++) {
+				uint64_t lw = w >> l, lh = h >> l;
+				bytes += (lw ? lw : 1) * (h ? (lh ? lh : 1) : 1) * 4;
+			}
+			if (r == CUDA_SUCCESS)
+				push(K_MIPMAP, (uint64_t)(uintptr_t)m, bytes);
+		}
+		printf("%s rc=%d bytes=%llu\n", cmd, r, (unsigned long long)bytes);
+	} else if (strcmp(cmd, "fill") == 0 && nf >= 2) {
+		uint64_t n = parse_size(f[1]), total = 0;
+		unsigned count = 0;
+		CUdeviceptr p;
+		while ((r = cuMemAlloc_v2(&p, n)) == CUDA_SUCCESS) {
+			push(K_PTR, p, n);
+			total += n;
+			count++;
+		}
+		printf("fill rc=%d n=%u bytes=%llu\n", r, count, (unsigned long long)total);
+	} else if (strcmp(cmd, "free") == 0) {
+		r = CUDA_ERROR_INVALID_VALUE;
+		if (nheld > 0) {
+			r = release(&held[nheld - 1]);
+			if (r == CUDA_SUCCESS)
+				held_bytes -= held[--nheld].bytes;
+		}
+		printf("free rc=%d\n", r);
+	} else if (strcmp(cmd, "freeall") == 0) {
+		int bad = 0;
+		while (nheld > 0) {
+			if (release(&held[nheld - 1]) != CUDA_SUCCESS)
+				bad++;
+			held_bytes -= held[--nheld].bytes;
+		}
+		printf("freeall failed=%d\n", bad);
+	} else if (strcmp(cmd, "meminfo") == 0) {
+		size_t fr = 0, to = 0;
+		r = cuMemGetInfo_v2(&fr, &to);
+		printf("meminfo rc=%d free=%zu total=%zu\n", r, fr, to);
+	} else if (strcmp(cmd, "meminfonull") == 0) {
+		size_t to = 0, fr = 0;
+		CUresult r1 = cuMemGetInfo_v2(NULL, &to);
+		CUresult r2 = cuMemGetInfo_v2(&fr, NULL);
+		printf("meminfonull rc1=%d rc2=%d free=%zu total=%zu\n", r1, r2, fr, to);
+	} else if (strcmp(cmd, "totalmem") == 0 && nf >= 2) {
+		CUdevice d;
+		size_t b = 0;
+		r = cuDeviceGet(&d, atoi(f[1]));
+		if (r == CUDA_SUCCESS)
+			r = cuDeviceTotalMem_v2(&b, d);
+		printf("totalmem rc=%d dev=%s bytes=%zu\n", r, f[1], b);
+	} else if (strcmp(cmd, "nvml") == 0) {
+		nvmlReturn_t nr = NVML_SUCCESS;
+		if (!nvml_ready)
+			nr = nvmlInit_v2();
+		nvml_ready = nr == NVML_SUCCESS;
+		unsigned cnt = 0;
+		if (nr == NVML_SUCCESS)
+			nr = nvmlDeviceGetCount_v2(&cnt);
+		printf("nvml rc=%d count=%u\n", nr, cnt);
+		for (unsigned i = 0; i < cnt; i++) {
+			nvmlDevice_t dev;
+			nvmlMemory_t m1 = {0};
+			nvmlMemory_v2_t m2 = {.version = nvmlMemory_v2};
+			char uuid[96] = "";
+			nvmlReturn_t a = nvmlDeviceGetHandleByIndex_v2(i, &dev);
+			nvmlReturn_t b = a, c = a;
+			if (a == NVML_SUCCESS) {
+				nvmlDeviceGetUUID(dev, uuid, sizeof(uuid));
+				b = nvmlDeviceGetMemoryInfo(dev, &m1);
+				c = nvmlDeviceGetMemoryInfo_v2(dev, &m2);
+			}
+			printf("nvmldev index=%u uuid=%s rc1=%d total1=%llu free1=%llu used1=%llu rc2=%d "
+			       "total2=%llu free2=%llu used2=%llu reserved2=%llu\n",
+			       i, uuid, b, m1.total, m1.free, m1.used, c, m2.total, m2.free, m2.used,
+			       m2.reserved);
+		}
+	} else if ((strcmp(cmd, "gpa") == 0 || strcmp(cmd, "gpa4") == 0) && nf >= 4) {
+		void *p = NULL;
+		CUdriverProcAddressQueryResult st = CU_GET_PROC_ADDRESS_SUCCESS;
+		if (strcmp(cmd, "gpa") == 0) {
+			r = cuGetProcAddress_v2(f[1], &p, atoi(f[2]), strtoull(f[3], NULL, 0), &st);
+		} else {
+			pfn_gpa4 g4 = (pfn_gpa4)dlsym(RTLD_DEFAULT, "cuGetProcAddress");
+			r = g4 ? g4(f[1], &p, atoi(f[2]), strtoull(f[3], NULL, 0)) : CUDA_ERROR_NOT_FOUND;
+		}
+		printf("%s rc=%d status=%d name=%s", cmd, r, st, f[1]);
+		where("at", p);
+		printf("\n");
+	} else if (strcmp(cmd, "rtlddefault") == 0 && nf >= 2) {
+		printf("rtlddefault name=%s", f[1]);
+		where("at", dlsym(RTLD_DEFAULT, f[1]));
+		printf("\n");
+	} else if ((strcmp(cmd, "gpaalloc") == 0 || strcmp(cmd, "gpakeep") == 0) && nf >= 4) {
+		void *pa = NULL, *pf = NULL;
+		int ver = atoi(f[1]);
+		cuuint64_t fl = strtoull(f[2], NULL, 0);
+		uint64_t n = parse_size(f[3]);
+		CUdeviceptr p = 0;
+		r = cuGetProcAddress_v2("cuMemAlloc", &pa, ver, fl, NULL);
+		if (r == CUDA_SUCCESS)
+			r = cuGetProcAddress_v2("cuMemFree", &pf, ver, fl, NULL);
+		CUresult ra = r, rf = r;
+		if (r == CUDA_SUCCESS) {
+			ra = ((pfn_alloc)pa)(&p, n);
+			if (ra == CUDA_SUCCESS && strcmp(cmd, "gpaalloc") == 0)
+				rf = ((pfn_free)pf)(p);
+			else if (ra == CUDA_SUCCESS)
+				push(K_PTR, p, n);
+		}
+		printf("%s rc=%d alloc=%d free=%d", cmd, r, ra, rf);
+		where("alloc_at", pa);
+		printf("\n");
+	} else if (strcmp(cmd, "uuid") == 0 && nf >= 2) {
+		CUdevice d;
+		CUuuid u;
+		memset(&u, 0, sizeof(u));
+		r = cuDeviceGet(&d, atoi(f[1]));
+		if (r == CUDA_SUCCESS)
+			r = cuDeviceGetUuid_v2(&u, d);
+		const unsigned char *b = (const unsigned char *)u.bytes;
+		printf("uuid rc=%d dev=%s uuid=GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x\n",
+		       r, f[1], b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13],
+		       b[14], b[15]);
+	} else if (strcmp(cmd, "held") == 0) {
+		printf("held bytes=%llu n=%zu\n", (unsigned long long)held_bytes, nheld);
+	} else if (strcmp(cmd, "fds") == 0) {
+		int n = -1;
+		DIR *d = opendir("/proc/self/fd");
+		if (d != NULL) {
+			n = 0;
+			while (readdir(d) != NULL)
+				n++;
+			n -= 3; /* ".", ".." and the directory's own fd */
+			closedir(d);
+		}
+		printf("fds n=%d\n", n);
+	} else if (strcmp(cmd, "pid") == 0) {
+		printf("pid pid=%d\n", (int)getpid());
+	} else if (strcmp(cmd, "pause") == 0) {
+		printf("paused\n");
+		fflush(stdout);
+		char line[64];
+		if (fgets(line, sizeof(line), stdin) == NULL)
+			printf("pause eof=1\n");
+	} else if (strcmp(cmd, "sleep") == 0 && nf >= 2) {
+		struct timespec ts = {.tv_sec = atoi(f[1]) / 1000, .tv_nsec = (atoi(f[1]) % 1000) * 1000000l};
+		nanosleep(&ts, NULL);
+	} else {
+		printf("error unknown-step=%s\n", cmd);
+	}
+	fflush(stdout);
+}
+
+int main(int argc, char **argv)
+{
+	int i = 1;
+	setvbuf(stdout, NULL, _IOLBF, 0);
+	if (i < argc && strcmp(argv[i], "noinit") == 0) {
+		i++;
+	} else {
+		CUresult r = cuInit(0);
+		printf("init rc=%d\n", r);
+	}
+	for (; i < argc; i++) {
+		if (strcmp(argv[i], "fork") == 0) {
+			int end = i + 1;
+			while (end < argc && strcmp(argv[end], "endfork") != 0)
+				end++;
+			fflush(stdout);
+			pid_t pid = fork();
+			if (pid == 0) {
+				printf("child pid=%d\n", (int)getpid());
+				for (int j = i + 1; j < end; j++)
+					step(argv[j]);
+				fflush(stdout);
+				_exit(0);
+			}
+			int status = 0;
+			waitpid(pid, &status, 0);
+			printf("forked child=%d exit=%d\n", (int)pid, WIFEXITED(status) ? WEXITSTATUS(status) : -1);
+			i = end;
+			continue;
+		}
+		step(argv[i]);
+	}
+	return 0;
+}

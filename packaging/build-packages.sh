@@ -1,0 +1,179 @@
+#!/bin/sh
+# Build the gpuslice and gpuslice-fakecuda packages (.deb and .rpm) with nfpm
+# from the programs already built into the build directory.
+#
+# Usage: packaging/build-packages.sh VERSION OUTDIR [FORMAT...]
+#   VERSION  package version, already valid for dpkg and rpm (packaging/version.sh)
+#   OUTDIR   where the packages go (created; older gpuslice packages removed)
+#   FORMAT   deb and/or rpm (default: both)
+# Environment:
+#   BUILD                    build directory (default: <repo>/build)
+#   GO                       go command (default: go)
+#   GPUSLICE_PKG_MAINTAINER  Maintainer field
+#   SOURCE_DATE_EPOCH        timestamps (default: time of the HEAD commit)
+# nfpm is pinned in tools/go.mod and run as `go tool -modfile=tools/go.mod nfpm`.
+set -eu
+
+usage() {
+	echo "usage: $0 VERSION OUTDIR [deb|rpm ...]" >&2
+	exit 2
+}
+[ $# -ge 2 ] || usage
+
+root=$(cd "$(dirname "$0")/.." && pwd)
+version=$1
+outdir=$2
+shift 2
+formats=${*:-deb rpm}
+build=${BUILD:-$root/build}
+GO=${GO:-go}
+
+for f in $formats; do
+	case $f in
+	deb | rpm) ;;
+	*) echo "build-packages: unknown package format '$f' (want deb or rpm)" >&2; exit 2 ;;
+	esac
+done
+if ! printf '%s\n' "$version" | grep -Eq '^[0-9][0-9A-Za-z.+~]*$'; then
+	echo "build-packages: '$version' is not a valid package version (see packaging/version.sh)" >&2
+	exit 2
+fi
+
+# Everything the two packages ship; fail with the whole list of what is missing.
+go_programs="bin/gpusliced bin/gpuslice bin/gpuslice-prolog bin/gpuslice-epilog"
+gpuslice_elf="$go_programs lib/libgpuslice.so spank/gpuslice.so"
+fakecuda_elf="lib/libcuda.so.1 lib/libcudart.so.12 lib/libnvidia-ml.so.1"
+missing=
+for f in $gpuslice_elf $fakecuda_elf; do
+	[ -f "$build/$f" ] || missing="$missing $build/$f"
+done
+for f in etc/gpusliced.yaml etc/plugstack.conf.d/gpuslice.conf etc/slurm/slurm.conf.fragment \
+	etc/systemd/gpusliced.service docs/install.md LICENSE; do
+	[ -f "$root/$f" ] || missing="$missing $root/$f"
+done
+[ -d "$build/examples" ] || missing="$missing $build/examples/"
+if [ -n "$missing" ]; then
+	echo "build-packages: missing inputs (run make build):" >&2
+	for f in $missing; do echo "  $f" >&2; done
+	exit 1
+fi
+
+work=$(mktemp -d "${TMPDIR:-/tmp}/gpuslice-pkg.XXXXXX")
+trap 'rm -rf "$work"' EXIT INT TERM
+
+: "${SOURCE_DATE_EPOCH:=$(git -C "$root" log -1 --format=%ct 2>/dev/null || date +%s)}"
+export SOURCE_DATE_EPOCH
+
+# Newest GLIBC_x.y symbol version the given ELF files need: the floor of the
+# C library dependency.
+glibc_min() {
+	v=$(for f in "$@"; do objdump -T "$build/$f"; done | grep -o 'GLIBC_[0-9][0-9.]*' |
+		sed 's/^GLIBC_//' | sort -u -V | tail -n 1)
+	echo "${v:-2.17}"
+}
+
+# Debian changelog entry for this build (lintian wants one per package).
+changelog() {
+	pkg=$1
+	mkdir -p "$work/$pkg"
+	{
+		printf '%s (%s-1) unstable; urgency=medium\n\n' "$pkg" "$version"
+		printf '  * Package of gpuslice %s.\n\n' "$version"
+		printf ' -- %s  %s\n' "$GPUSLICE_PKG_MAINTAINER" \
+			"$(LC_ALL=C date -u -R -d "@$SOURCE_DATE_EPOCH")"
+	} >"$work/$pkg/changelog.Debian"
+	gzip -9n "$work/$pkg/changelog.Debian"
+}
+
+# License texts of every Go module linked into the Go programs, read from the
+# programs' own build information, plus the Go standard library's.
+third_party_licenses() {
+	out=$work/third-party-licenses.txt
+	modcache=$("$GO" env GOMODCACHE)
+	{
+		echo "Licenses of the Go code statically linked into gpusliced, gpuslice,"
+		echo "gpuslice-prolog and gpuslice-epilog."
+		echo
+		echo "==> Go standard library and runtime ($("$GO" env GOVERSION))"
+		echo
+		cat "$("$GO" env GOROOT)/LICENSE"
+	} >"$out"
+	for p in $go_programs; do
+		"$GO" version -m "$build/$p"
+	done | awk '$1 == "dep" || $1 == "=>" { if ($3 ~ /^v/) print $2 "@" $3 }' | sort -u >"$work/modules"
+	while IFS= read -r mv; do
+		mod=${mv%@*}
+		ver=${mv##*@}
+		enc=$(printf '%s' "$mod" | sed 's/[A-Z]/!&/g' | tr 'A-Z' 'a-z')
+		dir=$modcache/$enc@$ver
+		if [ ! -d "$dir" ]; then
+			"$GO" mod download "$mod@$ver" >/dev/null 2>&1 || true
+		fi
+		files=$(find "$dir" -maxdepth 1 -type f \( -iname 'LICENSE*' -o -iname 'LICENCE*' \
+			-o -iname 'COPYING*' -o -iname 'NOTICE*' \) 2>/dev/null | sort)
+		if [ -z "$files" ]; then
+			echo "build-packages: no license file found for Go module $mv (in $dir)" >&2
+			exit 1
+		fi
+		for f in $files; do
+			printf '\n==> %s %s: %s\n\n' "$mod" "$ver" "${f##*/}"
+			cat "$f"
+		done >>"$out"
+	done <"$work/modules"
+}
+
+# Copy the ELF files into the staging directory and strip them, as dh_strip
+# does (the build directory keeps its debug information).
+stage() {
+	for f in "$@"; do
+		mkdir -p "$stage/$(dirname "$f")"
+		cp "$build/$f" "$stage/$f"
+		case $f in
+		*.so | *.so.*) strip --remove-section=.comment --remove-section=.note --strip-unneeded "$stage/$f" ;;
+		*) strip --remove-section=.comment --remove-section=.note "$stage/$f" ;;
+		esac
+	done
+}
+
+: "${GPUSLICE_PKG_MAINTAINER:=gpuslice maintainers <maintainers@gpuslice.invalid>}"
+export GPUSLICE_PKG_MAINTAINER
+export GPUSLICE_PKG_VERSION="$version"
+stage=$work/stage
+export GPUSLICE_BUILD="$stage"
+export GPUSLICE_PKG_WORK="$work"
+
+# Example programs: the executables in build/examples.
+example_elf=$(cd "$build" && find examples -maxdepth 1 -type f -perm -u+x | sort)
+if [ -z "$example_elf" ]; then
+	echo "build-packages: no example programs in $build/examples" >&2
+	exit 1
+fi
+changelog gpuslice
+changelog gpuslice-fakecuda
+third_party_licenses
+stage $gpuslice_elf $fakecuda_elf $example_elf
+
+mkdir -p "$outdir"
+outdir=$(cd "$outdir" && pwd)
+cd "$root"
+for pkg in gpuslice gpuslice-fakecuda; do
+	case $pkg in
+	gpuslice) elf=$gpuslice_elf ;;
+	*) elf="$fakecuda_elf $example_elf" ;;
+	esac
+	GPUSLICE_GLIBC_MIN=$(glibc_min $elf)
+	export GPUSLICE_GLIBC_MIN
+	for fmt in $formats; do
+		case $fmt in
+		deb) rm -f "$outdir/${pkg}_"*.deb ;;
+		rpm) rm -f "$outdir/$pkg-"[0-9]*.rpm ;;
+		esac
+		"$GO" tool -modfile="$root/tools/go.mod" nfpm package --config "packaging/nfpm/$pkg.yaml" \
+			--packager "$fmt" --target "$outdir/" >"$work/nfpm.log" 2>&1 || {
+			cat "$work/nfpm.log" >&2
+			echo "build-packages: nfpm failed for $pkg ($fmt)" >&2
+			exit 1
+		}
+	done
+done
+ls -1 "$outdir"/gpuslice*_"$version"-1_*.deb "$outdir"/gpuslice*-"$version"-1.*.rpm 2>/dev/null || true

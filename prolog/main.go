@@ -1,0 +1,134 @@
+package prolog
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/spf13/pflag"
+
+	"github.com/gpuslice/gpuslice/daemon/config"
+	"github.com/gpuslice/gpuslice/internal/size"
+	"github.com/gpuslice/gpuslice/internal/version"
+)
+
+// Mode selects the program.
+type Mode int
+
+// The two programs.
+const (
+	ModeProlog Mode = iota
+	ModeEpilog
+)
+
+func (m Mode) name() string {
+	if m == ModeEpilog {
+		return "gpuslice-epilog"
+	}
+	return "gpuslice-prolog"
+}
+
+// Main is the whole program behind cmd/gpuslice-prolog and
+// cmd/gpuslice-epilog: it returns the exit status. slurmd runs the program
+// with no PATH and without its own environment, so the admin socket comes
+// from flags or gpusliced's configuration file (admin_socket, or
+// <runtime_dir>/admin.sock), as gpusliced itself resolves it.
+func Main(mode Mode, args []string, getenv func(string) string, stderr io.Writer) int {
+	prog := mode.name()
+	logw := prefixWriter{w: stderr, prefix: prog + ": "}
+	fs := pflag.NewFlagSet(prog, pflag.ContinueOnError)
+	fs.SetOutput(stderr)
+	configFile := fs.String("config", "", "gpusliced configuration file, read for admin_socket (default "+config.DefaultFile+" if it exists)")
+	adminSock := fs.String("admin-socket", "", "gpusliced admin socket (overrides the configuration file and GPUSLICE_ADMIN_SOCK)")
+	retry := fs.Duration("retry-timeout", 10*time.Second, "how long to retry while gpusliced is unreachable (restarting)")
+	def := fs.String("default", "", "quota of jobs submitted without --gpu-mem when SPANK_GPU_MEM is unset (empty: none)")
+	showVersion := fs.Bool("version", false, "print the version and exit")
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, "Usage: %s [flags]\n\nRun by slurmd as the %s (see docs/slurm.md).\n\nFlags:\n%s",
+			prog, map[Mode]string{ModeProlog: "Prolog", ModeEpilog: "Epilog"}[mode], fs.FlagUsages())
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, pflag.ErrHelp) {
+			return 0
+		}
+		fmt.Fprintf(logw, "%v (see --help)\n", err)
+		return 2
+	}
+	if *showVersion {
+		fmt.Fprintln(stderr, version.String(prog))
+		return 0
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(logw, "unexpected argument %q\n", fs.Arg(0))
+		return 2
+	}
+	var defBytes uint64
+	if *def != "" {
+		b, err := size.Parse(*def)
+		if err != nil || b == 0 {
+			fmt.Fprintf(logw, "--default %q: expected a positive size such as 8G\n", *def)
+			return 2
+		}
+		defBytes = b
+	}
+
+	job, err := JobFromEnv(getenv, defBytes)
+	if err != nil {
+		fmt.Fprintf(logw, "%v\n", err)
+		if mode == ModeEpilog && !errors.Is(err, ErrNoJob) {
+			return 0 // never drain a node over an Epilog's input
+		}
+		return 1
+	}
+	if job.QuotaBytes == 0 {
+		return 0 // no quota asked: nothing to do, and no daemon needed
+	}
+
+	cfg := Config{RetryTimeout: *retry, CallTimeout: 5 * time.Second, Log: logw}
+	cfg.AdminSocket = *adminSock
+	if cfg.AdminSocket == "" {
+		cargs := []string{}
+		if *configFile != "" {
+			cargs = append(cargs, "--config", *configFile)
+		}
+		dc, err := config.Load(cargs, io.Discard)
+		if err != nil {
+			fmt.Fprintf(logw, "job %s: %v\n", job.ID, err)
+			if mode == ModeEpilog {
+				return 0
+			}
+			return 1
+		}
+		cfg.AdminSocket = dc.AdminSocket
+	}
+
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	if mode == ModeEpilog {
+		Epilog(ctx, cfg, job)
+		return 0
+	}
+	if err := Prolog(ctx, cfg, job); err != nil {
+		fmt.Fprintf(logw, "job %s: %v\n", job.ID, err)
+		return 1
+	}
+	return 0
+}
+
+// prefixWriter starts every write with the program's name (one Fprintf is
+// one line here).
+type prefixWriter struct {
+	w      io.Writer
+	prefix string
+}
+
+func (p prefixWriter) Write(b []byte) (int, error) {
+	if _, err := io.WriteString(p.w, p.prefix); err != nil {
+		return 0, err
+	}
+	return p.w.Write(b)
+}

@@ -1,0 +1,158 @@
+package prolog
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/gpuslice/gpuslice/internal/client"
+	"github.com/gpuslice/gpuslice/internal/size"
+)
+
+// Config is how the Prolog/Epilog reach gpusliced.
+type Config struct {
+	// AdminSocket is gpusliced's admin API socket.
+	AdminSocket string
+	// RetryTimeout bounds how long an unreachable daemon (restarting) is
+	// retried before giving up.
+	RetryTimeout time.Duration
+	// CallTimeout bounds one API call.
+	CallTimeout time.Duration
+	// Log receives one line per decision (slurmd keeps it in its log).
+	Log io.Writer
+}
+
+func (c Config) logf(job Job, format string, args ...any) {
+	if c.Log != nil {
+		fmt.Fprintf(c.Log, "job %s: "+format+"\n", append([]any{job.ID}, args...)...)
+	}
+}
+
+// retry calls fn until it succeeds, fails with something other than
+// client.ErrUnavailable, or RetryTimeout has passed since the first try.
+func (c Config) retry(ctx context.Context, job Job, what string, fn func(context.Context) error) error {
+	deadline := time.Now().Add(c.RetryTimeout)
+	wait := 100 * time.Millisecond
+	for attempt := 1; ; attempt++ {
+		callCtx, cancel := context.WithTimeout(ctx, c.CallTimeout)
+		err := fn(callCtx)
+		cancel()
+		if err == nil || !errors.Is(err, client.ErrUnavailable) {
+			return err
+		}
+		if time.Now().Add(wait).After(deadline) {
+			return fmt.Errorf("%s: gpusliced unreachable for %v (%d attempts): %w", what, c.RetryTimeout, attempt, err)
+		}
+		if attempt == 1 {
+			c.logf(job, "%s: gpusliced unreachable, retrying for up to %v: %v", what, c.RetryTimeout, err)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(wait):
+		}
+		if wait < time.Second {
+			wait *= 2
+		}
+	}
+}
+
+// Prolog creates the job's session: owned by the job's uid, with the quota
+// on each of the job's GPUs. A job without a quota is left alone. Running
+// it again for the same job is harmless (the daemon answers "same session").
+// An error means the quota could not be set up: slurmd must not start the
+// job.
+func Prolog(ctx context.Context, cfg Config, job Job) error {
+	if job.QuotaBytes == 0 {
+		return nil
+	}
+	c := client.New(cfg.AdminSocket)
+	defer c.Close()
+	req := client.SessionRequest{ID: job.ID, UID: job.UID, QuotaBytes: job.QuotaBytes, GPUs: job.GPUs}
+	var s *client.Session
+	create := func(ctx context.Context) error {
+		var err error
+		s, err = c.CreateSession(ctx, req)
+		return err
+	}
+	err := cfg.retry(ctx, job, "create session", create)
+	if errors.Is(err, client.ErrConflict) {
+		// A session with this id but another owner or quota: left over
+		// from an earlier run of this job id (requeue) whose Epilog could
+		// not release it. Replace it unless a process still uses it.
+		err = replaceStale(ctx, cfg, c, job, create)
+	}
+	if err != nil {
+		return fmt.Errorf("cannot set up the GPU memory quota of %s per GPU: %w", size.Format(job.QuotaBytes), err)
+	}
+	gpus := make([]string, 0, len(s.GPUs))
+	for _, g := range s.GPUs {
+		gpus = append(gpus, fmt.Sprintf("%s=%s", g.UUID, size.Format(g.LimitBytes)))
+	}
+	cfg.logf(job, "session for uid %d with quota %v", job.UID, gpus)
+	return nil
+}
+
+func replaceStale(ctx context.Context, cfg Config, c *client.Client, job Job, create func(context.Context) error) error {
+	var old *client.Session
+	err := cfg.retry(ctx, job, "get session", func(ctx context.Context) error {
+		var err error
+		old, err = c.GetSession(ctx, job.ID)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("session exists with another owner or quota and cannot be read: %w", err)
+	}
+	if len(old.Processes) > 0 {
+		return fmt.Errorf("session %s exists with another owner (uid %d) or quota and has %d attached processes: %w",
+			job.ID, old.UID, len(old.Processes), client.ErrConflict)
+	}
+	cfg.logf(job, "replacing stale session (uid %d) left by an earlier run of this job id", old.UID)
+	err = cfg.retry(ctx, job, "delete stale session", func(ctx context.Context) error {
+		_, err := c.DeleteSession(ctx, job.ID)
+		return err
+	})
+	if err != nil && !errors.Is(err, client.ErrNotFound) {
+		return err
+	}
+	return cfg.retry(ctx, job, "create session", create)
+}
+
+// Epilog releases the job's session; the daemon keeps its report (peak and
+// final usage) in its history, shown by `gpuslice report <jobid>`. No
+// session is not an error (the Prolog may never have run), and neither is a
+// daemon that stays unreachable or fails: a failing Epilog would drain the
+// node, and gpusliced's TTL reaper releases the session once it is back.
+// The returned report is nil in those cases.
+func Epilog(ctx context.Context, cfg Config, job Job) *client.Report {
+	if job.QuotaBytes == 0 {
+		return nil
+	}
+	c := client.New(cfg.AdminSocket)
+	defer c.Close()
+	var r *client.Report
+	err := cfg.retry(ctx, job, "delete session", func(ctx context.Context) error {
+		var err error
+		r, err = c.DeleteSession(ctx, job.ID)
+		return err
+	})
+	switch {
+	case err == nil:
+		for _, g := range r.GPUs {
+			cfg.logf(job, "released %s: limit %s, peak %s, final %s, reclaimed %s, denied %d",
+				g.UUID, size.Format(g.LimitBytes), size.Format(g.PeakBytes), size.Format(g.FinalUsedBytes),
+				size.Format(g.ReclaimedBytes), g.Denied)
+		}
+		return r
+	case errors.Is(err, client.ErrNotFound):
+		cfg.logf(job, "no session to release")
+		return nil
+	default:
+		// Unreachable daemon, or an error of the daemon's: the session
+		// stays until gpusliced's TTL reaper releases it.
+		cfg.logf(job, "%v; leaving the session to gpusliced's TTL reaper", err)
+		return nil
+	}
+}

@@ -1,0 +1,79 @@
+/* plugstack.conf arguments: key=value, parsed here and only here. */
+#include "gs.h"
+
+#include <stdio.h>
+#include <string.h>
+
+static int copy_path(const char *key, const char *val, char *dst, size_t dstlen, char *err, size_t errlen)
+{
+	if (val[0] != '/') {
+		snprintf(err, errlen, "plugstack.conf argument %s=%s: expected an absolute path", key, val);
+		return -1;
+	}
+	if (strlen(val) >= dstlen) {
+		snprintf(err, errlen, "plugstack.conf argument %s=: path longer than %zu bytes", key, dstlen - 1);
+		return -1;
+	}
+	memcpy(dst, val, strlen(val) + 1);
+	return 0;
+}
+
+static int parse_size_arg(const char *key, const char *val, uint64_t *dst, char *err, size_t errlen)
+{
+	if (val[0] == '\0') { /* empty: feature off */
+		*dst = 0;
+		return 0;
+	}
+	if (gs_parse_size(val, dst) < 0 || *dst == 0) {
+		snprintf(err, errlen,
+			 "plugstack.conf argument %s=%s: expected a positive size such as 8G, 512M or 8192 (MB)",
+			 key, val);
+		return -1;
+	}
+	return 0;
+}
+
+int gs_args_parse(struct gs_config *cfg, int ac, char **av, char *err, size_t errlen)
+{
+	int i;
+
+	memset(cfg, 0, sizeof(*cfg));
+	snprintf(cfg->lib, sizeof(cfg->lib), "%s", GS_DEFAULT_LIB);
+	snprintf(cfg->socket, sizeof(cfg->socket), "%s", GS_DEFAULT_SOCKET);
+
+	for (i = 0; i < ac; i++) {
+		const char *arg = av[i];
+		const char *eq = strchr(arg, '=');
+		size_t klen;
+		const char *val;
+
+		if (!eq) {
+			snprintf(err, errlen, "plugstack.conf argument '%s': expected key=value (keys: lib, socket, default, max)", arg);
+			return -1;
+		}
+		klen = (size_t)(eq - arg);
+		val = eq + 1;
+		if (klen == 3 && strncmp(arg, "lib", 3) == 0) {
+			if (copy_path("lib", val, cfg->lib, sizeof(cfg->lib), err, errlen) < 0)
+				return -1;
+		} else if (klen == 6 && strncmp(arg, "socket", 6) == 0) {
+			if (copy_path("socket", val, cfg->socket, sizeof(cfg->socket), err, errlen) < 0)
+				return -1;
+		} else if (klen == 7 && strncmp(arg, "default", 7) == 0) {
+			if (parse_size_arg("default", val, &cfg->default_bytes, err, errlen) < 0)
+				return -1;
+		} else if (klen == 3 && strncmp(arg, "max", 3) == 0) {
+			if (parse_size_arg("max", val, &cfg->max_bytes, err, errlen) < 0)
+				return -1;
+		} else {
+			snprintf(err, errlen, "unknown plugstack.conf argument '%.*s' (keys: lib, socket, default, max)",
+				 (int)klen, arg);
+			return -1;
+		}
+	}
+	if (cfg->max_bytes && cfg->default_bytes > cfg->max_bytes) {
+		snprintf(err, errlen, "plugstack.conf: default= is larger than max=");
+		return -1;
+	}
+	return 0;
+}

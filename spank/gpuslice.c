@@ -1,0 +1,73 @@
+/*
+ * gpuslice SPANK plugin: per-job GPU-memory quotas.
+ *
+ *   srun/sbatch/salloc --gpu-mem=SIZE   the job's quota on each of its GPUs
+ *
+ * This file holds the SPANK entry points only; each one switches on
+ * spank_context() and hands off to the file of that context.
+ */
+#include "gs.h"
+
+#include <stdio.h>
+
+struct gs_config gs_config;
+
+#pragma GCC visibility push(default)
+
+SPANK_PLUGIN(gpuslice, 1);
+
+int slurm_spank_init(spank_t sp, int ac, char **av)
+{
+	char err[512];
+	spank_context_t ctx = spank_context();
+
+	if (gs_args_parse(&gs_config, ac, av, err, sizeof(err)) < 0) {
+		gs_error("%s", err);
+		return -1;
+	}
+	switch (ctx) {
+	case S_CTX_LOCAL:
+	case S_CTX_ALLOCATOR:
+	case S_CTX_REMOTE:
+		return gs_option_register(sp);
+	default:
+		return 0;
+	}
+}
+
+int slurm_spank_init_post_opt(spank_t sp, int ac, char **av)
+{
+	(void)ac;
+	(void)av;
+	switch (spank_context()) {
+	case S_CTX_LOCAL:
+		return gs_local_post_opt(sp);
+	case S_CTX_ALLOCATOR:
+		return gs_allocator_post_opt(sp);
+	default:
+		return 0;
+	}
+}
+
+int slurm_spank_task_init(spank_t sp, int ac, char **av)
+{
+	(void)ac;
+	(void)av;
+	switch (spank_context()) {
+	case S_CTX_REMOTE:
+		return gs_remote_task_init(sp);
+	default:
+		return 0;
+	}
+}
+
+int slurm_spank_exit(spank_t sp, int ac, char **av)
+{
+	(void)sp;
+	(void)ac;
+	(void)av;
+	gs_option_cleanup();
+	return 0;
+}
+
+#pragma GCC visibility pop

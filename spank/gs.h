@@ -1,0 +1,74 @@
+/*
+ * gpuslice SPANK plugin: shared declarations.
+ *
+ * gpuslice.c holds the SPANK entry points and dispatches on spank_context()
+ * to one file per context: local.c (srun), allocator.c (sbatch, salloc),
+ * remote.c (slurmstepd). args.c parses plugstack.conf arguments, option.c
+ * owns --gpu-mem, size.c parses sizes, daemon.c asks gpusliced about a
+ * session.
+ */
+#ifndef GPUSLICE_SPANK_GS_H
+#define GPUSLICE_SPANK_GS_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include <slurm/spank.h>
+
+#include "size.h"
+
+#define GS_PLUGIN "gpuslice"
+
+/* Every log line starts with the plugin's name. */
+#define gs_error(fmt, ...) slurm_error(GS_PLUGIN ": " fmt, ##__VA_ARGS__)
+#define gs_info(fmt, ...) slurm_info(GS_PLUGIN ": " fmt, ##__VA_ARGS__)
+#define gs_verbose(fmt, ...) slurm_verbose(GS_PLUGIN ": " fmt, ##__VA_ARGS__)
+#define gs_debug(fmt, ...) slurm_debug(GS_PLUGIN ": " fmt, ##__VA_ARGS__)
+#define gs_user(fmt, ...) slurm_spank_log(GS_PLUGIN ": " fmt, ##__VA_ARGS__)
+
+#define GS_DEFAULT_LIB "/usr/lib/gpuslice/libgpuslice.so"
+#define GS_DEFAULT_SOCKET "/run/gpuslice/ipc.sock"
+
+/* Name given to spank_job_control_setenv: Prolog/Epilog see SPANK_GPU_MEM,
+ * the job's environment (batch script, salloc shell) SLURM_SPANK_GPU_MEM. */
+#define GS_JOB_CONTROL_VAR "GPU_MEM"
+#define GS_JOB_ENV_VAR "SLURM_SPANK_GPU_MEM"
+
+/* plugstack.conf arguments (args.c). */
+struct gs_config {
+	char lib[4096];       /* lib=: interceptor preloaded into tasks */
+	char socket[108];     /* socket=: gpusliced IPC socket (sun_path size) */
+	uint64_t default_bytes; /* default=: quota for jobs asking none; 0 = none */
+	uint64_t max_bytes;   /* max=: largest accepted --gpu-mem; 0 = no limit */
+};
+
+extern struct gs_config gs_config;
+
+int gs_args_parse(struct gs_config *cfg, int ac, char **av, char *err, size_t errlen);
+
+/* --gpu-mem (option.c). */
+int gs_option_register(spank_t sp);
+/* Raw value given on the command line or inherited from the environment;
+ * NULL when the option was not used. */
+const char *gs_option_value(void);
+/* Validate a --gpu-mem value against the syntax and max=. Writes the
+ * user-facing message to err on failure and returns -1. */
+int gs_option_check(const char *value, uint64_t max_bytes, uint64_t *bytes, char *err, size_t errlen);
+void gs_option_cleanup(void);
+
+/* Per-context handlers. */
+int gs_local_post_opt(spank_t sp);     /* srun */
+int gs_allocator_post_opt(spank_t sp); /* sbatch, salloc */
+int gs_remote_task_init_privileged(spank_t sp);
+int gs_remote_task_init(spank_t sp);
+
+/* Shared by local.c and allocator.c: the job's quota from --gpu-mem or
+ * default=, 0 when the job asks none. -1 on invalid input (logged). */
+int gs_submit_quota(uint64_t *bytes);
+/* Publish the quota to Prolog/Epilog (spank_job_control_setenv). */
+int gs_submit_publish(spank_t sp, uint64_t bytes);
+
+/* daemon.c: does gpusliced hold session id? 1 yes, 0 no, -1 unknown. */
+int gs_daemon_has_session(const char *socket_path, const char *id);
+
+#endif

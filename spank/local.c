@@ -1,0 +1,69 @@
+/* Local context: srun. Outside an allocation srun creates the job and the
+ * quota is set like sbatch/salloc. Inside an allocation (SLURM_JOB_ID set:
+ * a batch script, an salloc shell) the job already exists and its Prolog
+ * has run: the quota belongs to the job and every step shares it. A
+ * --gpu-mem that disagrees with it is refused rather than silently
+ * ignored. */
+#include "gs.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+/* SLURM_SPANK_GPU_MEM holds a plain byte count (gs_submit_publish). */
+static int parse_bytes(const char *s, uint64_t *out)
+{
+	char *end;
+	unsigned long long v;
+
+	if (!s || !isdigit((unsigned char)s[0]))
+		return -1;
+	errno = 0;
+	v = strtoull(s, &end, 10);
+	if (errno || *end != '\0' || v == 0)
+		return -1;
+	*out = v;
+	return 0;
+}
+
+static int check_in_allocation(const char *job)
+{
+	const char *v = gs_option_value();
+	const char *jobq = getenv(GS_JOB_ENV_VAR);
+	uint64_t want, have;
+	char human[32];
+
+	if (!v)
+		return 0;
+	if (gs_submit_quota(&want) < 0)
+		return -1;
+	if (parse_bytes(jobq, &have) < 0) {
+		gs_error("--gpu-mem=%s: job %s was submitted without a GPU memory quota; "
+			 "the quota is set per job (sbatch/salloc --gpu-mem) and shared by all its steps",
+			 v, job);
+		return -1;
+	}
+	if (want != have) {
+		gs_format_size(have, human, sizeof(human));
+		gs_error("--gpu-mem=%s differs from job %s's quota of %s: all steps of a job share the "
+			 "quota set at submission; drop --gpu-mem from this srun",
+			 v, job, human);
+		return -1;
+	}
+	return 0;
+}
+
+int gs_local_post_opt(spank_t sp)
+{
+	const char *job = getenv("SLURM_JOB_ID");
+	uint64_t bytes;
+
+	if (job && *job)
+		return check_in_allocation(job);
+	if (gs_submit_quota(&bytes) < 0)
+		return -1;
+	if (bytes == 0)
+		return 0;
+	return gs_submit_publish(sp, bytes);
+}

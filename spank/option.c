@@ -1,0 +1,117 @@
+/* --gpu-mem: one option table, registered with spank_option_register. */
+#include "gs.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Last value seen. Slurm may call the callback more than once (a value
+ * inherited from the environment, then the command line; twice in
+ * slurmstepd), so the callback only records: validation happens once, in
+ * init_post_opt (where a failure makes srun/sbatch/salloc exit 1 before
+ * anything is submitted) or where the value is used. */
+static char *opt_value;
+
+static int opt_gpu_mem(int val, const char *optarg, int remote)
+{
+	char *copy;
+
+	(void)val;
+	(void)remote;
+	if (!optarg)
+		return 0;
+	copy = strdup(optarg);
+	if (!copy) {
+		gs_error("out of memory recording --gpu-mem");
+		return -1;
+	}
+	free(opt_value);
+	opt_value = copy;
+	return 0;
+}
+
+static struct spank_option options[] = {
+	{"gpu-mem", "SIZE",
+	 "GPU memory quota of the job on each of its GPUs, e.g. 8G, 512M or 8192 (MB); "
+	 "suffixes K, M, G, T (powers of 1024), default unit MB [gpuslice]",
+	 1, 0, opt_gpu_mem},
+	SPANK_OPTIONS_TABLE_END,
+};
+
+int gs_option_register(spank_t sp)
+{
+	struct spank_option *o;
+	int rc;
+
+	for (o = options; o->name; o++) {
+		rc = spank_option_register(sp, o);
+		if (rc != ESPANK_SUCCESS) {
+			gs_error("cannot register --%s: %s", o->name, spank_strerror(rc));
+			return -1;
+		}
+	}
+	return 0;
+}
+
+const char *gs_option_value(void)
+{
+	return opt_value;
+}
+
+int gs_option_check(const char *value, uint64_t max_bytes, uint64_t *bytes, char *err, size_t errlen)
+{
+	char maxs[32];
+
+	if (gs_parse_size(value, bytes) < 0 || *bytes == 0) {
+		snprintf(err, errlen,
+			 "invalid --gpu-mem '%s': expected a positive size such as 8G, 512M or 8192 (MB); "
+			 "suffixes K, M, G, T (powers of 1024)",
+			 value);
+		return -1;
+	}
+	if (max_bytes && *bytes > max_bytes) {
+		gs_format_size(max_bytes, maxs, sizeof(maxs));
+		snprintf(err, errlen, "invalid --gpu-mem '%s': larger than this cluster's maximum of %s", value, maxs);
+		return -1;
+	}
+	return 0;
+}
+
+void gs_option_cleanup(void)
+{
+	free(opt_value);
+	opt_value = NULL;
+}
+
+int gs_submit_quota(uint64_t *bytes)
+{
+	char err[256];
+	const char *v = gs_option_value();
+
+	*bytes = 0;
+	if (!v) {
+		*bytes = gs_config.default_bytes;
+		return 0;
+	}
+	if (gs_option_check(v, gs_config.max_bytes, bytes, err, sizeof(err)) < 0) {
+		gs_error("%s", err);
+		return -1;
+	}
+	return 0;
+}
+
+int gs_submit_publish(spank_t sp, uint64_t bytes)
+{
+	char val[32], human[32];
+	int rc;
+
+	snprintf(val, sizeof(val), "%llu", (unsigned long long)bytes);
+	rc = spank_job_control_setenv(sp, GS_JOB_CONTROL_VAR, val, 1);
+	if (rc != ESPANK_SUCCESS) {
+		gs_error("cannot pass the GPU memory quota to the job: %s", spank_strerror(rc));
+		return -1;
+	}
+	gs_format_size(bytes, human, sizeof(human));
+	gs_verbose("GPU memory quota %s per GPU", human);
+	return 0;
+}

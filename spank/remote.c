@@ -1,0 +1,155 @@
+/*
+ * Remote context: slurmstepd. slurm_spank_task_init runs in each task, as
+ * the job's user, just before exec (CUDA_VISIBLE_DEVICES is already set).
+ * For a job with a quota it appends the interceptor to LD_PRELOAD (keeping
+ * what the user had) and points it at the job's session.
+ *
+ * Whether the job has a quota, in order:
+ *  1. SLURM_SPANK_GPU_MEM in the job's environment (batch script, salloc,
+ *     and every srun step inside them);
+ *  2. --gpu-mem forwarded to this step (srun outside an allocation);
+ *  3. default= in plugstack.conf (every job has a quota);
+ *  4. gpusliced holds session <jobid> (e.g. srun --jobid=N from outside).
+ * Injecting for a job without a session is harmless: the interceptor fails
+ * closed, which is the right outcome for a job that asked for a quota.
+ */
+#include "gs.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int job_has_quota(spank_t sp, const char *jobid, const char **why)
+{
+	char buf[64];
+	int r;
+
+	if (spank_getenv(sp, GS_JOB_ENV_VAR, buf, sizeof(buf)) == ESPANK_SUCCESS && buf[0] != '\0') {
+		*why = GS_JOB_ENV_VAR;
+		return 1;
+	}
+	if (gs_option_value()) {
+		*why = "--gpu-mem";
+		return 1;
+	}
+	if (gs_config.default_bytes) {
+		*why = "default=";
+		return 1;
+	}
+	r = gs_daemon_has_session(gs_config.socket, jobid);
+	if (r == 1) {
+		*why = "gpusliced session";
+		return 1;
+	}
+	return 0;
+}
+
+/* Is path already one of the entries of an LD_PRELOAD list (separated by
+ * colons or blanks, as ld.so reads it)? */
+static int preload_has(const char *list, const char *path)
+{
+	size_t plen = strlen(path);
+	const char *p = list;
+
+	while (*p) {
+		size_t n;
+		while (*p == ':' || *p == ' ' || *p == '\t')
+			p++;
+		n = strcspn(p, ": \t");
+		if (n == plen && strncmp(p, path, n) == 0)
+			return 1;
+		p += n;
+	}
+	return 0;
+}
+
+/* Fetch LD_PRELOAD from the task's environment into a malloc'd string
+ * ("" when unset). */
+static char *get_preload(spank_t sp)
+{
+	size_t len = 1024;
+	char *buf = NULL;
+
+	for (;;) {
+		char *nb = realloc(buf, len);
+		int rc;
+
+		if (!nb) {
+			free(buf);
+			return NULL;
+		}
+		buf = nb;
+		rc = spank_getenv(sp, "LD_PRELOAD", buf, (int)len);
+		if (rc == ESPANK_SUCCESS)
+			return buf;
+		if (rc == ESPANK_ENV_NOEXIST) {
+			buf[0] = '\0';
+			return buf;
+		}
+		if (rc != ESPANK_NOSPACE || len >= (1u << 20)) {
+			free(buf);
+			return NULL;
+		}
+		len *= 2;
+	}
+}
+
+int gs_remote_task_init(spank_t sp)
+{
+	int rv = -1, rc;
+	uint32_t jobid = 0;
+	char id[16];
+	const char *why = NULL;
+	char *old = NULL, *preload = NULL;
+
+	rc = spank_get_item(sp, S_JOB_ID, &jobid);
+	if (rc != ESPANK_SUCCESS) {
+		gs_error("cannot read the job id: %s", spank_strerror(rc));
+		goto out;
+	}
+	snprintf(id, sizeof(id), "%u", jobid);
+	if (!job_has_quota(sp, id, &why)) {
+		rv = 0;
+		goto out;
+	}
+
+	old = get_preload(sp);
+	if (!old) {
+		gs_error("job %s: cannot read LD_PRELOAD", id);
+		goto out;
+	}
+	if (!preload_has(old, gs_config.lib)) {
+		size_t n = strlen(old) + strlen(gs_config.lib) + 2;
+		preload = malloc(n);
+		if (!preload) {
+			gs_error("job %s: out of memory", id);
+			goto out;
+		}
+		if (old[0])
+			snprintf(preload, n, "%s:%s", old, gs_config.lib);
+		else
+			snprintf(preload, n, "%s", gs_config.lib);
+		rc = spank_setenv(sp, "LD_PRELOAD", preload, 1);
+		if (rc != ESPANK_SUCCESS) {
+			gs_error("job %s: cannot set LD_PRELOAD: %s", id, spank_strerror(rc));
+			goto out;
+		}
+	}
+	rc = spank_setenv(sp, "GPUSLICE_SESSION", id, 1);
+	if (rc != ESPANK_SUCCESS) {
+		gs_error("job %s: cannot set GPUSLICE_SESSION: %s", id, spank_strerror(rc));
+		goto out;
+	}
+	rc = spank_setenv(sp, "GPUSLICE_IPC_SOCK", gs_config.socket, 1);
+	if (rc != ESPANK_SUCCESS) {
+		gs_error("job %s: cannot set GPUSLICE_IPC_SOCK: %s", id, spank_strerror(rc));
+		goto out;
+	}
+	gs_debug("job %s: interceptor injected (quota from %s)", id, why);
+	rv = 0;
+out:
+	free(old);
+	free(preload);
+	return rv;
+}

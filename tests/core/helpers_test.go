@@ -1,0 +1,136 @@
+package core
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/gpuslice/gpuslice/internal/client"
+	"github.com/gpuslice/gpuslice/internal/ledger"
+	"github.com/gpuslice/gpuslice/internal/testenv"
+	"github.com/gpuslice/gpuslice/tests/interceptor/probe"
+)
+
+const (
+	MiB = uint64(1) << 20
+	GiB = uint64(1) << 30
+)
+
+var sessionSeq atomic.Int64
+
+func ctx(t *testing.T) context.Context {
+	t.Helper()
+	c, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	return c
+}
+
+// newSession creates a root-owned session (or uid's) and returns its id.
+func newSession(t *testing.T, d *testenv.Daemon, req client.SessionRequest) *client.Session {
+	t.Helper()
+	if req.ID == "" {
+		req.ID = fmt.Sprintf("core%d-%d", os.Getpid(), sessionSeq.Add(1))
+	}
+	s, err := d.Client().CreateSession(ctx(t), req)
+	if err != nil {
+		t.Fatalf("create session %+v: %v", req, err)
+	}
+	return s
+}
+
+// openLedger maps the session's ledger files from the daemon's runtime
+// directory (as root), the way a client maps them: limits read-only.
+func openLedger(t *testing.T, d *testenv.Daemon, id string) *ledger.Ledger {
+	t.Helper()
+	limPath, ctrPath := ledger.Paths(d.LedgerDir, id)
+	lim, err := os.Open(limPath)
+	if err != nil {
+		t.Fatalf("open ledger: %v", err)
+	}
+	defer lim.Close()
+	ctr, err := os.OpenFile(ctrPath, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatalf("open ledger: %v", err)
+	}
+	defer ctr.Close()
+	l, err := ledger.Map(lim, ctr)
+	if err != nil {
+		t.Fatalf("map ledger: %v", err)
+	}
+	t.Cleanup(func() { l.Close() })
+	return l
+}
+
+// gpuIndex is the ledger index of the GPU with uuid.
+func gpuIndex(t *testing.T, l *ledger.Ledger, uuid string) int {
+	t.Helper()
+	for g := 0; g < l.NGPUs(); g++ {
+		if l.UUID(g) == uuid {
+			return g
+		}
+	}
+	t.Fatalf("GPU %s is not in the ledger", uuid)
+	return -1
+}
+
+// slotOf returns the used bytes per ledger GPU of the slot owned by pid.
+func slotOf(t *testing.T, l *ledger.Ledger, pid int) ([]uint64, bool) {
+	t.Helper()
+	for _, s := range l.Attached() {
+		if int(s.PID) == pid && s.State == ledger.SlotAttached {
+			return s.Used, true
+		}
+	}
+	return nil, false
+}
+
+// sumSlots adds up every attached slot's bytes on ledger GPU g.
+func sumSlots(l *ledger.Ledger, g int) uint64 {
+	var n uint64
+	for _, s := range l.Attached() {
+		n += s.Used[g]
+	}
+	return n
+}
+
+// eventually polls cond every 10 ms until it holds or the deadline passes.
+func eventually(t *testing.T, within time.Duration, what string, cond func() (bool, string)) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		ok, state := cond()
+		if ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not reached within %v (%s)", what, within, state)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// sessionEnv is the environment of a process in session id, interceptor preloaded.
+func sessionEnv(t *testing.T, d *testenv.Daemon, id string, extra ...string) []string {
+	t.Helper()
+	env := append(d.Env(), "LD_PRELOAD="+probe.Lib(t), "GPUSLICE_SESSION="+id)
+	return append(env, extra...)
+}
+
+// example is the path of a fakecuda example program.
+func example(t *testing.T, name string) string {
+	t.Helper()
+	return testenv.Artifact(t, filepath.Join("examples", name))
+}
+
+// noStderr fails when the process complained.
+func noStderr(t *testing.T, what, stderr string) {
+	t.Helper()
+	if strings.TrimSpace(stderr) != "" {
+		t.Errorf("%s wrote to stderr:\n%s", what, stderr)
+	}
+}

@@ -1,0 +1,91 @@
+package slurm
+
+import (
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+	"time"
+)
+
+// withPlugstack replaces the plugin's arguments for the rest of the test.
+// srun, sbatch, salloc and slurmstepd read plugstack.conf each time they
+// start, so no daemon needs a restart.
+func (c *cluster) withPlugstack(t *testing.T, args string) {
+	t.Helper()
+	path := c.path("plugstack.conf")
+	old, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := writeFile(path, string(old), 0o644); err != nil {
+			t.Errorf("restore plugstack.conf: %v", err)
+		}
+	})
+	line := fmt.Sprintf("required %s lib=%s socket=%s %s\n", c.bin("plugin"), c.bin("interceptor"), c.ipcSock, args)
+	if err := writeFile(path, line, 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// default= gives jobs that ask for nothing a quota; --gpu-mem still wins.
+func TestDefaultQuota(t *testing.T) {
+	c := needCluster(t)
+	u := c.users["gsltest2"]
+	c.withPlugstack(t, "default=512M max=4G")
+	tests := []struct {
+		name  string
+		args  []string
+		quota uint64
+	}{
+		{"no --gpu-mem: the default", nil, 512 * MiB},
+		{"--gpu-mem wins", []string{"--gpu-mem=1G"}, 1 * GiB},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			args := append(append([]string{"-v"}, tt.args...), c.bin("target_app"), "--step", "256M", "--count", "5")
+			r := run(ctxFor(t, time.Minute), c.cmd(u, "srun", args...))
+			if r.code != 0 {
+				t.Fatalf("srun: %s", r)
+			}
+			app := parseApp(t, r.stdout)
+			if app.total != tt.quota || app.allowed != tt.quota/(256*MiB) {
+				t.Fatalf("total %d, allowed %d; want a %d-byte quota", app.total, app.allowed, tt.quota)
+			}
+			id := jobID(t, r)
+			c.assertReleased(t, id)
+			if h := c.history(t, id); h.GPUs[0].LimitBytes != tt.quota {
+				t.Fatalf("session limit %d, want %d", h.GPUs[0].LimitBytes, tt.quota)
+			}
+		})
+	}
+}
+
+// Bad plugin arguments are errors that name the plugin and the argument;
+// with "required" the command refuses to run.
+func TestPlugstackArguments(t *testing.T) {
+	c := needCluster(t)
+	u := c.users["gsltest1"]
+	tests := []struct{ args, msg string }{
+		{"bogus=1", "gpuslice: unknown plugstack.conf argument 'bogus'"},
+		{"max=8X", "gpuslice: plugstack.conf argument max=8X: expected a positive size"},
+		{"default=0", "gpuslice: plugstack.conf argument default=0: expected a positive size"},
+		{"default=8G max=4G", "gpuslice: plugstack.conf: default= is larger than max="},
+		{"lib=relative.so", "gpuslice: plugstack.conf argument lib=relative.so: expected an absolute path"},
+		{"socket", "gpuslice: plugstack.conf argument 'socket': expected key=value"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.args, func(t *testing.T) {
+			c.withPlugstack(t, tt.args)
+			before := c.jobCount(t)
+			r := run(ctxFor(t, time.Minute), c.cmd(u, "srun", "true"))
+			if r.code == 0 || !strings.Contains(r.stderr, tt.msg) {
+				t.Fatalf("srun with plugin arguments %q: %s\nwant a failure saying %q", tt.args, r, tt.msg)
+			}
+			if after := c.jobCount(t); after != before {
+				t.Fatalf("a job was created (%d jobs, %d before)", after, before)
+			}
+		})
+	}
+}
