@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/gpuslice/gpuslice/internal/client"
+	"github.com/gpuslice/gpuslice/internal/ipc"
 	"github.com/gpuslice/gpuslice/internal/size"
 	"github.com/gpuslice/gpuslice/internal/version"
 	"github.com/spf13/pflag"
@@ -86,7 +87,9 @@ func init() {
 			"Creates session ID (a Slurm job id or any name of 1..63 characters from A-Z a-z 0-9 . _ -)\n" +
 				"for --uid with --gpu-mem per GPU. Creating the same session again with the same owner and\n" +
 				"quota succeeds and changes nothing.", allocateCmd},
-		{"status", "[flags] ID", "show a session: quota, used and peak per GPU, live processes", "", statusCmd},
+		{"status", "[flags] ID", "show a session: quota, used and peak per GPU, live processes",
+			"Asks the admin socket; without access to it (a job's user), asks the IPC socket, where\n" +
+				"only the session's owner (or root) may read it.", statusCmd},
 		{"release", "[flags] ID", "release a session and print its report", "", releaseCmd},
 		{"list", "[flags]", "list live sessions", "", listCmd},
 		{"report", "[flags] ID", "show the report of a released session (e.g. a finished job)", "", reportCmd},
@@ -344,6 +347,15 @@ func statusCmd(fs *pflag.FlagSet, e *env) func([]string) error {
 		ctx, cancel := ctxTimeout()
 		defer cancel()
 		s, err := e.client().GetSession(ctx, id)
+		if errors.Is(err, client.ErrUnavailable) {
+			// The admin socket is root-only: a job's user asks over the IPC
+			// socket instead, where the daemon checks ownership.
+			if s2, ierr := ipcStatus(e.ipcSock, id, e.getenv("GPUSLICE_IPC_TOKEN")); ierr == nil {
+				s, err = s2, nil
+			} else if !errors.Is(ierr, errIPCUnreachable) {
+				err = ierr
+			}
+		}
 		if err != nil {
 			return err
 		}
@@ -353,6 +365,31 @@ func statusCmd(fs *pflag.FlagSet, e *env) func([]string) error {
 		printSession(e.stdout, s)
 		return nil
 	}
+}
+
+var errIPCUnreachable = errors.New("IPC socket unreachable")
+
+// ipcStatus asks for a session over the IPC socket (STATUS).
+func ipcStatus(sock, id, token string) (*client.Session, error) {
+	c, err := ipc.Dial(sock)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", errIPCUnreachable, err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(10 * time.Second))
+	raw, err := c.Status(id, token)
+	if err != nil {
+		var re *ipc.RemoteError
+		if errors.As(err, &re) && re.Code == ipc.CodeUnknown {
+			return nil, fmt.Errorf("%w: %s", client.ErrNotFound, re.Message)
+		}
+		return nil, err
+	}
+	var s client.Session
+	if err := json.Unmarshal(raw, &s); err != nil {
+		return nil, fmt.Errorf("decode STATUS reply: %w", err)
+	}
+	return &s, nil
 }
 
 func releaseCmd(fs *pflag.FlagSet, e *env) func([]string) error {

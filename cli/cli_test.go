@@ -217,3 +217,38 @@ func TestRun(t *testing.T) {
 		}
 	})
 }
+
+// TestStatusAsJobUser: the admin socket is root-only, so a job's user gets
+// its session over the IPC socket, and only its own.
+func TestStatusAsJobUser(t *testing.T) {
+	if os.Getuid() != 0 {
+		t.Fatal("this test runs the CLI as other uids and must run as root (CI does)")
+	}
+	d := testenv.StartDaemon(t, testenv.DaemonOptions{})
+	bin := testenv.Artifact(t, "bin/gpuslice")
+	if _, err := d.Client().CreateSession(context.Background(), client.SessionRequest{ID: "owned", UID: 4242, QuotaBytes: 1 << 30}); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name string
+		uid  uint32
+		id   string
+		code int
+		want string
+	}{
+		{"owner", 4242, "owned", 0, `"id": "owned"`},
+		{"other user", 4243, "owned", cli.ExitError, "belongs to uid 4242"},
+		{"unknown session", 4242, "nope", cli.ExitNotFound, "nope"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			c := exec.Command(bin, "--admin-socket", d.AdminSock, "--ipc-socket", d.IPCSock, "status", "--json", tc.id)
+			c.Env = testenv.BaseEnv()
+			c.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: tc.uid, Gid: tc.uid}}
+			out, _ := c.CombinedOutput()
+			if got := c.ProcessState.ExitCode(); got != tc.code || !strings.Contains(string(out), tc.want) {
+				t.Fatalf("exit %d (want %d), output:\n%s", got, tc.code, out)
+			}
+		})
+	}
+}

@@ -25,6 +25,7 @@ import (
 	"github.com/gpuslice/gpuslice/daemon/session"
 	"github.com/gpuslice/gpuslice/daemon/store"
 	"github.com/gpuslice/gpuslice/internal/version"
+	"github.com/spf13/pflag"
 	"golang.org/x/sys/unix"
 )
 
@@ -36,7 +37,7 @@ const ShutdownTimeout = 5 * time.Second
 func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	cfg, err := config.Load(args, stderr)
 	if err != nil {
-		if errors.Is(err, pflagHelp) {
+		if errors.Is(err, pflag.ErrHelp) { // usage already printed
 			return 0
 		}
 		fmt.Fprintf(stderr, "gpusliced: %v\n", err)
@@ -63,6 +64,10 @@ func NewLogger(cfg config.Config, w io.Writer) *slog.Logger {
 // Run runs the daemon with cfg until ctx is cancelled.
 func Run(ctx context.Context, cfg config.Config, logw io.Writer) error {
 	log := NewLogger(cfg, logw)
+	gpus, err := gpu.Inventory(cfg.NVMLLibrary)
+	if err != nil {
+		return err
+	}
 	if err := os.MkdirAll(cfg.RuntimeDir, 0o755); err != nil {
 		return fmt.Errorf("runtime dir: %w", err)
 	}
@@ -75,10 +80,6 @@ func Run(ctx context.Context, cfg config.Config, logw io.Writer) error {
 		return fmt.Errorf("state dir: %w", err)
 	}
 
-	gpus, err := gpu.Inventory(cfg.NVMLLibrary)
-	if err != nil {
-		return err
-	}
 	if len(gpus) == 0 {
 		log.Warn("NVML reports no GPU; sessions cannot be created")
 	}
@@ -125,7 +126,7 @@ func Run(ctx context.Context, cfg config.Config, logw io.Writer) error {
 
 	ipcSrv := ipcserver.New(mgr, ipcserver.Options{Token: cfg.IPCToken, TokenRequired: cfg.IPCTokenRequired,
 		Log: log, Observe: met.ObserveIPC})
-	adminSrv := &http.Server{Handler: admin.Handler(mgr, met.Registry, log), ReadHeaderTimeout: 10 * time.Second,
+	adminSrv := &http.Server{Handler: admin.Handler(mgr, met.Registry, log), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: time.Minute,
 		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
 	var pubSrv *http.Server
 	var pubLn net.Listener

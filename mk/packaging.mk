@@ -46,7 +46,7 @@ SLURM_SYSCONFDIR?= $(SYSCONFDIR)/slurm
 # plugstack.conf line names the plugin by absolute path, since SLURM_PLUGINDIR
 # is usually not Slurm's PluginDir.
 INSTALL_SED := -e 's@^\(required\|optional\)\([[:space:]]\{1,\}\)gpuslice\.so\b@\1\2$(SLURM_PLUGINDIR)/gpuslice.so@' \
-               -e 's|/usr/lib/x86_64-linux-gnu/slurm-wlm/gpuslice\.so|$(SLURM_PLUGINDIR)/gpuslice.so|g' \
+               -e 's|/usr/lib/[a-z0-9_]*-linux-gnu/slurm-wlm/gpuslice\.so|$(SLURM_PLUGINDIR)/gpuslice.so|g' \
                -e 's|/usr/lib64/slurm/gpuslice\.so|$(SLURM_PLUGINDIR)/gpuslice.so|g' \
                -e 's|/usr/sbin/gpusliced|$(SBINDIR)/gpusliced|g' \
                -e 's|/usr/bin/gpuslice|$(BINDIR)/gpuslice|g' \

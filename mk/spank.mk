@@ -8,7 +8,7 @@ SPANK_MAP    := spank/gpuslice.map
 SPANK_CFLAGS := $(CFLAGS_COMMON) -fvisibility=hidden
 SPANK_LDFLAGS:= $(LDFLAGS_COMMON) -shared -Wl,--version-script=$(SPANK_MAP)
 PROLOG_BINS  := $(BIN)/gpuslice-prolog $(BIN)/gpuslice-epilog
-PROLOG_GO    := $(shell find prolog cmd/gpuslice-prolog cmd/gpuslice-epilog internal daemon/config -name '*.go' ! -name '*_test.go' 2>/dev/null) go.mod
+PROLOG_GO    := $(shell find prolog cmd/gpuslice-prolog cmd/gpuslice-epilog internal daemon -name '*.go' ! -name '*_test.go' 2>/dev/null) go.mod
 PROLOG_LDFLAGS := -ldflags "-X github.com/gpuslice/gpuslice/internal/version.Version=$(VERSION)"
 
 .PHONY: spank test-slurm
@@ -20,8 +20,10 @@ $(SPANK_SO): $(SPANK_SRCS) $(SPANK_HDRS) $(SPANK_MAP) /usr/include/slurm/spank.h
 
 $(BIN)/gpuslice-prolog $(BIN)/gpuslice-epilog: $(BIN)/gpuslice-%: $(PROLOG_GO)
 	@mkdir -p $(@D)
-	$(GO) build $(PROLOG_LDFLAGS) -o $@ ./cmd/gpuslice-$*
+	$(GO) build -trimpath $(PROLOG_LDFLAGS) -o $@ ./cmd/gpuslice-$*
 
-test-slurm: ## unit tests of the Prolog/Epilog and the plugin's size parser; end-to-end suite on a real Slurm (root)
-	$(GO) test -count=1 ./prolog/... ./spank/...
-	$(GO) test -count=1 -timeout 20m ./tests/slurm/...
+# The Prolog/Epilog tests run a real gpusliced (fakecuda's NVML); the
+# end-to-end suite needs every component and root (it skips otherwise).
+test-slurm: spank go-build fakecuda interceptor ## Prolog/Epilog and plugin size-parser unit tests; end-to-end suite on a real Slurm (root)
+	GPUSLICE_BUILD_DIR=$(BUILD) $(GO) test -count=1 -timeout 5m ./prolog/... ./spank/...
+	GPUSLICE_BUILD_DIR=$(BUILD) $(GO) test -count=1 -timeout 20m ./tests/slurm/...

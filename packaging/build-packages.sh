@@ -135,6 +135,17 @@ stage() {
 	done
 }
 
+# Architecture of the programs (built for the host), and Debian's multiarch
+# directory, under which Debian's slurmd looks for plugins (slurm-wlm/).
+GPUSLICE_PKG_ARCH=$("$GO" env GOARCH)
+case $GPUSLICE_PKG_ARCH in
+amd64) GPUSLICE_DEB_MULTIARCH=x86_64-linux-gnu ;;
+arm64) GPUSLICE_DEB_MULTIARCH=aarch64-linux-gnu ;;
+ppc64le) GPUSLICE_DEB_MULTIARCH=powerpc64le-linux-gnu ;;
+*) echo "build-packages: unsupported architecture $GPUSLICE_PKG_ARCH" >&2; exit 1 ;;
+esac
+export GPUSLICE_PKG_ARCH GPUSLICE_DEB_MULTIARCH
+
 : "${GPUSLICE_PKG_MAINTAINER:=gpuslice maintainers <maintainers@gpuslice.invalid>}"
 export GPUSLICE_PKG_MAINTAINER
 export GPUSLICE_PKG_VERSION="$version"

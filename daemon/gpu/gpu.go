@@ -3,7 +3,9 @@ package gpu
 
 import (
 	"fmt"
+	"os"
 
+	"github.com/NVIDIA/go-nvml/pkg/dl"
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 )
 
@@ -21,10 +23,16 @@ func Inventory(libPath string) ([]GPU, error) {
 	var lib nvml.Interface
 	where := "libnvidia-ml.so.1"
 	if libPath != "" {
+		if _, err := os.Stat(libPath); err != nil {
+			return nil, fmt.Errorf("load NVML: %w", err)
+		}
 		lib = nvml.New(nvml.WithLibraryPath(libPath))
 		where = libPath
 	} else {
 		lib = nvml.New()
+	}
+	if err := checkSymbols(where); err != nil {
+		return nil, err
 	}
 	if ret := initLib(lib); ret != nil {
 		return nil, fmt.Errorf("load NVML (%s): %w", where, ret)
@@ -55,6 +63,24 @@ func Inventory(libPath string) ([]GPU, error) {
 		out = append(out, GPU{Index: i, UUID: uuid, Name: name, Physical: mem.Total})
 	}
 	return out, nil
+}
+
+// checkSymbols opens the library on its own first: go-nvml binds NVML
+// symbols lazily, so a library without them would kill the process with a
+// symbol lookup error instead of returning one.
+func checkSymbols(path string) error {
+	lib := dl.New(path, dl.RTLD_LAZY|dl.RTLD_LOCAL)
+	if err := lib.Open(); err != nil {
+		return fmt.Errorf("load NVML: %w", err)
+	}
+	defer lib.Close()
+	for _, sym := range []string{"nvmlInit_v2", "nvmlShutdown", "nvmlDeviceGetCount_v2", "nvmlDeviceGetHandleByIndex_v2",
+		"nvmlDeviceGetUUID", "nvmlDeviceGetName", "nvmlDeviceGetMemoryInfo", "nvmlErrorString"} {
+		if err := lib.Lookup(sym); err != nil {
+			return fmt.Errorf("load NVML: %s is not a usable NVML library: %w", path, err)
+		}
+	}
+	return nil
 }
 
 // initLib calls Init, turning the panic-free error paths of go-nvml into an

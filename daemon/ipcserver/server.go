@@ -27,6 +27,23 @@ const (
 	FrameTimeout = 5 * time.Second
 )
 
+// MaxConns bounds open IPC connections; more are closed at once (the
+// interceptor only needs a connection while it attaches).
+const MaxConns = 4096
+
+func (s *Server) refusedConn() {
+	now := time.Now()
+	s.mu.Lock()
+	warn := now.Sub(s.lastRefusal) > 10*time.Second
+	if warn {
+		s.lastRefusal = now
+	}
+	s.mu.Unlock()
+	if warn {
+		s.opt.Log.Warn("ipc: too many open connections; closing new ones", "max", MaxConns)
+	}
+}
+
 // Options configure the server.
 type Options struct {
 	Token         string
@@ -47,6 +64,8 @@ type Server struct {
 	conns  map[*net.UnixConn]struct{}
 	closed bool
 	wg     sync.WaitGroup
+
+	lastRefusal time.Time
 }
 
 // New creates a server for m.
@@ -87,6 +106,12 @@ func (s *Server) Serve(ln *net.UnixListener) error {
 			s.mu.Unlock()
 			c.Close()
 			return nil
+		}
+		if len(s.conns) >= MaxConns {
+			s.mu.Unlock()
+			c.Close()
+			s.refusedConn()
+			continue
 		}
 		s.conns[c] = struct{}{}
 		s.wg.Add(1)

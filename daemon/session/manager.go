@@ -66,6 +66,8 @@ type Manager struct {
 	// denials of released sessions per GPU (keeps the counter monotonic).
 	releasedMu     sync.Mutex
 	releasedDenied []uint64
+
+	lastPrune time.Time // touched by Sweep only (one goroutine)
 }
 
 // Session is one live session.
@@ -759,7 +761,9 @@ func (m *Manager) Sweep() {
 			m.opt.Log.Warn("reap expired session", "session", id, "err", err)
 		}
 	}
-	if m.opt.HistoryRetention > 0 {
+	// Pruning reads every report: at most once an hour.
+	if m.opt.HistoryRetention > 0 && (m.lastPrune.IsZero() || now.Sub(m.lastPrune) >= time.Hour) {
+		m.lastPrune = now
 		if n, err := m.st.PruneHistory(now.Add(-m.opt.HistoryRetention)); err != nil {
 			m.opt.Log.Warn("prune history", "err", err)
 		} else if n > 0 {

@@ -8,6 +8,7 @@
  * Output:
  *   event=start threads=8 iters=10000 size=1048576 api=driver
  *   event=summary threads=8 iters=10000 ok=... denied=... errors=0
+ *   event=meminfo when=after free=... total=...     (after every thread freed its blocks)
  * Exit status: 0 when every call returned success or out-of-memory, 1 otherwise, 2 on bad usage.
  */
 #include <pthread.h>
@@ -141,6 +142,12 @@ int main(int argc, char **argv)
 	}
 	printf("event=summary threads=%ld iters=%ld ok=%ld denied=%ld errors=%ld\n", threads, iters, total.ok,
 	       total.denied, total.errors);
+	size_t free_b = 0, total_b = 0;
+	int rc = use_driver ? (int)cuMemGetInfo(&free_b, &total_b) : (int)cudaMemGetInfo(&free_b, &total_b);
+	if (rc == 0)
+		printf("event=meminfo when=after free=%zu total=%zu\n", free_b, total_b);
+	else
+		total.errors++;
 	free(tid);
 	free(res);
 	return total.errors ? 1 : 0;

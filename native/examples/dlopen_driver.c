@@ -6,7 +6,7 @@
  *   dlopen_driver [--size SIZE] [--count N] [--device N]
  *
  * Output:
- *   event=resolve requested=95 resolved=95 missing=0
+ *   event=resolve requested=108 resolved=108 missing=0
  *   event=missing symbol=cuXxx        (one per missing symbol)
  *   event=alloc index=1 bytes=... status=allowed|denied [error=...]
  *   event=summary allowed=N denied=M

@@ -29,12 +29,20 @@ struct shard {
 	struct fc_alloc **b;
 	size_t nb; /* power of two */
 	size_t n;
-	char pad[64 - sizeof(pthread_mutex_t) % 64];
-};
+} __attribute__((aligned(64)));
 
 static struct shard shards[NSHARDS];
 static pthread_once_t table_once = PTHREAD_ONCE_INIT;
-static _Atomic unsigned long long next_alloc_id = 1;
+static _Atomic unsigned long long next_thread_no = 1;
+static __thread unsigned long long tls_ids; /* thread number << 40 | allocations counted by this thread */
+
+/* Buffer ids, unique per process without a shared counter on the hot path. */
+static inline unsigned long long next_id(void)
+{
+	if (FC_UNLIKELY(tls_ids == 0))
+		tls_ids = atomic_fetch_add(&next_thread_no, 1) << 40;
+	return ++tls_ids;
+}
 
 static void table_init(void)
 {
@@ -282,7 +290,7 @@ CUresult fc_dev_alloc(CUcontext ctx, unsigned phys, size_t size, unsigned kind, 
 	a->phys = phys;
 	a->kind = kind;
 	a->flags = 0;
-	a->id = atomic_fetch_add_explicit(&next_alloc_id, 1, memory_order_relaxed);
+	a->id = next_id();
 	if (FC_UNLIKELY(table_insert(a) != 0)) {
 		map_put(a->ptr, maplen);
 		free(a);
@@ -437,6 +445,15 @@ FC_API CUresult cuMemGetAddressRange_v2(CUdeviceptr *pbase, size_t *psize, CUdev
 {
 	FC_CHECK_INIT();
 	struct fc_alloc a;
+	uintptr_t vbase;
+	size_t vsize;
+	if (fc_vmm_range((uintptr_t)dptr, &vbase, &vsize) == 0) {
+		if (pbase)
+			*pbase = (CUdeviceptr)vbase;
+		if (psize)
+			*psize = vsize;
+		return CUDA_SUCCESS;
+	}
 	if (fc_lookup_range((uintptr_t)dptr, &a) != 0 || a.kind == FC_KIND_HOST || a.kind == FC_KIND_REGISTERED)
 		return CUDA_ERROR_NOT_FOUND;
 	if (pbase)
@@ -520,7 +537,7 @@ CUresult fc_host_alloc(size_t size, unsigned flags, void **out)
 	a->kind = FC_KIND_HOST;
 	a->flags = flags;
 	a->ctx = fc_tls_ctx;
-	a->id = atomic_fetch_add(&next_alloc_id, 1);
+	a->id = next_id();
 	if (table_insert(a) != 0) {
 		munmap(p, len);
 		free(a);
@@ -552,7 +569,7 @@ int fc_register_host(uintptr_t p, size_t size, unsigned flags)
 	a->size = size;
 	a->kind = FC_KIND_REGISTERED;
 	a->flags = flags;
-	a->id = atomic_fetch_add(&next_alloc_id, 1);
+	a->id = next_id();
 	if (table_insert(a) != 0) {
 		free(a);
 		return -2;
@@ -631,4 +648,39 @@ FC_API CUresult cuMemHostUnregister(void *p)
 {
 	FC_CHECK_INIT();
 	return fc_unregister_host((uintptr_t)p) == 0 ? CUDA_SUCCESS : CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED;
+}
+
+/*
+ * The pre-3.2 entry points report sizes in 32 bits (unsigned int); values
+ * that do not fit are clamped to UINT_MAX.
+ */
+static unsigned int clamp32(size_t v)
+{
+	return v > 0xFFFFFFFFu ? 0xFFFFFFFFu : (unsigned int)v;
+}
+
+FC_API CUresult cuMemGetInfo(unsigned int *free_bytes, unsigned int *total);
+FC_API CUresult cuMemGetInfo(unsigned int *free_bytes, unsigned int *total)
+{
+	size_t f = 0, t = 0;
+	CUresult r = cuMemGetInfo_v2(free_bytes ? &f : NULL, total ? &t : NULL);
+	if (r != CUDA_SUCCESS)
+		return r;
+	if (free_bytes)
+		*free_bytes = clamp32(f);
+	if (total)
+		*total = clamp32(t);
+	return CUDA_SUCCESS;
+}
+
+FC_API CUresult cuDeviceTotalMem(unsigned int *bytes, CUdevice dev);
+FC_API CUresult cuDeviceTotalMem(unsigned int *bytes, CUdevice dev)
+{
+	size_t b = 0;
+	if (bytes == NULL)
+		return CUDA_ERROR_INVALID_VALUE;
+	CUresult r = cuDeviceTotalMem_v2(&b, dev);
+	if (r == CUDA_SUCCESS)
+		*bytes = clamp32(b);
+	return r;
 }

@@ -31,7 +31,7 @@ bool fc_ctx_valid(CUcontext c)
 
 void fc_mark_ctx_on_device(unsigned phys)
 {
-	atomic_fetch_or(&fc_self_slot->ctxmask, 1ULL << phys);
+	atomic_fetch_or(&fc_slot()->ctxmask, 1ULL << phys);
 }
 
 static void ctx_init(struct CUctx_st *c, CUdevice dev, unsigned flags, bool prim)

@@ -113,6 +113,9 @@ struct CUmemPoolHandle_st {
 CUmemoryPool fc_device_current_pool(int ordinal);
 void fc_pool_account(CUmemoryPool pool, int64_t delta);
 
+/* ---- virtual memory (vmm.c) ---- */
+int fc_vmm_range(uintptr_t p, uintptr_t *base, size_t *size);
+
 /* ---- arrays (array.c) ---- */
 struct CUarray_st {
 	uint32_t magic;

@@ -92,10 +92,23 @@ extern struct fc_shm_slot *fc_self_slot; /* this process's slot (never NULL afte
 int fc_state_attach(const struct fc_config *cfg);
 /* Takes a slot for this process (at attach; again in a forked child). */
 void fc_state_register_self(void);
-/* Reclaims the slots of dead processes; returns bytes given back. */
+/* Reclaims the slots of dead processes; nonzero if it reclaimed anything. */
 uint64_t fc_state_sweep(void);
+/* The same, at most once per millisecond per process (for failing allocations). */
+uint64_t fc_state_sweep_limited(void);
 /* Gives back everything this process holds (clean exit). */
 void fc_state_release_self(void);
+
+/* In a child forked after cuInit, the slot is taken on first use. */
+extern struct fc_shm_slot fc_fork_slot;
+void fc_state_after_fork(void);
+struct fc_shm_slot *fc_state_slot_slow(void);
+
+static inline struct fc_shm_slot *fc_slot(void)
+{
+	struct fc_shm_slot *s = fc_self_slot;
+	return FC_LIKELY(s != &fc_fork_slot) ? s : fc_state_slot_slow();
+}
 
 /* Reserve bytes on physical device phys for this process; false if it does not fit. */
 static inline bool fc_charge(unsigned phys, uint64_t bytes)
@@ -106,7 +119,7 @@ static inline bool fc_charge(unsigned phys, uint64_t bytes)
 	uint64_t cur = atomic_load_explicit(&d->used, memory_order_relaxed);
 	for (;;) {
 		if (FC_UNLIKELY(bytes > cap || cur > cap - bytes)) {
-			if (swept || fc_state_sweep() == 0)
+			if (swept || fc_state_sweep_limited() == 0)
 				return false;
 			swept = true;
 			cur = atomic_load_explicit(&d->used, memory_order_relaxed);
@@ -116,7 +129,7 @@ static inline bool fc_charge(unsigned phys, uint64_t bytes)
 							  memory_order_relaxed))
 			break;
 	}
-	atomic_fetch_add_explicit(&fc_self_slot->used[phys], bytes, memory_order_relaxed);
+	atomic_fetch_add_explicit(&fc_slot()->used[phys], bytes, memory_order_relaxed);
 	return true;
 }
 
@@ -128,7 +141,7 @@ static inline void fc_uncharge(unsigned phys, uint64_t bytes)
 {
 	if (FC_UNLIKELY(atomic_load_explicit(&fc_released, memory_order_relaxed)))
 		return;
-	fc_sub_saturating(&fc_self_slot->used[phys], bytes);
+	fc_sub_saturating(&fc_slot()->used[phys], bytes);
 	fc_sub_saturating(&fc_shm->dev[phys].used, bytes);
 }
 

@@ -72,9 +72,9 @@ static void compute_visible(void)
 
 static void atfork_child(void)
 {
-	/* the child starts with no slot of its own: take one (usage starts at 0) */
+	/* the child holds nothing yet; it takes a slot of its own on first use */
 	if (fc_shm != NULL)
-		fc_state_register_self();
+		fc_state_after_fork();
 }
 
 __attribute__((destructor)) static void fc_driver_fini(void)

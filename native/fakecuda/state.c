@@ -22,6 +22,7 @@
 #include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 _Static_assert(sizeof(struct fc_shm_dev) == 256, "fc_shm_dev");
@@ -32,6 +33,23 @@ FC_HIDDEN struct fc_shm *fc_shm;
 FC_HIDDEN struct fc_shm_slot *fc_self_slot;
 static struct fc_shm_slot private_slot; /* used only if every shared slot is taken */
 FC_HIDDEN _Atomic int fc_released;
+FC_HIDDEN struct fc_shm_slot fc_fork_slot; /* placeholder in a forked child until first use */
+static pthread_mutex_t register_lock = PTHREAD_MUTEX_INITIALIZER;
+
+void fc_state_after_fork(void)
+{
+	pthread_mutex_init(&register_lock, NULL);
+	fc_self_slot = &fc_fork_slot;
+}
+
+struct fc_shm_slot *fc_state_slot_slow(void)
+{
+	pthread_mutex_lock(&register_lock);
+	if (fc_self_slot == &fc_fork_slot)
+		fc_state_register_self();
+	pthread_mutex_unlock(&register_lock);
+	return fc_self_slot;
+}
 
 void fc_sub_saturating(_Atomic uint64_t *v, uint64_t n)
 {
@@ -87,7 +105,16 @@ int fc_state_attach(const struct fc_config *cfg)
 {
 	char path[256];
 	snprintf(path, sizeof(path), "/dev/shm/fakecuda-%s", cfg->state);
-	int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0666);
+	/* open an existing state without O_CREAT: with fs.protected_regular, O_CREAT
+	 * on another user's file in sticky /dev/shm fails even for root */
+	int fd = -1;
+	for (int attempt = 0; fd < 0 && attempt < 3; attempt++) {
+		fd = open(path, O_RDWR | O_CLOEXEC | O_NOFOLLOW);
+		if (fd < 0 && errno == ENOENT)
+			fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0666);
+		if (fd < 0 && errno != EEXIST && errno != ENOENT)
+			break;
+	}
 	if (fd < 0) {
 		fprintf(stderr, "fakecuda: cannot open state %s: %s\n", path, strerror(errno));
 		return -1;
@@ -250,7 +277,7 @@ uint64_t fc_state_sweep(void)
 void fc_state_release_self(void)
 {
 	struct fc_shm_slot *s = fc_self_slot;
-	if (fc_shm == NULL || s == NULL)
+	if (fc_shm == NULL || s == NULL || s == &fc_fork_slot)
 		return;
 	if (s != &private_slot && atomic_load(&s->pid) != (uint32_t)getpid())
 		return;
@@ -265,4 +292,20 @@ void fc_state_release_self(void)
 	atomic_store(&s->ctxmask, 0);
 	atomic_store(&s->starttime, 0);
 	atomic_store_explicit(&s->pid, 0, memory_order_release);
+}
+
+/* A sweep reads /proc for every live foreign slot; a storm of failing
+ * allocations sweeps at most once per millisecond. */
+uint64_t fc_state_sweep_limited(void)
+{
+	static _Atomic uint64_t last;
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	uint64_t now = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+	uint64_t prev = atomic_load_explicit(&last, memory_order_relaxed);
+	if (prev != 0 && now - prev < 1000000u)
+		return 0;
+	if (!atomic_compare_exchange_strong(&last, &prev, now))
+		return 0; /* another thread is sweeping */
+	return fc_state_sweep();
 }

@@ -412,3 +412,19 @@ FC_API CUresult cuMemRetainAllocationHandle(CUmemGenericAllocationHandle *handle
 	pthread_mutex_unlock(&vmm_lock);
 	return rv;
 }
+
+/* The mapping containing p (for cuMemGetAddressRange); 0 if there is one. */
+int fc_vmm_range(uintptr_t p, uintptr_t *base, size_t *size)
+{
+	int rv = -1;
+	pthread_mutex_lock(&vmm_lock);
+	for (struct mapping *m = maps; m; m = m->next)
+		if (p >= m->ptr && p - m->ptr < m->size) {
+			*base = m->ptr;
+			*size = m->size;
+			rv = 0;
+			break;
+		}
+	pthread_mutex_unlock(&vmm_lock);
+	return rv;
+}

@@ -33,6 +33,7 @@
 #undef nvmlDeviceGetUUID
 
 #define GS_EXPORT __attribute__((visibility("default")))
+#define GS_INLINE static inline __attribute__((always_inline))
 #define GS_LIKELY(x) __builtin_expect(!!(x), 1)
 #define GS_UNLIKELY(x) __builtin_expect(!!(x), 0)
 

@@ -18,7 +18,7 @@ static unsigned char table_full_warned;
 
 /* Reserve n bytes on device dev for a charged allocation. CUDA_SUCCESS
  * means: call the driver (c->active says whether bytes are held). */
-static inline __attribute__((always_inline)) CUresult charge_dev(struct charge *c, int st, int dev, uint64_t n)
+GS_INLINE CUresult charge_dev(struct charge *c, int st, int dev, uint64_t n)
 {
 	c->active = 0;
 	if (n == 0)
@@ -37,7 +37,7 @@ static inline __attribute__((always_inline)) CUresult charge_dev(struct charge *
 }
 
 /* The same on the current context's device. */
-static inline __attribute__((always_inline)) CUresult charge_ctx(struct charge *c, int st, uint64_t n)
+GS_INLINE CUresult charge_ctx(struct charge *c, int st, uint64_t n)
 {
 	c->active = 0;
 	if (n == 0)
@@ -52,7 +52,7 @@ static inline __attribute__((always_inline)) CUresult charge_ctx(struct charge *
 	return charge_dev(c, GS_ST_ACTIVE, dev, n);
 }
 
-static inline __attribute__((always_inline)) void finish(struct charge *c, CUresult r, int kind, uint64_t key)
+GS_INLINE void finish(struct charge *c, CUresult r, int kind, uint64_t key)
 {
 	if (!c->active)
 		return;

@@ -265,3 +265,88 @@ func TestAttachBenchRuns(t *testing.T) {
 		t.Fatalf("attach_bench: %v\n%s\n%s", r.Err, r.Stdout, r.Stderr)
 	}
 }
+
+// With GPUSLICE_IPC_TOKEN_REQUIRED on the daemon, the interceptor sends
+// GPUSLICE_IPC_TOKEN: the right one attaches, a wrong or missing one fails
+// closed with the daemon's reason.
+func TestIPCToken(t *testing.T) {
+	d := testenv.StartDaemon(t, testenv.DaemonOptions{Token: "tok-123"})
+	sess := newSession(t, d, client.SessionRequest{QuotaBytes: GiB})
+	tests := []struct {
+		name  string
+		extra []string
+		rc    string
+	}{
+		{"right token", []string{"GPUSLICE_IPC_TOKEN=tok-123"}, "0"},
+		{"wrong token", []string{"GPUSLICE_IPC_TOKEN=tok-124"}, "2"},
+		{"no token", nil, "2"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			r := probe.Run(t, sessionEnv(t, d, sess.ID, tc.extra...), probe.Bin(t, "gs_probe"), "dev:0", "alloc:1M")
+			if a := r.Find(t, "alloc", 0); a.Get("rc") != tc.rc {
+				t.Errorf("%s, want rc=%s\n%s", a.Line, tc.rc, r.Stderr)
+			}
+			if tc.rc == "0" {
+				noStderr(t, "probe", r.Stderr)
+				return
+			}
+			lines := r.StderrLines()
+			if len(lines) != 1 || !strings.Contains(lines[0], "token") {
+				t.Errorf("stderr: %q", r.Stderr)
+			}
+		})
+	}
+}
+
+// GPUSLICE_DEBUG=1 explains the attach and the device mapping on stderr.
+func TestDebugLines(t *testing.T) {
+	d := testenv.StartDaemon(t, testenv.DaemonOptions{})
+	sess := newSession(t, d, client.SessionRequest{QuotaBytes: GiB})
+	r := probe.Run(t, sessionEnv(t, d, sess.ID, "GPUSLICE_DEBUG=1"), probe.Bin(t, "gs_probe"), "dev:0", "alloc:1M")
+	if a := r.Find(t, "alloc", 0); a.Get("rc") != "0" {
+		t.Fatalf("%s\n%s", a.Line, r.Stderr)
+	}
+	for _, want := range []string{"gpuslice: attached to session '" + sess.ID + "' at " + d.IPCSock + ": slot ",
+		"gpuslice: device 0 is " + sess.GPUs[0].UUID + ", ledger GPU 0"} {
+		if !strings.Contains(r.Stderr, want) {
+			t.Errorf("stderr lacks %q:\n%s", want, r.Stderr)
+		}
+	}
+	for _, l := range r.StderrLines() {
+		if !strings.HasPrefix(l, "gpuslice: ") {
+			t.Errorf("stderr line without the prefix: %q", l)
+		}
+	}
+}
+
+// A process that failed closed (daemon down for longer than the attach
+// window) is admitted again by a later allocation once the daemon is back:
+// re-attach is tried at most once per second from the allocation path.
+func TestReattachAfterDaemonReturns(t *testing.T) {
+	d := testenv.StartDaemon(t, testenv.DaemonOptions{})
+	sess := newSession(t, d, client.SessionRequest{QuotaBytes: GiB})
+	d.Kill()
+	p := probe.Start(t, sessionEnv(t, d, sess.ID), probe.Bin(t, "gs_probe"),
+		"dev:0", "alloc:1M", "pause", "sleep:1100", "alloc:1M", "alloc:1M", "meminfo")
+	p.Expect("paused")
+	d.Restart()
+	p.Send("")
+	if err := p.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	r := p.Result()
+	for i, want := range []string{"2", "0", "0"} {
+		if a := r.Find(t, "alloc", i); a.Get("rc") != want {
+			t.Errorf("alloc #%d: %s, want rc=%s", i, a.Line, want)
+		}
+	}
+	if mi := r.Find(t, "meminfo", 0); mi.Uint(t, "total") != GiB || mi.Uint(t, "free") != GiB-2*MiB {
+		t.Errorf("meminfo after re-attach: %s", mi.Line)
+	}
+	lines := r.StderrLines()
+	if len(lines) != 2 || !strings.Contains(lines[0], "cannot attach") ||
+		!strings.Contains(lines[1], "admitted again") {
+		t.Errorf("stderr:\n%s", r.Stderr)
+	}
+}

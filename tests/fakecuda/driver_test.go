@@ -267,7 +267,7 @@ func TestContextsStreamsEvents(t *testing.T) {
 	n := newNode(t, "1GiB,2GiB")
 	r := n.run(nil, "fc_ctx").ok(t)
 	s := r.one(t, "summary")
-	if s["failed"] != "0" || s.int(t, "checks") != 35 {
+	if s["failed"] != "0" || s.int(t, "checks") != 36 {
 		t.Fatalf("summary %v", s)
 	}
 	for _, c := range r.all("check") {

@@ -90,11 +90,17 @@ func TestExamples(t *testing.T) {
 			if s["ok"] != "8000" || s["denied"] != "0" || s["errors"] != "0" {
 				t.Errorf("summary %v", s)
 			}
+			if m := r.one(t, "meminfo"); m["free"] != m["total"] {
+				t.Errorf("after the storm %v: concurrent charges and releases do not balance", m)
+			}
 		}},
 		{"alloc_storm runtime with denials", "64MiB", "alloc_storm", []string{"--api", "runtime", "--threads", "4", "--iters", "500", "--size", "8MiB", "--hold", "4"}, func(t *testing.T, r result) {
 			s := r.one(t, "summary")
 			if s.int(t, "ok") == 0 || s.int(t, "denied") == 0 || s["errors"] != "0" || s.int(t, "ok")+s.int(t, "denied") != 2000 {
 				t.Errorf("summary %v: want both allowed and denied allocations, no errors", s)
+			}
+			if m := r.one(t, "meminfo"); m["free"] != m["total"] {
+				t.Errorf("after the storm %v: concurrent charges and releases do not balance", m)
 			}
 		}},
 		{"static_runtime", "1GiB", "static_runtime", []string{"--step", "300MiB", "--count", "4"}, func(t *testing.T, r result) {

@@ -111,6 +111,42 @@ func TestDriverExportsMatchEntryPoints(t *testing.T) {
 	}
 }
 
+// The per-thread entry points of every modelled function are modelled too:
+// in the TSV, a row's default_symbol and ptds_symbol are both real
+// definitions or both generated NOT_SUPPORTED stubs (weak).
+func TestPerThreadVariantsMatchDefaults(t *testing.T) {
+	out, err := exec.Command("nm", "-D", "--defined-only", filepath.Join(testenv.BuildDir(t), "lib", "libcuda.so.1")).Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	kind := map[string]string{}
+	for _, line := range strings.Split(string(out), "\n") {
+		if f := strings.Fields(line); len(f) == 3 {
+			kind[f[2]] = f[1]
+		}
+	}
+	b, err := os.ReadFile(filepath.Join(testenv.RepoRoot(t), "native", "fakecuda", "entry-points.tsv"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	modelled := 0
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Split(line, "\t")
+		if strings.HasPrefix(line, "#") || len(f) != 4 || f[3] == "-" {
+			continue
+		}
+		if kind[f[2]] == "T" {
+			modelled++
+		}
+		if (kind[f[2]] == "T") != (kind[f[3]] == "T") {
+			t.Errorf("%s is %s but its per-thread %s is %s", f[2], kind[f[2]], f[3], kind[f[3]])
+		}
+	}
+	if modelled < 40 {
+		t.Errorf("only %d functions with per-thread variants are modelled", modelled)
+	}
+}
+
 // libnvidia-ml.so.1 exports exactly nvml-entry-points.txt; libcudart.so.12
 // exports only runtime API names.
 func TestOtherLibraryExports(t *testing.T) {

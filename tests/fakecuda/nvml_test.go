@@ -1,7 +1,6 @@
 package fakecuda
 
 import (
-	"os"
 	"path/filepath"
 	"strconv"
 	"testing"
@@ -75,7 +74,6 @@ func TestGoNVML(t *testing.T) {
 	n := newNode(t, "80GiB,40GiB")
 	t.Setenv("FAKECUDA_DEVICES", n.devices)
 	t.Setenv("FAKECUDA_STATE", n.state)
-	os.Unsetenv("CUDA_VISIBLE_DEVICES")
 	holder := n.start(nil, "hold", "target_app", "--api", "driver", "--device", "1", "--step", "3GiB", "--count", "1", "--hold", "30")
 
 	lib := nvml.New(nvml.WithLibraryPath(filepath.Join(n.lib(), "libnvidia-ml.so.1")))

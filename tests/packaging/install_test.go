@@ -96,7 +96,7 @@ func TestMakeInstall(t *testing.T) {
 			// only matches paths that were left alone.
 			s := strings.ReplaceAll(readFile(t, filepath.Join(destdir, f)), "/usr/local/etc/", "@/")
 			for _, packaged := range []string{"/usr/sbin/gpusliced", "/usr/lib/gpuslice/", "/usr/libexec/gpuslice/",
-				"/etc/gpuslice/", "/etc/slurm/", "/usr/lib/x86_64-linux-gnu/slurm-wlm/", "/usr/lib64/slurm/"} {
+				"/etc/gpuslice/", "/etc/slurm/", debPluginDir + "/", "/usr/lib64/slurm/"} {
 				if strings.Contains(s, packaged) {
 					t.Errorf("%s still names the packaged path %s", f, packaged)
 				}

@@ -19,6 +19,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"slices"
 	"sort"
 	"strings"
@@ -27,6 +28,19 @@ import (
 
 	"github.com/gpuslice/gpuslice/internal/testenv"
 )
+
+// Architecture names of this machine's packages, and the directory where
+// Debian's slurmd looks for plugins.
+var debArch, rpmArch, debPluginDir = func() (string, string, string) {
+	switch runtime.GOARCH {
+	case "arm64":
+		return "arm64", "aarch64", "/usr/lib/aarch64-linux-gnu/slurm-wlm"
+	case "ppc64le":
+		return "ppc64el", "ppc64le", "/usr/lib/powerpc64le-linux-gnu/slurm-wlm"
+	default:
+		return "amd64", "x86_64", "/usr/lib/x86_64-linux-gnu/slurm-wlm"
+	}
+}()
 
 // pkgSet is one build of the two packages in both formats.
 type pkgSet struct {
@@ -41,14 +55,52 @@ var (
 	mainPkgs     pkgSet
 	mainPkgsErr  error
 	ownDist      string // packages this suite built itself, removed at the end
+
+	pairOnce sync.Once
+	pairOld  pkgSet
+	pairNew  pkgSet
+	pairErr  error
+	pairDir  string
 )
 
 func TestMain(m *testing.M) {
 	code := m.Run()
-	if ownDist != "" {
-		os.RemoveAll(ownDist)
+	for _, dir := range []string{ownDist, pairDir} {
+		if dir != "" {
+			os.RemoveAll(dir)
+		}
 	}
 	os.Exit(code)
+}
+
+// upgradePair builds the packages twice from the same build, as versions
+// 0.1.0 and 0.1.1, for the upgrade tests.
+func upgradePair(t *testing.T) (old, new pkgSet) {
+	t.Helper()
+	root := testenv.RepoRoot(t)
+	build := testenv.BuildDir(t)
+	pairOnce.Do(func() {
+		pairDir, pairErr = os.MkdirTemp("", "gpuslice-upgrade-")
+		if pairErr != nil {
+			return
+		}
+		for _, v := range []struct {
+			version string
+			set     *pkgSet
+		}{{"0.1.0", &pairOld}, {"0.1.1", &pairNew}} {
+			dir := filepath.Join(pairDir, v.version)
+			if pairErr = buildPackages(root, build, v.version, dir, "deb", "rpm"); pairErr != nil {
+				return
+			}
+			if *v.set, pairErr = findPackages(dir, v.version); pairErr != nil {
+				return
+			}
+		}
+	})
+	if pairErr != nil {
+		t.Fatalf("upgrade packages: %v", pairErr)
+	}
+	return pairOld, pairNew
 }
 
 // packages returns the packages under test: those of `make packages`
@@ -105,10 +157,10 @@ func buildPackages(root, build, version, dir string, formats ...string) error {
 func findPackages(dir, version string) (pkgSet, error) {
 	s := pkgSet{Version: version, dir: dir}
 	want := map[*string]string{
-		&s.Deb:     "gpuslice_" + version + "-1_amd64.deb",
-		&s.FakeDeb: "gpuslice-fakecuda_" + version + "-1_amd64.deb",
-		&s.RPM:     "gpuslice-" + version + "-1.x86_64.rpm",
-		&s.FakeRPM: "gpuslice-fakecuda-" + version + "-1.x86_64.rpm",
+		&s.Deb:     "gpuslice_" + version + "-1_" + debArch + ".deb",
+		&s.FakeDeb: "gpuslice-fakecuda_" + version + "-1_" + debArch + ".deb",
+		&s.RPM:     "gpuslice-" + version + "-1." + rpmArch + ".rpm",
+		&s.FakeRPM: "gpuslice-fakecuda-" + version + "-1." + rpmArch + ".rpm",
 	}
 	for p, name := range want {
 		path := filepath.Join(dir, name)
@@ -204,7 +256,7 @@ func gpusliceFiles(format string) []entry {
 	}
 	if format == "deb" {
 		return append(files,
-			entry{"/usr/lib/x86_64-linux-gnu/slurm-wlm/gpuslice.so", 0o644},
+			entry{debPluginDir + "/gpuslice.so", 0o644},
 			entry{"/lib/systemd/system/gpusliced.service", 0o644},
 			entry{"/usr/share/doc/gpuslice/copyright", 0o644},
 			entry{"/usr/share/doc/gpuslice/changelog.Debian.gz", 0o644},
@@ -380,7 +432,7 @@ func TestPackageMetadata(t *testing.T) {
 			if got, want := debField(t, c.deb, "Version"), p.Version+"-1"; got != want {
 				t.Errorf("%s: Version %q, want %q", c.name, got, want)
 			}
-			if got := debField(t, c.deb, "Architecture"); got != "amd64" {
+			if got := debField(t, c.deb, "Architecture"); got != debArch {
 				t.Errorf("%s: Architecture %q", c.name, got)
 			}
 			if dep := debField(t, c.deb, "Depends"); !strings.HasPrefix(dep, "libc6 (>= 2.") {
@@ -419,7 +471,7 @@ func TestPackageMetadata(t *testing.T) {
 				t.Fatalf("%s.rpm was not built", c.name)
 			}
 			got := rpmQuery(t, c.rpm, "%{NAME} %{VERSION} %{RELEASE} %{ARCH}")
-			if want := c.name + " " + p.Version + " 1 x86_64"; got != want {
+			if want := c.name + " " + p.Version + " 1 " + rpmArch; got != want {
 				t.Errorf("rpm header %q, want %q", got, want)
 			}
 			req := run(t, nil, "rpm", "-qp", "--requires", c.rpm)
@@ -511,5 +563,77 @@ func TestLintian(t *testing.T) {
 				t.Logf("lintian:\n%s", bytes.TrimSpace(out))
 			}
 		})
+	}
+}
+
+// rpmRoot runs rpm on a scratch root (no scriptlets, no dependency checks:
+// this is a Debian machine); rpm's complaint about not being Debian's
+// package manager is dropped.
+func rpmRoot(t *testing.T, root string, args ...string) string {
+	t.Helper()
+	out := run(t, nil, "rpm", append([]string{"--root", root, "--dbpath", "/var/lib/rpm"}, args...)...)
+	var keep []string
+	for _, l := range strings.Split(out, "\n") {
+		if strings.HasPrefix(l, "rpm: RPM should not be used directly") || strings.HasPrefix(l, "rpm: However assuming") {
+			continue
+		}
+		keep = append(keep, l)
+	}
+	return strings.TrimSpace(strings.Join(keep, "\n"))
+}
+
+// TestRPMInstallUpgradeErase installs, upgrades and erases the .rpm in a
+// scratch root: the payload lands with its modes, and an edited
+// configuration survives the upgrade and is saved as .rpmsave at erase.
+func TestRPMInstallUpgradeErase(t *testing.T) {
+	need(t, "rpm")
+	if os.Getuid() != 0 {
+		t.Skip("needs root (file ownership in the scratch root)")
+	}
+	oldPkgs, newPkgs := upgradePair(t)
+	root := t.TempDir()
+	rpmRoot(t, root, "--initdb")
+	rpmRoot(t, root, "-i", "--nodeps", "--noscripts", oldPkgs.RPM, oldPkgs.FakeRPM)
+	if got := rpmRoot(t, root, "-q", "gpuslice"); got != "gpuslice-0.1.0-1."+rpmArch {
+		t.Fatalf("rpm -q gpuslice: %q", got)
+	}
+	if out := rpmRoot(t, root, "-V", "--nodeps", "gpuslice", "gpuslice-fakecuda"); out != "" {
+		t.Errorf("rpm -V after install:\n%s", out)
+	}
+	for path, mode := range map[string]os.FileMode{
+		"/usr/sbin/gpusliced": 0o755, "/usr/lib64/slurm/gpuslice.so": 0o644,
+		"/usr/lib/systemd/system/gpusliced.service": 0o644, "/etc/gpuslice/gpusliced.yaml": 0o644,
+		"/usr/libexec/gpuslice/examples/target_app": 0o755,
+	} {
+		st, err := os.Stat(filepath.Join(root, path))
+		if err != nil {
+			t.Errorf("%s: %v", path, err)
+		} else if st.Mode().Perm() != mode {
+			t.Errorf("%s: mode %v, want %v", path, st.Mode().Perm(), mode)
+		}
+	}
+
+	conf := filepath.Join(root, "etc/gpuslice/gpusliced.yaml")
+	edited := readFile(t, conf) + "\n# edited by the site\n"
+	if err := os.WriteFile(conf, []byte(edited), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	rpmRoot(t, root, "-U", "--nodeps", "--noscripts", newPkgs.RPM, newPkgs.FakeRPM)
+	if got := rpmRoot(t, root, "-q", "gpuslice"); got != "gpuslice-0.1.1-1."+rpmArch {
+		t.Fatalf("after upgrade, rpm -q gpuslice: %q", got)
+	}
+	if got := readFile(t, conf); got != edited {
+		t.Errorf("upgrade replaced the edited configuration")
+	}
+	if extra, _ := filepath.Glob(conf + ".rpm*"); len(extra) > 0 {
+		t.Errorf("upgrade left %v (the packaged file did not change)", extra)
+	}
+
+	rpmRoot(t, root, "-e", "--nodeps", "--noscripts", "gpuslice")
+	if _, err := os.Stat(filepath.Join(root, "usr/sbin/gpusliced")); err == nil {
+		t.Errorf("gpusliced still installed after erase")
+	}
+	if got, err := os.ReadFile(conf + ".rpmsave"); err != nil || string(got) != edited {
+		t.Errorf("erase did not keep the edited configuration as .rpmsave: %v", err)
 	}
 }

@@ -346,7 +346,7 @@ func TestInstalledPackage(t *testing.T) {
 
 	t.Run("libraries resolve", func(t *testing.T) {
 		for _, lib := range []string{"/usr/lib/gpuslice/libgpuslice.so",
-			"/usr/lib/x86_64-linux-gnu/slurm-wlm/gpuslice.so", installedNVML,
+			debPluginDir + "/gpuslice.so", installedNVML,
 			"/usr/lib/gpuslice/fakecuda/libcuda.so.1", "/usr/lib/gpuslice/fakecuda/libcudart.so.12"} {
 			out := run(t, nil, "ldd", lib)
 			if strings.Contains(out, "not found") {
@@ -445,26 +445,9 @@ func TestInstalledPackage(t *testing.T) {
 
 func TestUpgrade(t *testing.T) {
 	requireMachine(t)
-	root := testenv.RepoRoot(t)
-	build := testenv.BuildDir(t)
-
 	// Two builds of the same tree with ordered versions, as a site would get
 	// from two releases.
-	oldDir, newDir := t.TempDir(), t.TempDir()
-	if err := buildPackages(root, build, "0.1.0", oldDir, "deb"); err != nil {
-		t.Fatal(err)
-	}
-	if err := buildPackages(root, build, "0.1.1", newDir, "deb"); err != nil {
-		t.Fatal(err)
-	}
-	oldPkgs, err := findPackages(oldDir, "0.1.0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	newPkgs, err := findPackages(newDir, "0.1.1")
-	if err != nil {
-		t.Fatal(err)
-	}
+	oldPkgs, newPkgs := upgradePair(t)
 
 	dpkgInstall(t, oldPkgs.Deb, oldPkgs.FakeDeb)
 	if got := dpkgStatus(t, "gpuslice"); got != "install ok installed 0.1.0-1" {

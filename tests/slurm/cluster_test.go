@@ -218,7 +218,11 @@ func startCluster(c *cluster) error {
 		return err
 	}
 
+	removeStale()
 	if c.dir, err = os.MkdirTemp("/tmp", "gpuslice-slurm-"); err != nil {
+		return err
+	}
+	if err := os.WriteFile(c.path("owner.pid"), []byte(strconv.Itoa(os.Getpid())), 0o644); err != nil {
 		return err
 	}
 	// Job users must reach slurm.conf, the munge and gpusliced IPC sockets.
@@ -501,6 +505,30 @@ func (c *cluster) stop() {
 		return
 	}
 	_ = os.RemoveAll(c.dir)
+}
+
+// removeStale cleans up after an earlier run that could not tear down
+// (killed, or timed out by go test): its daemons died with it (Pdeathsig),
+// but job processes and files may remain.
+func removeStale() {
+	dirs, _ := filepath.Glob("/tmp/gpuslice-slurm-*")
+	for _, d := range dirs {
+		b, err := os.ReadFile(filepath.Join(d, "owner.pid"))
+		if err != nil {
+			continue
+		}
+		pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+		if err != nil || pid <= 0 || syscall.Kill(pid, 0) == nil {
+			continue // still running (another suite), or not ours
+		}
+		fmt.Fprintf(os.Stderr, "slurm suite: removing %s, left by process %d\n", d, pid)
+		killStrays(d)
+		matches, _ := filepath.Glob(fmt.Sprintf("/dev/shm/*gpuslice-slurm-%d*", pid))
+		for _, m := range matches {
+			_ = os.RemoveAll(m)
+		}
+		_ = os.RemoveAll(d)
+	}
 }
 
 // killStrays kills processes left behind (slurmstepd of a job that did not

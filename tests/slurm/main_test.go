@@ -6,6 +6,7 @@ package slurm
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -209,19 +210,30 @@ func (c *cluster) assertReleased(t *testing.T, id string) string {
 	if rep.code != 0 {
 		t.Fatalf("gpuslice report %s: %s", id, rep)
 	}
+	if !strings.Contains(rep.stdout, "PEAK") || !strings.Contains(rep.stdout, "FINAL USED") {
+		t.Fatalf("gpuslice report %s shows no peak and final usage:\n%s", id, rep.stdout)
+	}
 	return rep.stdout
 }
 
-// history returns the daemon's report of a released session.
+// history is the report of a released session as `gpuslice report --json`
+// prints it.
 func (c *cluster) history(t *testing.T, id string) *client.Report {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	cl := c.client()
-	defer cl.Close()
-	r, err := cl.History(ctx, id)
-	if err != nil {
-		t.Fatalf("history of %s: %v", id, err)
+	cmd := c.cmd(nil, c.bin("gpuslice"), "report", "--json", id)
+	cmd.Env = append(cmd.Env, "GPUSLICE_ADMIN_SOCK="+c.admSock)
+	r := run(ctx, cmd)
+	if r.code != 0 {
+		t.Fatalf("gpuslice report --json %s: %s", id, r)
 	}
-	return r
+	var rep client.Report
+	if err := json.Unmarshal([]byte(r.stdout), &rep); err != nil {
+		t.Fatalf("gpuslice report --json %s: %v\n%s", id, err, r.stdout)
+	}
+	if rep.ID != id || len(rep.GPUs) == 0 {
+		t.Fatalf("gpuslice report --json %s: %+v", id, rep)
+	}
+	return &rep
 }

@@ -15,10 +15,14 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"math"
+	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"sort"
 	"strconv"
 	"strings"
@@ -67,6 +71,18 @@ func run() int {
 		fmt.Fprintln(os.Stderr, "gpuslice-bench:", err)
 		return 1
 	}
+	// Context for the latency figures: a busy machine inflates tails.
+	if b, err := os.ReadFile("/proc/loadavg"); err == nil {
+		if f := strings.Fields(string(b)); len(f) > 0 {
+			if v, err := strconv.ParseFloat(f[0], 64); err == nil {
+				res.set("loadavg_1m", v)
+				if v > float64(runtime.NumCPU()) {
+					res.notes["loadavg_1m"] = fmt.Sprintf("load %.1f on %d CPUs during the run: latency tails are inflated by other work", v, runtime.NumCPU())
+				}
+			}
+		}
+	}
+	res.set("cpus", float64(runtime.NumCPU()))
 	if err := res.write(o.out); err != nil {
 		fmt.Fprintln(os.Stderr, "gpuslice-bench:", err)
 		return 1
@@ -142,6 +158,9 @@ func (r *results) print(w *os.File) {
 			verdict = "MISSES target"
 		}
 		fmt.Fprintf(w, "%-28s %-58s %12s %10s  %s\n", t.key, t.what, fmt.Sprintf("%.3g%s", v, t.unit), target, verdict)
+	}
+	if n, ok := r.notes["loadavg_1m"]; ok {
+		fmt.Fprintf(w, "\nnote: %s\n", n)
 	}
 }
 
@@ -546,6 +565,10 @@ func rssBench(o options) (float64, error) {
 	if len(ss) != o.sessions || len(ss[0].GPUs) != 4 {
 		return 0, fmt.Errorf("expected %d sessions on 4 GPUs, got %d", o.sessions, len(ss))
 	}
+	// Steady state includes a metrics scrape (every GPU of every session).
+	if err := scrape(d.adminSock); err != nil {
+		return 0, err
+	}
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", d.cmd.Process.Pid))
 	if err != nil {
 		return 0, err
@@ -561,4 +584,23 @@ func rssBench(o options) (float64, error) {
 		}
 	}
 	return 0, errors.New("no VmRSS in /proc status")
+}
+
+// scrape reads /metrics from the admin socket once.
+func scrape(sock string) error {
+	hc := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, "unix", sock)
+		}}}
+	resp, err := hc.Get("http://gpusliced/metrics")
+	if err != nil {
+		return fmt.Errorf("scrape: %w", err)
+	}
+	defer resp.Body.Close()
+	n, err := io.Copy(io.Discard, resp.Body)
+	if err != nil || resp.StatusCode != 200 || n == 0 {
+		return fmt.Errorf("scrape: %s, %d bytes, %v", resp.Status, n, err)
+	}
+	return nil
 }

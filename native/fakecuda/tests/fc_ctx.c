@@ -3,6 +3,7 @@
  * driver documents them (synchronously). One event=check line per property.
  */
 #include <pthread.h>
+#include <sys/wait.h>
 
 #include "common.h"
 #include "drvctx.h"
@@ -32,6 +33,33 @@ static int host_fn_ran;
 static void host_fn(void *u)
 {
 	*(int *)u = 1;
+}
+
+/* A child forked after cuInit holds its own memory (its allocation shows in
+ * cuMemGetInfo) and the node gets it back when the child dies without exit
+ * handlers. */
+static int fork_child_own_usage(void)
+{
+	size_t before = 0, seen = 0, after = 0, total = 0;
+	int fds[2];
+	if (cuMemGetInfo(&before, &total) != CUDA_SUCCESS || pipe(fds) != 0)
+		return 0;
+	pid_t k = fork();
+	if (k == 0) {
+		CUdeviceptr c;
+		size_t f = 0;
+		int ok = cuMemAlloc(&c, 256 << 20) == CUDA_SUCCESS && cuMemGetInfo(&f, &total) == CUDA_SUCCESS;
+		if (write(fds[1], &f, sizeof(f)) != (ssize_t)sizeof(f) || !ok)
+			_exit(1);
+		_exit(0);
+	}
+	int st = -1;
+	int got = read(fds[0], &seen, sizeof(seen)) == (ssize_t)sizeof(seen);
+	waitpid(k, &st, 0);
+	close(fds[0]);
+	close(fds[1]);
+	return got && WIFEXITED(st) && WEXITSTATUS(st) == 0 && seen == before - (256 << 20) &&
+	       cuMemGetInfo(&after, &total) == CUDA_SUCCESS && after == before;
 }
 
 int main(void)
@@ -119,6 +147,8 @@ int main(void)
 				 cuDevicePrimaryCtxGetState(0, &flags, &active) == CUDA_SUCCESS && active == 0);
 	check("release_frees_memory", cuDevicePrimaryCtxRetain(&prim, 0) == CUDA_SUCCESS &&
 					      cuMemGetInfo(&free0, &total) == CUDA_SUCCESS && free0 == total);
+
+	check("fork_child_own_usage", fork_child_own_usage());
 
 	const char *str = NULL;
 	check("error_strings", cuGetErrorName(CUDA_ERROR_INVALID_CONTEXT, &str) == CUDA_SUCCESS &&

@@ -1,8 +1,8 @@
-// Package sizetest exposes the SPANK plugin's C size parser (spank/size.c)
-// to Go tests, so that it is checked against the same table as, and
-// fuzzed against, internal/size: --gpu-mem must mean the same thing to
-// srun and to every Go component.
-package sizetest
+// Package spanktest holds unit tests of the SPANK plugin. Its C size
+// parser (spank/size.c) is exposed here through cgo so that it is checked
+// against the same table as, and fuzzed against, internal/size: --gpu-mem
+// must mean the same thing to srun and to every Go component.
+package spanktest
 
 /*
 #cgo CFLAGS: -O2 -Wall -Wextra -Werror -D_GNU_SOURCE

@@ -1,4 +1,4 @@
-package sizetest
+package spanktest
 
 import (
 	"strings"

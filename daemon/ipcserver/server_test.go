@@ -1,0 +1,121 @@
+package ipcserver
+
+import (
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"runtime"
+	"testing"
+	"time"
+
+	"github.com/gpuslice/gpuslice/daemon/gpu"
+	"github.com/gpuslice/gpuslice/daemon/session"
+	"github.com/gpuslice/gpuslice/daemon/store"
+	"github.com/gpuslice/gpuslice/internal/api"
+	"github.com/gpuslice/gpuslice/internal/ipc"
+	"golang.org/x/sys/unix"
+)
+
+func startServer(t *testing.T) (string, *session.Manager) {
+	t.Helper()
+	dir, err := os.MkdirTemp("/tmp", "gsipc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	st, err := store.Open(filepath.Join(dir, "db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.Mkdir(filepath.Join(dir, "ledgers"), 0o700)
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	gpus := []gpu.GPU{{Index: 0, UUID: "GPU-00000000-0000-0000-0000-000000000000", Physical: 1 << 34}}
+	m, err := session.New(session.Options{LedgerDir: filepath.Join(dir, "ledgers"), Slots: 4, Overcommit: 1,
+		DefaultTTL: time.Hour, Log: log}, gpus, st, session.Events{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go m.Watcher().Run()
+	sock := filepath.Join(dir, "ipc.sock")
+	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: sock, Net: "unix"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := New(m, Options{Log: log})
+	done := make(chan struct{})
+	go func() { srv.Serve(ln); close(done) }()
+	t.Cleanup(func() {
+		srv.Close()
+		<-done
+		m.Watcher().Close()
+		m.Close()
+		st.Close()
+	})
+	return sock, m
+}
+
+// rawPing sends PINGs with plain syscalls so that only the server allocates.
+func rawPings(t *testing.T, sock string, n int) {
+	t.Helper()
+	fd, err := unix.Socket(unix.AF_UNIX, unix.SOCK_STREAM, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(fd)
+	if err := unix.Connect(fd, &unix.SockaddrUnix{Name: sock}); err != nil {
+		t.Fatal(err)
+	}
+	req := ipc.AppendFrame(nil, ipc.TypePing, []byte("abcd"))
+	buf := make([]byte, len(req))
+	for i := 0; i < n; i++ {
+		if _, err := unix.Write(fd, req); err != nil {
+			t.Fatal(err)
+		}
+		for got := 0; got < len(buf); {
+			k, err := unix.Read(fd, buf[got:])
+			if err != nil || k == 0 {
+				t.Fatalf("read: %v", err)
+			}
+			got += k
+		}
+	}
+}
+
+// TestPingAllocations guards the allocation-light request path: the
+// server's steady-state cost per PING is well under one heap allocation.
+func TestPingAllocations(t *testing.T) {
+	sock, _ := startServer(t)
+	rawPings(t, sock, 100) // warm up: connection set-up allocates
+	const n = 5000
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	rawPings(t, sock, n)
+	runtime.ReadMemStats(&after)
+	per := float64(after.Mallocs-before.Mallocs) / n
+	t.Logf("%.3f allocations per ping (server and test together)", per)
+	if per > 0.5 {
+		t.Fatalf("%.2f allocations per PING; the request path should not allocate", per)
+	}
+}
+
+func TestStatusFitsAFrame(t *testing.T) {
+	sock, m := startServer(t)
+	if _, _, err := m.Create(api.SessionRequest{ID: "s", QuotaBytes: 1 << 30}); err != nil {
+		t.Fatal(err)
+	}
+	c, err := ipc.Dial(sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	raw, err := c.Status("s", "")
+	if err != nil || len(raw) == 0 || len(raw) > ipc.MaxPayload {
+		t.Fatalf("STATUS = %d bytes, %v", len(raw), err)
+	}
+	if _, err := c.Status("missing", ""); err == nil {
+		t.Fatal("STATUS of a missing session succeeded")
+	}
+}

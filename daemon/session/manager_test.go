@@ -1,0 +1,208 @@
+package session
+
+import (
+	"errors"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/gpuslice/gpuslice/daemon/gpu"
+	"github.com/gpuslice/gpuslice/daemon/store"
+	"github.com/gpuslice/gpuslice/internal/api"
+	"github.com/gpuslice/gpuslice/internal/ledger"
+)
+
+var gpus = []gpu.GPU{
+	{Index: 0, UUID: "GPU-aaaaaaaa-0000-0000-0000-000000000000", Name: "A", Physical: 80 << 30},
+	{Index: 1, UUID: "GPU-bbbbbbbb-0000-0000-0000-000000000000", Name: "B", Physical: 40 << 30},
+}
+
+type fixture struct {
+	dir   string
+	st    *store.Store
+	m     *Manager
+	clock atomic.Int64
+}
+
+func newFixture(t *testing.T, dir string) *fixture {
+	t.Helper()
+	if dir == "" {
+		dir = t.TempDir()
+	}
+	f := &fixture{dir: dir}
+	f.clock.Store(time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano())
+	st, err := store.Open(filepath.Join(dir, "db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.st = st
+	os.MkdirAll(filepath.Join(dir, "ledgers"), 0o700)
+	m, err := New(Options{LedgerDir: filepath.Join(dir, "ledgers"), Slots: 4, Overcommit: 1, DefaultTTL: time.Hour,
+		HistoryRetention: 24 * time.Hour, Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Now: func() time.Time { return time.Unix(0, f.clock.Load()) }}, gpus, st, Events{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go m.Watcher().Run()
+	f.m = m
+	t.Cleanup(f.close)
+	return f
+}
+
+func (f *fixture) close() {
+	if f.m != nil {
+		f.m.Watcher().Close()
+		f.m.Close()
+		f.st.Close()
+		f.m = nil
+	}
+}
+
+func (f *fixture) advance(d time.Duration) { f.clock.Add(int64(d)) }
+
+func TestSweepRebasesDrift(t *testing.T) {
+	f := newFixture(t, "")
+	if _, _, err := f.m.Create(api.SessionRequest{ID: "s", QuotaBytes: 1 << 30}); err != nil {
+		t.Fatal(err)
+	}
+	// A process killed between "reserve used" and "charge its slot" leaves
+	// bytes in used that no slot accounts for.
+	l, err := ledger.Open(filepath.Join(f.dir, "ledgers"), "s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	// Slot 1 was never claimed: to the daemon nothing is attached.
+	if err := l.Reserve(1, 0, 4096); err != nil {
+		t.Fatal(err)
+	}
+	v, _ := f.m.Get("s")
+	if v.GPUs[0].UsedBytes == 0 {
+		t.Fatal("setup: no drift")
+	}
+	f.m.Sweep()
+	if v, _ := f.m.Get("s"); v.GPUs[0].UsedBytes != 0 {
+		t.Fatalf("used after sweep with no process: %d", v.GPUs[0].UsedBytes)
+	}
+}
+
+func TestTTLAndPatch(t *testing.T) {
+	f := newFixture(t, "")
+	if _, _, err := f.m.Create(api.SessionRequest{ID: "a", QuotaBytes: 1 << 30}); err != nil {
+		t.Fatal(err)
+	}
+	f.advance(50 * time.Minute)
+	ttl := int64(3600)
+	s, err := f.m.Patch("a", api.PatchRequest{TTLSeconds: &ttl})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := time.Unix(0, f.clock.Load()).Add(time.Hour); !s.Expires.Equal(want) {
+		t.Fatalf("expires %v, want %v", s.Expires, want)
+	}
+	f.advance(30 * time.Minute) // 80 min after creation, 30 after the PATCH
+	f.m.Sweep()
+	if _, err := f.m.Get("a"); err != nil {
+		t.Fatalf("session reaped before its extended TTL: %v", err)
+	}
+	f.advance(31 * time.Minute)
+	f.m.Sweep()
+	if _, err := f.m.Get("a"); !errors.Is(err, api.ErrNotFound) {
+		t.Fatalf("session not reaped after its TTL: %v", err)
+	}
+	rep, err := f.m.History("a")
+	if err != nil || rep.Reason != "ttl" {
+		t.Fatalf("history %+v, %v", rep, err)
+	}
+	// History is pruned after history_retention.
+	f.advance(25 * time.Hour)
+	f.m.Sweep()
+	if _, err := f.m.History("a"); !errors.Is(err, api.ErrNotFound) {
+		t.Fatalf("history not pruned: %v", err)
+	}
+}
+
+func TestPatchValidation(t *testing.T) {
+	f := newFixture(t, "")
+	if _, _, err := f.m.Create(api.SessionRequest{ID: "p", QuotaBytes: 1 << 30, GPUs: []string{"0"}}); err != nil {
+		t.Fatal(err)
+	}
+	big := uint64(81 << 30)
+	neg := int64(-1)
+	tests := []struct {
+		name string
+		req  api.PatchRequest
+		want error
+		msg  string
+	}{
+		{"empty", api.PatchRequest{}, api.ErrBadRequest, "nothing to change"},
+		{"gpu not in session", api.PatchRequest{Quotas: map[string]uint64{"1": 1}}, api.ErrBadRequest, "not part of session"},
+		{"unknown gpu", api.PatchRequest{Quotas: map[string]uint64{"GPU-x": 1}}, api.ErrBadRequest, "unknown GPU"},
+		{"over capacity", api.PatchRequest{QuotaBytes: &big}, api.ErrQuotaExceeded, "80GiB free"},
+		{"negative ttl", api.PatchRequest{TTLSeconds: &neg}, api.ErrBadRequest, "ttl_seconds"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := f.m.Patch("p", tc.req)
+			if !errors.Is(err, tc.want) || !strings.Contains(err.Error(), tc.msg) {
+				t.Fatalf("Patch = %v, want %v mentioning %q", err, tc.want, tc.msg)
+			}
+		})
+	}
+	if v, _ := f.m.Get("p"); v.GPUs[0].LimitBytes != 1<<30 {
+		t.Fatalf("refused PATCH changed the limit: %d", v.GPUs[0].LimitBytes)
+	}
+}
+
+func TestRestoreRecreatesCorruptLedgerAndKeepsPeak(t *testing.T) {
+	dir := t.TempDir()
+	f := newFixture(t, dir)
+	if _, _, err := f.m.Create(api.SessionRequest{ID: "k", QuotaBytes: 2 << 30}); err != nil {
+		t.Fatal(err)
+	}
+	a, err := f.m.Attach("k", 0, uint32(os.Getpid()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := ledger.Map(a.Limits, a.Counters)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Reserve(a.Slot, 0, 1<<30); err != nil {
+		t.Fatal(err)
+	}
+	l.Release(a.Slot, 0, 1<<30)
+	l.Close()
+	a.Close()
+	f.m.Sweep() // persists the peak
+	f.close()
+
+	// Corrupt the ledger and leave an orphan behind, then restart.
+	limPath, _ := ledger.Paths(filepath.Join(dir, "ledgers"), "k")
+	os.WriteFile(limPath, []byte("garbage"), 0o600)
+	orphan, _ := ledger.Paths(filepath.Join(dir, "ledgers"), "orphan")
+	os.WriteFile(orphan, []byte("x"), 0o600)
+
+	f2 := newFixture(t, dir)
+	if err := f2.m.Restore(); err != nil {
+		t.Fatal(err)
+	}
+	v, err := f2.m.Get("k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v.GPUs[0].LimitBytes != 2<<30 || v.GPUs[0].UsedBytes != 0 || v.GPUs[0].PeakBytes != 1<<30 {
+		t.Fatalf("restored session %+v", v.GPUs[0])
+	}
+	if _, err := os.Stat(orphan); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("orphan ledger file kept: %v", err)
+	}
+	rep, err := f2.m.Delete("k")
+	if err != nil || rep.GPUs[0].PeakBytes != 1<<30 {
+		t.Fatalf("report %+v, %v", rep, err)
+	}
+}

@@ -1,0 +1,256 @@
+/*
+ * The attach client's side of the wire (docs/protocol.md): one ATTACH
+ * request, one reply read exactly as long as its header says (never past
+ * it), every descriptor passed along the way collected and closed unless
+ * the reply is a well-formed ATTACH_OK with exactly two. Reads and writes
+ * time out after GS_IO_TIMEOUT_S.
+ */
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "gs.h"
+#include "ipc.h"
+
+#define GS_IPC_MAGIC 0x50495347u /* "GSIP" */
+#define GS_IPC_VERSION 1u
+#define GS_IPC_HDR 12
+#define GS_IPC_MAX_PAYLOAD 4096
+#define GS_IPC_ATTACH 3
+#define GS_IPC_ATTACH_OK 4
+#define GS_IPC_ERROR 9
+#define GS_MAX_FDS 8
+#define GS_IO_TIMEOUT_S 1
+
+void gs_attach_fail(struct gs_attach_err *err, int retry, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(err->msg, sizeof(err->msg), fmt, ap);
+	va_end(ap);
+	err->retry = retry;
+}
+
+static void put16(unsigned char *p, uint16_t v)
+{
+	p[0] = (unsigned char)v;
+	p[1] = (unsigned char)(v >> 8);
+}
+static void put32(unsigned char *p, uint32_t v)
+{
+	for (int i = 0; i < 4; i++)
+		p[i] = (unsigned char)(v >> (8 * i));
+}
+static uint16_t get16(const unsigned char *p) { return (uint16_t)(p[0] | (p[1] << 8)); }
+static uint32_t get32(const unsigned char *p)
+{
+	return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+static uint64_t get64(const unsigned char *p)
+{
+	return (uint64_t)get32(p) | (uint64_t)get32(p + 4) << 32;
+}
+
+struct fdset {
+	int fd[GS_MAX_FDS];
+	int n;
+	int extra; /* fds beyond GS_MAX_FDS or truncated control data */
+};
+
+static void fdset_close(struct fdset *f)
+{
+	for (int i = 0; i < f->n; i++)
+		close(f->fd[i]);
+	f->n = 0;
+}
+
+static int send_all(int s, const unsigned char *p, size_t n, struct gs_attach_err *err)
+{
+	while (n > 0) {
+		ssize_t w = send(s, p, n, MSG_NOSIGNAL);
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w <= 0) {
+			gs_attach_fail(err, 1, "send: %s", w < 0 ? strerror(errno) : "short write");
+			return -1;
+		}
+		p += w;
+		n -= (size_t)w;
+	}
+	return 0;
+}
+
+/* Read exactly n bytes, collecting every fd passed along the way. */
+static int recv_exact(int s, unsigned char *buf, size_t n, int start, struct fdset *fds,
+		      struct gs_attach_err *err)
+{
+	size_t got = 0;
+	while (got < n) {
+		union {
+			char buf[CMSG_SPACE(sizeof(int) * GS_MAX_FDS)];
+			struct cmsghdr align;
+		} ctl;
+		struct iovec iov = {.iov_base = buf + got, .iov_len = n - got};
+		struct msghdr m = {
+			.msg_iov = &iov,
+			.msg_iovlen = 1,
+			.msg_control = ctl.buf,
+			.msg_controllen = sizeof(ctl.buf),
+		};
+		ssize_t r = recvmsg(s, &m, MSG_CMSG_CLOEXEC);
+		if (r < 0 && errno == EINTR)
+			continue;
+		for (struct cmsghdr *c = CMSG_FIRSTHDR(&m); r >= 0 && c != NULL; c = CMSG_NXTHDR(&m, c)) {
+			if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS)
+				continue;
+			size_t k = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+			const unsigned char *data = CMSG_DATA(c);
+			for (size_t i = 0; i < k; i++) {
+				int fd;
+				memcpy(&fd, data + i * sizeof(int), sizeof(int));
+				if (fds->n < GS_MAX_FDS) {
+					fds->fd[fds->n++] = fd;
+				} else {
+					close(fd);
+					fds->extra = 1;
+				}
+			}
+		}
+		if (r >= 0 && (m.msg_flags & MSG_CTRUNC))
+			fds->extra = 1;
+		if (r < 0) {
+			if (errno == EAGAIN || errno == EWOULDBLOCK)
+				gs_attach_fail(err, 1, "no reply from gpusliced within %d s", GS_IO_TIMEOUT_S);
+			else
+				gs_attach_fail(err, 1, "receive: %s", strerror(errno));
+			return -1;
+		}
+		if (r == 0) {
+			int clean = start && got == 0 && fds->n == 0;
+			gs_attach_fail(err, clean, "connection closed by gpusliced%s",
+			     clean ? "" : " in the middle of a reply");
+			return -1;
+		}
+		got += (size_t)r;
+	}
+	return 0;
+}
+
+static const char *code_name(uint32_t code)
+{
+	switch (code) {
+	case 1: return "bad request";
+	case 2: return "unknown session";
+	case 3: return "not permitted";
+	case 4: return "bad or missing token";
+	case 5: return "no free slot";
+	case 6: return "internal error";
+	case 7: return "unsupported version";
+	default: return "error";
+	}
+}
+
+
+/* One ATTACH exchange. On success the caller owns rep->limfd/ctrfd. */
+int gs_ipc_attach(const char *sock_path, const char *session, const char *token,
+		  struct gs_attach_reply *rep, struct gs_attach_err *err)
+{
+	int rv = -1;
+	struct fdset fds = {.n = 0, .extra = 0};
+	int s = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (s < 0) {
+		gs_attach_fail(err, 0, "socket: %s", strerror(errno));
+		return -1;
+	}
+	struct timeval tv = {.tv_sec = GS_IO_TIMEOUT_S, .tv_usec = 0};
+	setsockopt(s, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+	setsockopt(s, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+	struct sockaddr_un a = {.sun_family = AF_UNIX};
+	memcpy(a.sun_path, sock_path, strlen(sock_path) + 1);
+	if (connect(s, (struct sockaddr *)&a, sizeof(a)) < 0) {
+		gs_attach_fail(err, 1, "connect: %s", strerror(errno));
+		goto out;
+	}
+
+	size_t slen = strlen(session), tlen = strlen(token);
+	unsigned char req[GS_IPC_HDR + 2 + GS_SESSION_LEN + 2 + GS_MAX_TOKEN];
+	size_t plen = 2 + slen + 2 + tlen;
+	put32(req, GS_IPC_MAGIC);
+	put16(req + 4, GS_IPC_VERSION);
+	put16(req + 6, GS_IPC_ATTACH);
+	put32(req + 8, (uint32_t)plen);
+	put16(req + 12, (uint16_t)slen);
+	memcpy(req + 14, session, slen);
+	put16(req + 14 + slen, (uint16_t)tlen);
+	memcpy(req + 16 + slen, token, tlen);
+	if (send_all(s, req, GS_IPC_HDR + plen, err) < 0)
+		goto out;
+
+	unsigned char hdr[GS_IPC_HDR];
+	if (recv_exact(s, hdr, sizeof(hdr), 1, &fds, err) < 0)
+		goto out;
+	uint32_t magic = get32(hdr), len = get32(hdr + 8);
+	uint16_t ver = get16(hdr + 4), type = get16(hdr + 6);
+	if (magic != GS_IPC_MAGIC) {
+		gs_attach_fail(err, 0, "malformed reply (bad magic 0x%08x)", magic);
+		goto out;
+	}
+	if (ver != GS_IPC_VERSION) {
+		gs_attach_fail(err, 0, "reply has protocol version %u, want %u", ver, GS_IPC_VERSION);
+		goto out;
+	}
+	if (len > GS_IPC_MAX_PAYLOAD) {
+		gs_attach_fail(err, 0, "malformed reply (payload length %u > %d)", len, GS_IPC_MAX_PAYLOAD);
+		goto out;
+	}
+	unsigned char pay[GS_IPC_MAX_PAYLOAD];
+	if (len > 0 && recv_exact(s, pay, len, 0, &fds, err) < 0)
+		goto out;
+
+	if (type == GS_IPC_ERROR) {
+		if (len < 6 || (size_t)get16(pay + 4) + 6 != len) {
+			gs_attach_fail(err, 0, "malformed error reply (%u bytes)", len);
+			goto out;
+		}
+		uint32_t code = get32(pay);
+		size_t mlen = get16(pay + 4);
+		char msg[160];
+		if (mlen > sizeof(msg) - 1)
+			mlen = sizeof(msg) - 1;
+		for (size_t i = 0; i < mlen; i++) {
+			unsigned char c = pay[6 + i];
+			msg[i] = (c >= 0x20 && c < 0x7f) ? (char)c : '?';
+		}
+		msg[mlen] = '\0';
+		gs_attach_fail(err, code == 5 || code == 6, "%s: %s", code_name(code), msg);
+		goto out;
+	}
+	if (type != GS_IPC_ATTACH_OK) {
+		gs_attach_fail(err, 0, "malformed reply (unexpected frame type %u)", type);
+		goto out;
+	}
+	if (len != 16) {
+		gs_attach_fail(err, 0, "malformed reply (attach_ok payload %u bytes, want 16)", len);
+		goto out;
+	}
+	if (fds.n != 2 || fds.extra) {
+		gs_attach_fail(err, 0, "reply carried %d file descriptors%s, want 2", fds.n,
+		     fds.extra ? " (and more)" : "");
+		goto out;
+	}
+	rep->slot = get32(pay);
+	rep->ngpus = get32(pay + 4);
+	rep->generation = get64(pay + 8);
+	rep->limfd = fds.fd[0];
+	rep->ctrfd = fds.fd[1];
+	fds.n = 0;
+	rv = 0;
+out:
+	fdset_close(&fds);
+	close(s);
+	return rv;
+}
