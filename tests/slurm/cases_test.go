@@ -349,3 +349,31 @@ func eventsText(evs []event) string {
 	}
 	return b.String()
 }
+
+// With gres/gpu the Prolog sets the quota on the job's GPUs
+// (SLURM_JOB_GPUS); the task sees them through CUDA_VISIBLE_DEVICES.
+func TestGresGPU(t *testing.T) {
+	c := needCluster(t)
+	u := c.users["gsltest1"]
+	r := run(ctxFor(t, time.Minute), c.cmd(u, "srun", "-v", "--gres=gpu:1", "--gpu-mem=3G", "sh", "-c",
+		`echo "event=env cvd=${CUDA_VISIBLE_DEVICES:-none}"; `+c.bin("target_app")+" --step 1G --count 4"))
+	if r.code != 0 {
+		t.Fatalf("srun --gres=gpu:1: %s", r)
+	}
+	if e := find(events(r.stdout), "env"); e["cvd"] != "0" {
+		t.Errorf("CUDA_VISIBLE_DEVICES in the task: %v, want 0", e)
+	}
+	app := parseApp(t, r.stdout)
+	if app.total != 3*GiB || app.allowed != 3 || app.denied != 1 {
+		t.Errorf("total %d allowed %d denied %d, want the 3 GiB quota", app.total, app.allowed, app.denied)
+	}
+	id := jobID(t, r)
+	c.assertReleased(t, id)
+	gpus, err := c.gpus()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h := c.history(t, id); len(h.GPUs) != 1 || h.GPUs[0].UUID != gpus[0].UUID || h.GPUs[0].LimitBytes != 3*GiB {
+		t.Errorf("session of job %s: %+v, want 3 GiB on %s", id, h.GPUs, gpus[0].UUID)
+	}
+}

@@ -403,10 +403,17 @@ PlugStackConfig=%[1]s/plugstack.conf
 Prolog=%[1]s/prolog.sh
 Epilog=%[1]s/epilog.sh
 PrologFlags=Alloc
-NodeName=%[2]s NodeAddr=127.0.0.1 CPUs=%[5]s State=UNKNOWN
+GresTypes=gpu
+NodeName=%[2]s NodeAddr=127.0.0.1 CPUs=%[5]s Gres=gpu:1 State=UNKNOWN
 PartitionName=test Nodes=%[2]s Default=YES MaxTime=10 State=UP OverSubscribe=FORCE:8
 `, c.dir, c.node, ctldPort, slurmdPort, nodeCPUs())
-	return writeFile(c.conf, conf, 0o644)
+	if err := writeFile(c.conf, conf, 0o644); err != nil {
+		return err
+	}
+	// One gres/gpu, so that jobs asking --gres=gpu:1 reach the Prolog with
+	// SLURM_JOB_GPUS. No device cgroup is in use (TaskPlugin=task/none):
+	// the file only gives the GPU its index.
+	return writeFile(c.path("gres.conf"), "Name=gpu File=/dev/null\n", 0o644)
 }
 
 // start runs a daemon in the background in its own process group; its

@@ -37,11 +37,11 @@ func TestDaemonDownAtJobStart(t *testing.T) {
 		cmd := c.cmd(u, "srun", "-v", "--gpu-mem=2G", c.bin("target_app"), "--step", "1G", "--count", "3")
 		done := make(chan result, 1)
 		go func() { done <- run(context.Background(), cmd) }()
-		// The job is allocated and its Prolog is retrying.
+		// The job is allocated: its Prolog runs (CONFIGURING), retrying.
 		if err := waitFor(60*time.Second, func() error {
 			out, _ := c.cmd(nil, "squeue", "-h", "-u", u.name, "-o", "%T").Output()
-			if strings.TrimSpace(string(out)) == "" {
-				return errors.New("job not allocated yet")
+			if st := strings.TrimSpace(string(out)); st == "" || st == "PENDING" {
+				return fmt.Errorf("job not allocated yet (%q)", st)
 			}
 			return nil
 		}); err != nil {

@@ -18,7 +18,7 @@ import (
 )
 
 // prologRetry is the Prolog/Epilog --retry-timeout in the test cluster.
-const prologRetry = 6 * time.Second
+const prologRetry = 10 * time.Second
 
 var (
 	cl       *cluster
