@@ -12,14 +12,15 @@ DIST          ?= $(ROOT)/dist
 VERSION_STAMP := $(BUILD)/.version
 PKG_FORMATS   ?= deb rpm
 
-# Programs that embed the version are rebuilt when it changes.
+# Programs that embed the version are rebuilt when it changes (go.mk has its
+# own stamp for gpusliced and gpuslice; this one also covers the Prolog/Epilog).
 $(BIN)/gpusliced $(BIN)/gpuslice $(BIN)/gpuslice-prolog $(BIN)/gpuslice-epilog: $(VERSION_STAMP)
-$(VERSION_STAMP): FORCE
+$(VERSION_STAMP): packaging-force
 	@mkdir -p $(@D)
 	@[ "$$(cat $@ 2>/dev/null)" = '$(VERSION)' ] || echo '$(VERSION)' >$@
 
-.PHONY: FORCE
-FORCE:
+.PHONY: packaging-force
+packaging-force:
 
 define check-pkg-version
 $(if $(PKG_VERSION),,$(error cannot derive a package version from VERSION='$(VERSION)'))

@@ -298,6 +298,16 @@ func alive(pid int) bool {
 	return i > 0 && i+2 < len(b) && b[i+2] != 'Z'
 }
 
+// used is what session id uses on all its GPUs.
+func (d *installedDaemon) used(id string) uint64 {
+	d.t.Helper()
+	var n uint64
+	for _, g := range d.status(id).GPUs {
+		n += g.UsedBytes
+	}
+	return n
+}
+
 // checkUsed asserts session id uses want bytes on GPU 0 and none on the
 // others.
 func (d *installedDaemon) checkUsed(id string, want uint64) {
@@ -357,6 +367,11 @@ func TestInstalledPackage(t *testing.T) {
 
 	t.Run("systemd-analyze verify", func(t *testing.T) {
 		need(t, "systemd-analyze")
+		// The installed unit is etc/systemd/gpusliced.service; verifying it
+		// here finds ExecStart= installed.
+		if readFile(t, installedUnit) != readFile(t, filepath.Join(testenv.RepoRoot(t), "etc/systemd/gpusliced.service")) {
+			t.Errorf("%s differs from etc/systemd/gpusliced.service", installedUnit)
+		}
 		// The exit code is not reliable: any output is a finding.
 		cmd := exec.Command("systemd-analyze", "verify", installedUnit)
 		cmd.Dir = "/"
@@ -504,7 +519,7 @@ func TestUpgrade(t *testing.T) {
 	job.Process.Kill()
 	job.Wait()
 	deadline := time.Now().Add(20 * time.Second)
-	for d.status(id).GPUs[0].UsedBytes != 0 && time.Now().Before(deadline) {
+	for d.used(id) != 0 && time.Now().Before(deadline) {
 		time.Sleep(100 * time.Millisecond)
 	}
 	d.checkUsed(id, 0)

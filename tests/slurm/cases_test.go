@@ -215,6 +215,9 @@ func TestTaskEnvironment(t *testing.T) {
 		if _, err := c.session(e["job"]); err == nil {
 			t.Fatalf("a session exists for job %s, which asked for no quota", e["job"])
 		}
+		if env := readFile(t, c.path("log", "prolog-"+e["job"]+".env")); strings.Contains(env, "SPANK_GPU_MEM") {
+			t.Fatalf("the Prolog of a job without --gpu-mem got a quota:\n%s", env)
+		}
 		if err := c.waitNodeState("idle", 30*time.Second); err != nil {
 			t.Fatal(err)
 		}
@@ -369,6 +372,12 @@ func TestGresGPU(t *testing.T) {
 	}
 	id := jobID(t, r)
 	c.assertReleased(t, id)
+	env := readFile(t, c.path("log", "prolog-"+id+".env"))
+	for _, want := range []string{"SLURM_JOB_GPUS=0\n", "SPANK_GPU_MEM=3221225472\n", fmt.Sprintf("SLURM_JOB_UID=%d\n", u.uid)} {
+		if !strings.Contains(env, want) {
+			t.Errorf("the Prolog's environment lacks %q:\n%s", want, env)
+		}
+	}
 	gpus, err := c.gpus()
 	if err != nil {
 		t.Fatal(err)

@@ -354,13 +354,15 @@ func (c *cluster) writeSlurmConfig() error {
 	}
 	// slurmd runs the Prolog/Epilog without its own environment: the
 	// wrappers pass where gpusliced listens.
-	wrapper := func(bin string) string {
-		return fmt.Sprintf("#!/bin/sh\nexec %s --admin-socket %s --retry-timeout %s \"$@\"\n", bin, c.admSock, prologRetry)
+	// They also keep the environment slurmd gave them, for the tests.
+	wrapper := func(bin, name string) string {
+		return fmt.Sprintf("#!/bin/sh\nenv > %s/%s-$SLURM_JOB_ID.env\nexec %s --admin-socket %s --retry-timeout %s \"$@\"\n",
+			c.path("log"), name, bin, c.admSock, prologRetry)
 	}
-	if err := writeFile(c.path("prolog.sh"), wrapper(c.bin("prolog")), 0o755); err != nil {
+	if err := writeFile(c.path("prolog.sh"), wrapper(c.bin("prolog"), "prolog"), 0o755); err != nil {
 		return err
 	}
-	if err := writeFile(c.path("epilog.sh"), wrapper(c.bin("epilog")), 0o755); err != nil {
+	if err := writeFile(c.path("epilog.sh"), wrapper(c.bin("epilog"), "epilog"), 0o755); err != nil {
 		return err
 	}
 	plug := fmt.Sprintf("required %s lib=%s socket=%s max=%s\n", c.bin("plugin"), c.bin("interceptor"), c.ipcSock, maxQuota)
