@@ -35,6 +35,7 @@ func TestMainWithoutDaemon(t *testing.T) {
 		{"prolog, bad quota variable: fails", ModeProlog, []string{"--admin-socket", dead},
 			map[string]string{"SLURM_JOB_ID": "1", "SLURM_JOB_UID": "1", "SPANK_GPU_MEM": "x"}, 1, "SPANK_GPU_MEM"},
 		{"bad --default", ModeProlog, []string{"--default", "8X"}, job, 2, "--default"},
+		{"bad --ttl", ModeProlog, []string{"--ttl", "10ms"}, withQuota, 2, "--ttl"},
 		{"unknown flag", ModeProlog, []string{"--bogus"}, job, 2, "bogus"},
 		{"stray argument", ModeEpilog, []string{"x"}, job, 2, "unexpected argument"},
 	}

@@ -20,6 +20,10 @@ type Config struct {
 	RetryTimeout time.Duration
 	// CallTimeout bounds one API call.
 	CallTimeout time.Duration
+	// TTL of the sessions created; 0 takes gpusliced's default_ttl. It must
+	// outlast the longest job: an expired session without attached
+	// processes is reaped.
+	TTL time.Duration
 	// Log receives one line per decision (slurmd keeps it in its log).
 	Log io.Writer
 }
@@ -70,7 +74,8 @@ func Prolog(ctx context.Context, cfg Config, job Job) error {
 	}
 	c := client.New(cfg.AdminSocket)
 	defer c.Close()
-	req := client.SessionRequest{ID: job.ID, UID: job.UID, QuotaBytes: job.QuotaBytes, GPUs: job.GPUs}
+	req := client.SessionRequest{ID: job.ID, UID: job.UID, QuotaBytes: job.QuotaBytes, GPUs: job.GPUs,
+		TTLSeconds: int64(cfg.TTL / time.Second)}
 	var s *client.Session
 	create := func(ctx context.Context) error {
 		var err error

@@ -97,6 +97,21 @@ func TestPrologEpilog(t *testing.T) {
 		}
 	})
 
+	t.Run("--ttl sets the session's TTL", func(t *testing.T) {
+		var log syncBuffer
+		cfg := testConfig(d, &log)
+		cfg.TTL = 72 * time.Hour
+		job := Job{ID: "106", UID: 1, QuotaBytes: 1 << 30}
+		if err := Prolog(ctx, cfg, job); err != nil {
+			t.Fatal(err)
+		}
+		s, err := c.GetSession(ctx, "106")
+		if err != nil || s.TTLSeconds != 72*3600 {
+			t.Fatalf("session %+v, %v; want a 72h TTL", s, err)
+		}
+		Epilog(ctx, cfg, job)
+	})
+
 	t.Run("the job's GPUs only", func(t *testing.T) {
 		var log syncBuffer
 		job := Job{ID: "102", UID: 1, QuotaBytes: 1 << 30, GPUs: []string{"1"}}

@@ -14,8 +14,7 @@
 #include <pthread.h>
 
 #include "common.h"
-#include "cuda_runtime_api.h"
-#include "drvctx.h"
+#include "dualapi.h"
 
 #define BATCH 1000
 
@@ -35,18 +34,13 @@ static void *worker(void *arg)
 	struct result *res = arg;
 	long batches = iters / BATCH;
 	uint64_t *per = calloc((size_t)batches, sizeof(*per));
-	if (use_driver ? cuCtxSetCurrent(ctx) != CUDA_SUCCESS : cudaSetDevice((int)device) != cudaSuccess)
+	if (ex_api_bind(use_driver, ctx, (int)device) != 0)
 		res->failures++;
 	/* warm up: first-touch costs are not what is measured */
 	for (int i = 0; i < 100 && !res->failures; i++) {
-		CUdeviceptr p;
 		void *q;
-		if (use_driver) {
-			if (cuMemAlloc(&p, size) != CUDA_SUCCESS || cuMemFree(p) != CUDA_SUCCESS)
-				res->failures++;
-		} else if (cudaMalloc(&q, size) != cudaSuccess || cudaFree(q) != cudaSuccess) {
+		if (ex_api_alloc(use_driver, &q, size) != 0 || ex_api_free(use_driver, q) != 0)
 			res->failures++;
-		}
 	}
 	pthread_barrier_wait(&start);
 	for (long b = 0; b < batches && !res->failures; b++) {
@@ -87,29 +81,14 @@ static const char *usage = "--threads N --iters M --size BYTES [--api driver|run
 int main(int argc, char **argv)
 {
 	long threads = 1;
-	for (int i = 1; i < argc; i++) {
-		const char *v;
-		if ((v = ex_opt(argc, argv, &i, "--threads"))) {
-			if (ex_parse_long(v, 1, 1024, &threads))
-				EX_USAGE(argv[0], usage, "bad --threads %s", v);
-		} else if ((v = ex_opt(argc, argv, &i, "--iters"))) {
-			if (ex_parse_long(v, BATCH, 1000000000, &iters))
-				EX_USAGE(argv[0], usage, "bad --iters %s (at least %d)", v, BATCH);
-		} else if ((v = ex_opt(argc, argv, &i, "--size"))) {
-			if (ex_parse_size(v, &size) || size == 0)
-				EX_USAGE(argv[0], usage, "bad --size %s", v);
-		} else if ((v = ex_opt(argc, argv, &i, "--device"))) {
-			if (ex_parse_long(v, 0, 1024, &device))
-				EX_USAGE(argv[0], usage, "bad --device %s", v);
-		} else if ((v = ex_opt(argc, argv, &i, "--api"))) {
-			if (strcmp(v, "runtime") == 0)
-				use_driver = 0;
-			else if (strcmp(v, "driver") != 0)
-				EX_USAGE(argv[0], usage, "bad --api %s", v);
-		} else {
-			EX_USAGE(argv[0], usage, "unknown argument %s", argv[i]);
-		}
-	}
+	const struct ex_option opts[] = {
+		{"--threads", EX_LONG, &threads, 1, 1024, NULL},
+		{"--iters", EX_LONG, &iters, BATCH, 1000000000, "at least " EX_STR(BATCH)},
+		{"--size", EX_SIZE, &size, 1, 0, NULL},
+		EX_DEVICE_OPTION(device),
+		{"--api", EX_API, &use_driver, 0, 0, NULL},
+	};
+	EX_PARSE_ARGS(argc, argv, usage, opts);
 	if (use_driver) {
 		if (ex_driver_setup((int)device, &ctx))
 			return 1;

@@ -14,8 +14,7 @@
 #include <pthread.h>
 
 #include "common.h"
-#include "cuda_runtime_api.h"
-#include "drvctx.h"
+#include "dualapi.h"
 
 static long iters = 10000, hold = 4, device = 0;
 static uint64_t size = 1 << 20;
@@ -28,18 +27,12 @@ struct result {
 
 static int do_alloc(void **p)
 {
-	if (use_driver) {
-		CUdeviceptr d = 0;
-		int r = (int)cuMemAlloc(&d, size);
-		*p = (void *)(uintptr_t)d;
-		return r;
-	}
-	return (int)cudaMalloc(p, size);
+	return ex_api_alloc(use_driver, p, size);
 }
 
 static int do_free(void *p)
 {
-	return use_driver ? (int)cuMemFree((CUdeviceptr)(uintptr_t)p) : (int)cudaFree(p);
+	return ex_api_free(use_driver, p);
 }
 
 static void *worker(void *arg)
@@ -47,7 +40,7 @@ static void *worker(void *arg)
 	struct result *res = arg;
 	void **ring = calloc((size_t)hold, sizeof(void *));
 	long n = 0, head = 0;
-	if (use_driver ? cuCtxSetCurrent(ctx) != CUDA_SUCCESS : cudaSetDevice((int)device) != cudaSuccess) {
+	if (ex_api_bind(use_driver, ctx, (int)device) != 0) {
 		res->errors++;
 		free(ring);
 		return NULL;
@@ -66,7 +59,7 @@ static void *worker(void *arg)
 			ring[(head + n) % hold] = p;
 			n++;
 			res->ok++;
-		} else if (r == 2) {
+		} else if (r == EX_OOM) {
 			res->denied++;
 		} else {
 			res->errors++;
@@ -87,45 +80,20 @@ static const char *usage = "[--threads N] [--iters N] [--size SIZE] [--hold N] [
 int main(int argc, char **argv)
 {
 	long threads = 8;
-	for (int i = 1; i < argc; i++) {
-		const char *v;
-		if ((v = ex_opt(argc, argv, &i, "--threads"))) {
-			if (ex_parse_long(v, 1, 1024, &threads))
-				EX_USAGE(argv[0], usage, "bad --threads %s", v);
-		} else if ((v = ex_opt(argc, argv, &i, "--iters"))) {
-			if (ex_parse_long(v, 1, 1000000000, &iters))
-				EX_USAGE(argv[0], usage, "bad --iters %s", v);
-		} else if ((v = ex_opt(argc, argv, &i, "--hold"))) {
-			if (ex_parse_long(v, 1, 100000, &hold))
-				EX_USAGE(argv[0], usage, "bad --hold %s", v);
-		} else if ((v = ex_opt(argc, argv, &i, "--size"))) {
-			if (ex_parse_size(v, &size) || size == 0)
-				EX_USAGE(argv[0], usage, "bad --size %s", v);
-		} else if ((v = ex_opt(argc, argv, &i, "--device"))) {
-			if (ex_parse_long(v, 0, 1024, &device))
-				EX_USAGE(argv[0], usage, "bad --device %s", v);
-		} else if ((v = ex_opt(argc, argv, &i, "--api"))) {
-			if (strcmp(v, "runtime") == 0)
-				use_driver = 0;
-			else if (strcmp(v, "driver") != 0)
-				EX_USAGE(argv[0], usage, "bad --api %s", v);
-		} else {
-			EX_USAGE(argv[0], usage, "unknown argument %s", argv[i]);
-		}
-	}
+	const struct ex_option opts[] = {
+		{"--threads", EX_LONG, &threads, 1, 1024, NULL},
+		{"--iters", EX_LONG, &iters, 1, 1000000000, NULL},
+		{"--hold", EX_LONG, &hold, 1, 100000, NULL},
+		{"--size", EX_SIZE, &size, 1, 0, NULL},
+		EX_DEVICE_OPTION(device),
+		{"--api", EX_API, &use_driver, 0, 0, NULL},
+	};
+	EX_PARSE_ARGS(argc, argv, usage, opts);
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	printf("event=start threads=%ld iters=%ld size=%llu hold=%ld api=%s pid=%d\n", threads, iters,
 	       (unsigned long long)size, hold, use_driver ? "driver" : "runtime", (int)getpid());
-	if (use_driver) {
-		if (ex_driver_setup((int)device, &ctx))
-			return 1;
-	} else {
-		cudaError_t e = cudaSetDevice((int)device);
-		if (e != cudaSuccess) {
-			printf("event=error op=init error=%s\n", cudaGetErrorName(e));
-			return 1;
-		}
-	}
+	if (ex_api_setup(use_driver, (int)device, &ctx))
+		return 1;
 	pthread_t *tid = calloc((size_t)threads, sizeof(*tid));
 	struct result *res = calloc((size_t)threads, sizeof(*res));
 	for (long t = 0; t < threads; t++)
@@ -143,9 +111,8 @@ int main(int argc, char **argv)
 	printf("event=summary threads=%ld iters=%ld ok=%ld denied=%ld errors=%ld\n", threads, iters, total.ok,
 	       total.denied, total.errors);
 	size_t free_b = 0, total_b = 0;
-	int rc = use_driver ? (int)cuMemGetInfo(&free_b, &total_b) : (int)cudaMemGetInfo(&free_b, &total_b);
-	if (rc == 0)
-		printf("event=meminfo when=after free=%zu total=%zu\n", free_b, total_b);
+	if (ex_api_meminfo(use_driver, &free_b, &total_b) == 0)
+		ex_print_meminfo("after", free_b, total_b);
 	else
 		total.errors++;
 	free(tid);

@@ -18,44 +18,23 @@
 
 static const char *usage = "[--size SIZE] [--count N] [--device N]";
 
-static long allowed, denied;
-static int unexpected;
+static struct ex_tally tally;
 
 static void report(const char *api, long i, uint64_t size, CUresult r)
 {
-	if (r == CUDA_SUCCESS) {
-		allowed++;
-		printf("event=alloc api=%s index=%ld bytes=%llu status=allowed\n", api, i + 1, (unsigned long long)size);
-	} else if (r == CUDA_ERROR_OUT_OF_MEMORY) {
-		denied++;
-		printf("event=alloc api=%s index=%ld bytes=%llu status=denied error=%s\n", api, i + 1,
-		       (unsigned long long)size, ex_cu_name(r));
-	} else {
-		unexpected = 1;
-		printf("event=alloc api=%s index=%ld bytes=%llu status=error error=%s\n", api, i + 1,
-		       (unsigned long long)size, ex_cu_name(r));
-	}
+	ex_report_alloc(&tally, api, i + 1, size, (int)r, ex_cu_name(r), NULL);
 }
 
 int main(int argc, char **argv)
 {
 	uint64_t size = 64ull << 20;
 	long count = 4, device = 0;
-	for (int i = 1; i < argc; i++) {
-		const char *v;
-		if ((v = ex_opt(argc, argv, &i, "--size"))) {
-			if (ex_parse_size(v, &size) || size == 0)
-				EX_USAGE(argv[0], usage, "bad --size %s", v);
-		} else if ((v = ex_opt(argc, argv, &i, "--count"))) {
-			if (ex_parse_long(v, 0, 100000, &count))
-				EX_USAGE(argv[0], usage, "bad --count %s", v);
-		} else if ((v = ex_opt(argc, argv, &i, "--device"))) {
-			if (ex_parse_long(v, 0, 1024, &device))
-				EX_USAGE(argv[0], usage, "bad --device %s", v);
-		} else {
-			EX_USAGE(argv[0], usage, "unknown argument %s", argv[i]);
-		}
-	}
+	const struct ex_option opts[] = {
+		{"--size", EX_SIZE, &size, 1, 0, NULL},
+		{"--count", EX_LONG, &count, 0, 100000, NULL},
+		EX_DEVICE_OPTION(device),
+	};
+	EX_PARSE_ARGS(argc, argv, usage, opts);
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	printf("event=start size=%llu count=%ld device=%ld pid=%d\n", (unsigned long long)size, count, device,
 	       (int)getpid());
@@ -101,14 +80,14 @@ int main(int argc, char **argv)
 	for (long i = 0; i < n; i++)
 		if ((r = cuMemFreeAsync(ptrs[i], s)) != CUDA_SUCCESS) {
 			printf("event=error op=free error=%s\n", ex_cu_name(r));
-			unexpected = 1;
+			tally.unexpected = 1;
 		}
 	if ((r = cuStreamSynchronize(s)) != CUDA_SUCCESS || (r = cuMemPoolDestroy(mine)) != CUDA_SUCCESS ||
 	    (r = cuStreamDestroy(s)) != CUDA_SUCCESS) {
 		printf("event=error op=teardown error=%s\n", ex_cu_name(r));
-		unexpected = 1;
+		tally.unexpected = 1;
 	}
-	printf("event=summary allowed=%ld denied=%ld\n", allowed, denied);
+	printf("event=summary allowed=%ld denied=%ld\n", tally.allowed, tally.denied);
 	free(ptrs);
-	return unexpected;
+	return tally.unexpected;
 }

@@ -15,7 +15,7 @@
  */
 #include "common.h"
 
-#include "cuda_runtime_api.h"
+#include "rtctx.h"
 
 #define BLOCK (2ull << 20)
 #define MAX_CACHE 4096
@@ -48,34 +48,19 @@ int main(int argc, char **argv)
 {
 	long iters = 200, live = 8, seed = 1, device = 0;
 	uint64_t max = 64ull << 20;
-	for (int i = 1; i < argc; i++) {
-		const char *v;
-		if ((v = ex_opt(argc, argv, &i, "--iters"))) {
-			if (ex_parse_long(v, 1, 100000000, &iters))
-				EX_USAGE(argv[0], usage, "bad --iters %s", v);
-		} else if ((v = ex_opt(argc, argv, &i, "--live"))) {
-			if (ex_parse_long(v, 1, 1024, &live))
-				EX_USAGE(argv[0], usage, "bad --live %s", v);
-		} else if ((v = ex_opt(argc, argv, &i, "--max"))) {
-			if (ex_parse_size(v, &max) || max < BLOCK)
-				EX_USAGE(argv[0], usage, "bad --max %s (at least 2MiB)", v);
-		} else if ((v = ex_opt(argc, argv, &i, "--seed"))) {
-			if (ex_parse_long(v, 0, 1L << 30, &seed))
-				EX_USAGE(argv[0], usage, "bad --seed %s", v);
-		} else if ((v = ex_opt(argc, argv, &i, "--device"))) {
-			if (ex_parse_long(v, 0, 1024, &device))
-				EX_USAGE(argv[0], usage, "bad --device %s", v);
-		} else {
-			EX_USAGE(argv[0], usage, "unknown argument %s", argv[i]);
-		}
-	}
+	const struct ex_option opts[] = {
+		{"--iters", EX_LONG, &iters, 1, 100000000, NULL},
+		{"--live", EX_LONG, &live, 1, 1024, NULL},
+		{"--max", EX_SIZE, &max, (long)BLOCK, 0, "at least 2MiB"},
+		{"--seed", EX_LONG, &seed, 0, 1L << 30, NULL},
+		EX_DEVICE_OPTION(device),
+	};
+	EX_PARSE_ARGS(argc, argv, usage, opts);
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	printf("event=start iters=%ld live=%ld max=%llu pid=%d\n", iters, live, (unsigned long long)max, (int)getpid());
-	cudaError_t e = cudaSetDevice((int)device);
-	if (e != cudaSuccess) {
-		printf("event=error op=init error=%s\n", cudaGetErrorName(e));
+	if (ex_runtime_setup((int)device))
 		return 1;
-	}
+	cudaError_t e;
 	struct block *held = calloc((size_t)live, sizeof(*held));
 	long nheld = 0, requests = 0, mallocs = 0, hits = 0, oom_retries = 0, denied = 0;
 	unsigned long long rng = (unsigned long long)seed * 0x9E3779B97F4A7C15ull + 1;

@@ -50,21 +50,12 @@ int main(int argc, char **argv)
 {
 	uint64_t size = 64ull << 20;
 	long count = 4, device = 0;
-	for (int i = 1; i < argc; i++) {
-		const char *v;
-		if ((v = ex_opt(argc, argv, &i, "--size"))) {
-			if (ex_parse_size(v, &size) || size == 0)
-				EX_USAGE(argv[0], usage, "bad --size %s", v);
-		} else if ((v = ex_opt(argc, argv, &i, "--count"))) {
-			if (ex_parse_long(v, 0, 100000, &count))
-				EX_USAGE(argv[0], usage, "bad --count %s", v);
-		} else if ((v = ex_opt(argc, argv, &i, "--device"))) {
-			if (ex_parse_long(v, 0, 1024, &device))
-				EX_USAGE(argv[0], usage, "bad --device %s", v);
-		} else {
-			EX_USAGE(argv[0], usage, "unknown argument %s", argv[i]);
-		}
-	}
+	const struct ex_option opts[] = {
+		{"--size", EX_SIZE, &size, 1, 0, NULL},
+		{"--count", EX_LONG, &count, 0, 100000, NULL},
+		EX_DEVICE_OPTION(device),
+	};
+	EX_PARSE_ARGS(argc, argv, usage, opts);
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
 	if (h == NULL) {
@@ -102,28 +93,21 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	CUdeviceptr *ptrs = calloc((size_t)count + 1, sizeof(*ptrs));
-	long allowed = 0, denied = 0;
-	int unexpected = 0;
+	struct ex_tally t = {0, 0, 0};
 	for (long i = 0; i < count; i++) {
 		CUdeviceptr p = 0;
 		r = alloc(&p, size);
 		ename(r, &s);
-		if (r == CUDA_SUCCESS) {
-			ptrs[allowed++] = p;
-			printf("event=alloc index=%ld bytes=%llu status=allowed\n", i + 1, (unsigned long long)size);
-		} else if (r == CUDA_ERROR_OUT_OF_MEMORY) {
-			denied++;
-			printf("event=alloc index=%ld bytes=%llu status=denied error=%s\n", i + 1, (unsigned long long)size, s);
-		} else {
-			printf("event=alloc index=%ld bytes=%llu status=error error=%s\n", i + 1, (unsigned long long)size, s);
-			unexpected = 1;
+		enum ex_status st = ex_report_alloc(&t, NULL, i + 1, size, (int)r, s, NULL);
+		if (st == EX_ALLOWED)
+			ptrs[t.allowed - 1] = p;
+		else if (st == EX_ERROR)
 			break;
-		}
 	}
-	for (long i = 0; i < allowed; i++)
+	for (long i = 0; i < t.allowed; i++)
 		if (mfree(ptrs[i]) != CUDA_SUCCESS)
-			unexpected = 1;
-	printf("event=summary allowed=%ld denied=%ld\n", allowed, denied);
+			t.unexpected = 1;
+	printf("event=summary allowed=%ld denied=%ld\n", t.allowed, t.denied);
 	free(ptrs);
-	return unexpected;
+	return t.unexpected;
 }

@@ -25,29 +25,14 @@ int main(int argc, char **argv)
 	uint64_t step = 20ull << 20, reserve = 0;
 	long count = 8, device = 0;
 	double hold = 0;
-	for (int i = 1; i < argc; i++) {
-		const char *v;
-		char *end;
-		if ((v = ex_opt(argc, argv, &i, "--step"))) {
-			if (ex_parse_size(v, &step) || step == 0)
-				EX_USAGE(argv[0], usage, "bad --step %s", v);
-		} else if ((v = ex_opt(argc, argv, &i, "--count"))) {
-			if (ex_parse_long(v, 1, 100000, &count))
-				EX_USAGE(argv[0], usage, "bad --count %s", v);
-		} else if ((v = ex_opt(argc, argv, &i, "--reserve"))) {
-			if (ex_parse_size(v, &reserve))
-				EX_USAGE(argv[0], usage, "bad --reserve %s", v);
-		} else if ((v = ex_opt(argc, argv, &i, "--hold"))) {
-			hold = strtod(v, &end);
-			if (*end || hold < 0)
-				EX_USAGE(argv[0], usage, "bad --hold %s", v);
-		} else if ((v = ex_opt(argc, argv, &i, "--device"))) {
-			if (ex_parse_long(v, 0, 1024, &device))
-				EX_USAGE(argv[0], usage, "bad --device %s", v);
-		} else {
-			EX_USAGE(argv[0], usage, "unknown argument %s", argv[i]);
-		}
-	}
+	const struct ex_option opts[] = {
+		{"--step", EX_SIZE, &step, 1, 0, NULL},
+		{"--count", EX_LONG, &count, 1, 100000, NULL},
+		{"--reserve", EX_SIZE, &reserve, 0, 0, NULL},
+		{"--hold", EX_SECONDS, &hold, 0, 0, NULL},
+		EX_DEVICE_OPTION(device),
+	};
+	EX_PARSE_ARGS(argc, argv, usage, opts);
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	printf("event=start step=%llu count=%ld device=%ld pid=%d\n", (unsigned long long)step, count, device,
 	       (int)getpid());

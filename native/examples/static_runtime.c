@@ -23,21 +23,12 @@ int main(int argc, char **argv)
 {
 	uint64_t step = 64ull << 20;
 	long count = 4, device = 0;
-	for (int i = 1; i < argc; i++) {
-		const char *v;
-		if ((v = ex_opt(argc, argv, &i, "--step"))) {
-			if (ex_parse_size(v, &step) || step < 4096)
-				EX_USAGE(argv[0], usage, "bad --step %s (at least 4096)", v);
-		} else if ((v = ex_opt(argc, argv, &i, "--count"))) {
-			if (ex_parse_long(v, 0, 100000, &count))
-				EX_USAGE(argv[0], usage, "bad --count %s", v);
-		} else if ((v = ex_opt(argc, argv, &i, "--device"))) {
-			if (ex_parse_long(v, 0, 1024, &device))
-				EX_USAGE(argv[0], usage, "bad --device %s", v);
-		} else {
-			EX_USAGE(argv[0], usage, "unknown argument %s", argv[i]);
-		}
-	}
+	const struct ex_option opts[] = {
+		{"--step", EX_SIZE, &step, 4096, 0, "at least 4096"},
+		{"--count", EX_LONG, &count, 0, 100000, NULL},
+		EX_DEVICE_OPTION(device),
+	};
+	EX_PARSE_ARGS(argc, argv, usage, opts);
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	int rtv = 0, drv = 0, n = 0;
 	cudaRuntimeGetVersion(&rtv);
@@ -53,28 +44,19 @@ int main(int argc, char **argv)
 		printf("event=error op=meminfo error=%s\n", cudaGetErrorName(e));
 		return 1;
 	}
-	printf("event=meminfo when=before free=%zu total=%zu\n", free_b, total);
+	ex_print_meminfo("before", free_b, total);
 	void **ptrs = calloc((size_t)count + 1, sizeof(void *));
-	long allowed = 0, denied = 0;
-	int unexpected = 0;
+	struct ex_tally t = {0, 0, 0};
 	for (long i = 0; i < count; i++) {
 		void *p = NULL;
 		e = cudaMalloc(&p, step);
-		if (e == cudaSuccess) {
-			ptrs[allowed++] = p;
-			printf("event=alloc index=%ld bytes=%llu status=allowed\n", i + 1, (unsigned long long)step);
-		} else if (e == cudaErrorMemoryAllocation) {
-			denied++;
-			printf("event=alloc index=%ld bytes=%llu status=denied error=%s\n", i + 1, (unsigned long long)step,
-			       cudaGetErrorName(e));
-		} else {
-			printf("event=alloc index=%ld bytes=%llu status=error error=%s\n", i + 1, (unsigned long long)step,
-			       cudaGetErrorName(e));
-			unexpected = 1;
+		enum ex_status st = ex_report_alloc(&t, NULL, i + 1, step, (int)e, cudaGetErrorName(e), NULL);
+		if (st == EX_ALLOWED)
+			ptrs[t.allowed - 1] = p;
+		else if (st == EX_ERROR)
 			break;
-		}
 	}
-	if (allowed > 0) { /* a round trip through device memory */
+	if (t.allowed > 0) { /* a round trip through device memory */
 		char in[4096], out[4096];
 		for (int i = 0; i < 4096; i++)
 			in[i] = (char)(i * 7);
@@ -84,14 +66,14 @@ int main(int argc, char **argv)
 			e = cudaMemcpy(out, ptrs[0], sizeof(out), cudaMemcpyDeviceToHost);
 		int same = e == cudaSuccess && memcmp(in, out, sizeof(in)) == 0;
 		printf("event=copy bytes=4096 status=%s\n", same ? "ok" : "mismatch");
-		unexpected |= !same;
+		t.unexpected |= !same;
 	}
-	for (long i = 0; i < allowed; i++)
+	for (long i = 0; i < t.allowed; i++)
 		if ((e = cudaFree(ptrs[i])) != cudaSuccess) {
 			printf("event=error op=free error=%s\n", cudaGetErrorName(e));
-			unexpected = 1;
+			t.unexpected = 1;
 		}
-	printf("event=summary allowed=%ld denied=%ld\n", allowed, denied);
+	printf("event=summary allowed=%ld denied=%ld\n", t.allowed, t.denied);
 	free(ptrs);
-	return unexpected;
+	return t.unexpected;
 }

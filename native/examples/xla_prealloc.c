@@ -22,24 +22,12 @@ int main(int argc, char **argv)
 {
 	double fraction = 0.75, hold = 0;
 	long device = 0;
-	for (int i = 1; i < argc; i++) {
-		const char *v;
-		char *end;
-		if ((v = ex_opt(argc, argv, &i, "--fraction"))) {
-			fraction = strtod(v, &end);
-			if (*end || fraction <= 0 || fraction > 1)
-				EX_USAGE(argv[0], usage, "bad --fraction %s (0 < F <= 1)", v);
-		} else if ((v = ex_opt(argc, argv, &i, "--hold"))) {
-			hold = strtod(v, &end);
-			if (*end || hold < 0)
-				EX_USAGE(argv[0], usage, "bad --hold %s", v);
-		} else if ((v = ex_opt(argc, argv, &i, "--device"))) {
-			if (ex_parse_long(v, 0, 1024, &device))
-				EX_USAGE(argv[0], usage, "bad --device %s", v);
-		} else {
-			EX_USAGE(argv[0], usage, "unknown argument %s", argv[i]);
-		}
-	}
+	const struct ex_option opts[] = {
+		{"--fraction", EX_FRACTION, &fraction, 0, 0, "0 < F <= 1"},
+		{"--hold", EX_SECONDS, &hold, 0, 0, NULL},
+		EX_DEVICE_OPTION(device),
+	};
+	EX_PARSE_ARGS(argc, argv, usage, opts);
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	printf("event=start fraction=%g device=%ld pid=%d\n", fraction, device, (int)getpid());
 	if (ex_driver_setup((int)device, NULL))
@@ -50,7 +38,7 @@ int main(int argc, char **argv)
 		printf("event=error op=meminfo error=%s\n", ex_cu_name(r));
 		return 1;
 	}
-	printf("event=meminfo when=before free=%zu total=%zu\n", free_b, total);
+	ex_print_meminfo("before", free_b, total);
 	size_t want = (size_t)((double)free_b * fraction);
 	want &= ~(size_t)((2u << 20) - 1); /* XLA rounds to its allocation granularity */
 	if (want == 0) {
@@ -72,7 +60,7 @@ int main(int argc, char **argv)
 		printf("event=prealloc bytes=%zu fraction=%g status=denied error=%s\n", want, fraction, ex_cu_name(r));
 	}
 	if (cuMemGetInfo(&free_b, &total) == CUDA_SUCCESS)
-		printf("event=meminfo when=held free=%zu total=%zu\n", free_b, total);
+		ex_print_meminfo("held", free_b, total);
 	if (hold > 0) {
 		printf("event=hold seconds=%g\n", hold);
 		ex_sleep_s(hold);

@@ -265,6 +265,21 @@ static void map_put(uintptr_t p, size_t maplen)
 	munmap((void *)p, maplen);
 }
 
+/* Fills in a new allocation's record (with a fresh id) and enters it in
+ * the table; 0, or nonzero when the table has no room. */
+static inline int record_insert(struct fc_alloc *a, uintptr_t ptr, size_t size, size_t maplen, CUcontext ctx,
+				unsigned kind, unsigned flags)
+{
+	a->ptr = ptr;
+	a->size = size;
+	a->maplen = maplen;
+	a->ctx = ctx;
+	a->kind = kind;
+	a->flags = flags;
+	a->id = next_id();
+	return table_insert(a);
+}
+
 /* ------------------------------------------------------------------ */
 /* device allocations                                                  */
 /* ------------------------------------------------------------------ */
@@ -282,16 +297,9 @@ CUresult fc_dev_alloc(CUcontext ctx, unsigned phys, size_t size, unsigned kind, 
 		fc_uncharge(phys, size);
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	}
-	a->ptr = (uintptr_t)p;
-	a->size = size;
-	a->maplen = maplen;
-	a->ctx = ctx;
 	a->pool = pool;
 	a->phys = phys;
-	a->kind = kind;
-	a->flags = 0;
-	a->id = next_id();
-	if (FC_UNLIKELY(table_insert(a) != 0)) {
+	if (FC_UNLIKELY(record_insert(a, (uintptr_t)p, size, maplen, ctx, kind, 0) != 0)) {
 		map_put(a->ptr, maplen);
 		free(a);
 		fc_uncharge(phys, size);
@@ -352,25 +360,13 @@ void fc_free_ctx_allocs(CUcontext ctx)
 	}
 }
 
-static CUresult require_ctx(CUcontext *c)
-{
-	FC_CHECK_INIT();
-	*c = fc_tls_ctx;
-	if (FC_UNLIKELY(!fc_ctx_valid(*c)))
-		return CUDA_ERROR_INVALID_CONTEXT;
-	return CUDA_SUCCESS;
-}
-
 FC_API CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize)
 {
-	CUcontext c;
-	CUresult r = require_ctx(&c);
-	if (FC_UNLIKELY(r != CUDA_SUCCESS))
-		return r;
+	FC_REQUIRE_CTX(c);
 	if (FC_UNLIKELY(dptr == NULL))
 		return CUDA_ERROR_INVALID_VALUE;
 	uintptr_t p;
-	r = fc_dev_alloc(c, c->phys, bytesize, FC_KIND_DEVICE, NULL, &p);
+	CUresult r = fc_dev_alloc(c, c->phys, bytesize, FC_KIND_DEVICE, NULL, &p);
 	if (r == CUDA_SUCCESS)
 		*dptr = (CUdeviceptr)p;
 	return r;
@@ -387,10 +383,7 @@ FC_API CUresult cuMemFree_v2(CUdeviceptr dptr)
 FC_API CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pPitch, size_t WidthInBytes, size_t Height,
 				   unsigned int ElementSizeBytes)
 {
-	CUcontext c;
-	CUresult r = require_ctx(&c);
-	if (r != CUDA_SUCCESS)
-		return r;
+	FC_REQUIRE_CTX(c);
 	if (dptr == NULL || pPitch == NULL || WidthInBytes == 0 || Height == 0 ||
 	    (ElementSizeBytes != 4 && ElementSizeBytes != 8 && ElementSizeBytes != 16))
 		return CUDA_ERROR_INVALID_VALUE;
@@ -400,7 +393,7 @@ FC_API CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pPitch, size_t Wid
 	if (Height > SIZE_MAX / pitch)
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	uintptr_t p;
-	r = fc_dev_alloc(c, c->phys, pitch * Height, FC_KIND_DEVICE, NULL, &p);
+	CUresult r = fc_dev_alloc(c, c->phys, pitch * Height, FC_KIND_DEVICE, NULL, &p);
 	if (r == CUDA_SUCCESS) {
 		*dptr = (CUdeviceptr)p;
 		*pPitch = pitch;
@@ -410,14 +403,11 @@ FC_API CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pPitch, size_t Wid
 
 FC_API CUresult cuMemAllocManaged(CUdeviceptr *dptr, size_t bytesize, unsigned int flags)
 {
-	CUcontext c;
-	CUresult r = require_ctx(&c);
-	if (r != CUDA_SUCCESS)
-		return r;
+	FC_REQUIRE_CTX(c);
 	if (dptr == NULL || (flags != CU_MEM_ATTACH_GLOBAL && flags != CU_MEM_ATTACH_HOST))
 		return CUDA_ERROR_INVALID_VALUE;
 	uintptr_t p;
-	r = fc_dev_alloc(c, c->phys, bytesize, FC_KIND_MANAGED, NULL, &p);
+	CUresult r = fc_dev_alloc(c, c->phys, bytesize, FC_KIND_MANAGED, NULL, &p);
 	if (r == CUDA_SUCCESS)
 		*dptr = (CUdeviceptr)p;
 	return r;
@@ -425,10 +415,7 @@ FC_API CUresult cuMemAllocManaged(CUdeviceptr *dptr, size_t bytesize, unsigned i
 
 FC_API CUresult cuMemGetInfo_v2(size_t *free_bytes, size_t *total)
 {
-	CUcontext c;
-	CUresult r = require_ctx(&c);
-	if (r != CUDA_SUCCESS)
-		return r;
+	FC_REQUIRE_CTX(c);
 	if (free_bytes == NULL && total == NULL)
 		return CUDA_ERROR_INVALID_VALUE;
 	(void)fc_state_sweep(); /* what dead processes held is free again, as on a real node */
@@ -531,14 +518,7 @@ CUresult fc_host_alloc(size_t size, unsigned flags, void **out)
 		munmap(p, len);
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	}
-	a->ptr = (uintptr_t)p;
-	a->size = size;
-	a->maplen = len;
-	a->kind = FC_KIND_HOST;
-	a->flags = flags;
-	a->ctx = fc_tls_ctx;
-	a->id = next_id();
-	if (table_insert(a) != 0) {
+	if (record_insert(a, (uintptr_t)p, size, len, fc_tls_ctx, FC_KIND_HOST, flags) != 0) {
 		munmap(p, len);
 		free(a);
 		return CUDA_ERROR_OUT_OF_MEMORY;
@@ -565,12 +545,7 @@ int fc_register_host(uintptr_t p, size_t size, unsigned flags)
 	struct fc_alloc *a = calloc(1, sizeof(*a));
 	if (a == NULL)
 		return -2;
-	a->ptr = p;
-	a->size = size;
-	a->kind = FC_KIND_REGISTERED;
-	a->flags = flags;
-	a->id = next_id();
-	if (table_insert(a) != 0) {
+	if (record_insert(a, p, size, 0, NULL, FC_KIND_REGISTERED, flags) != 0) {
 		free(a);
 		return -2;
 	}

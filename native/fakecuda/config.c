@@ -2,13 +2,13 @@
  * FAKECUDA_DEVICES / FAKECUDA_STATE parsing and the device UUID scheme.
  */
 #include "fc_internal.h"
+#include "size_suffix.h"
 
 #include <ctype.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 
 static const char devices_help[] =
 	"expected a comma-separated list of device sizes such as 80GiB, 2x80GiB or 80GiB,40GiB "
@@ -30,18 +30,8 @@ static int parse_size(const char *s, size_t len, uint64_t *out)
 	unsigned long long v = strtoull(buf, &end, 10);
 	if (errno || v == 0)
 		return -1;
-	unsigned shift;
-	if (*end == 0 || strcasecmp(end, "B") == 0)
-		shift = 0;
-	else if (strcasecmp(end, "K") == 0 || strcasecmp(end, "KiB") == 0)
-		shift = 10;
-	else if (strcasecmp(end, "M") == 0 || strcasecmp(end, "MiB") == 0)
-		shift = 20;
-	else if (strcasecmp(end, "G") == 0 || strcasecmp(end, "GiB") == 0)
-		shift = 30;
-	else if (strcasecmp(end, "T") == 0 || strcasecmp(end, "TiB") == 0)
-		shift = 40;
-	else
+	int shift = size_suffix_shift(end);
+	if (shift < 0)
 		return -1;
 	if (v > (UINT64_MAX >> shift) || (v << shift) > (1ULL << 50))
 		return -1; /* more than 1 PiB per device is certainly a typo */

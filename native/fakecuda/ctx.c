@@ -255,21 +255,9 @@ FC_API CUresult cuCtxGetCurrent(CUcontext *pctx)
 	return CUDA_SUCCESS;
 }
 
-static CUresult current_or_err(CUcontext *c)
-{
-	FC_CHECK_INIT();
-	*c = fc_tls_ctx;
-	if (!fc_ctx_valid(*c))
-		return CUDA_ERROR_INVALID_CONTEXT;
-	return CUDA_SUCCESS;
-}
-
 FC_API CUresult cuCtxGetDevice(CUdevice *device)
 {
-	CUcontext c;
-	CUresult r = current_or_err(&c);
-	if (r != CUDA_SUCCESS)
-		return r;
+	FC_REQUIRE_CTX(c);
 	if (device == NULL)
 		return CUDA_ERROR_INVALID_VALUE;
 	*device = c->ordinal;
@@ -278,10 +266,7 @@ FC_API CUresult cuCtxGetDevice(CUdevice *device)
 
 FC_API CUresult cuCtxGetFlags(unsigned int *flags)
 {
-	CUcontext c;
-	CUresult r = current_or_err(&c);
-	if (r != CUDA_SUCCESS)
-		return r;
+	FC_REQUIRE_CTX(c);
 	if (flags == NULL)
 		return CUDA_ERROR_INVALID_VALUE;
 	*flags = c->flags;
@@ -290,54 +275,50 @@ FC_API CUresult cuCtxGetFlags(unsigned int *flags)
 
 FC_API CUresult cuCtxSetFlags(unsigned int flags)
 {
-	CUcontext c;
-	CUresult r = current_or_err(&c);
-	if (r != CUDA_SUCCESS)
-		return r;
+	FC_REQUIRE_CTX(c);
 	if (flags & ~(unsigned)CU_CTX_FLAGS_MASK)
 		return CUDA_ERROR_INVALID_VALUE;
 	c->flags = flags;
 	return CUDA_SUCCESS;
 }
 
-FC_API CUresult cuCtxGetId(CUcontext ctx, unsigned long long *ctxId)
+/* For queries on "ctx, or the current context when NULL": the context in
+ * *ctx, CUDA_SUCCESS or the error (out is the caller's result pointer). */
+static CUresult ctx_arg(CUcontext *ctx, const void *out)
 {
 	FC_CHECK_INIT();
-	if (ctxId == NULL)
+	if (out == NULL)
 		return CUDA_ERROR_INVALID_VALUE;
-	if (ctx == NULL)
-		ctx = fc_tls_ctx;
-	if (!fc_ctx_valid(ctx))
-		return CUDA_ERROR_INVALID_CONTEXT;
-	*ctxId = ctx->id;
-	return CUDA_SUCCESS;
+	if (*ctx == NULL)
+		*ctx = fc_tls_ctx;
+	return fc_ctx_valid(*ctx) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_CONTEXT;
+}
+
+FC_API CUresult cuCtxGetId(CUcontext ctx, unsigned long long *ctxId)
+{
+	CUresult r = ctx_arg(&ctx, ctxId);
+	if (r == CUDA_SUCCESS)
+		*ctxId = ctx->id;
+	return r;
 }
 
 FC_API CUresult cuCtxSynchronize(void)
 {
 	CUcontext c;
-	return current_or_err(&c); /* all work is synchronous */
+	return fc_require_ctx(&c); /* all work is synchronous */
 }
 
 FC_API CUresult cuCtxGetApiVersion(CUcontext ctx, unsigned int *version)
 {
-	FC_CHECK_INIT();
-	if (version == NULL)
-		return CUDA_ERROR_INVALID_VALUE;
-	if (ctx == NULL)
-		ctx = fc_tls_ctx;
-	if (!fc_ctx_valid(ctx))
-		return CUDA_ERROR_INVALID_CONTEXT;
-	*version = 3020;
-	return CUDA_SUCCESS;
+	CUresult r = ctx_arg(&ctx, version);
+	if (r == CUDA_SUCCESS)
+		*version = 3020;
+	return r;
 }
 
 FC_API CUresult cuCtxSetLimit(CUlimit limit, size_t value)
 {
-	CUcontext c;
-	CUresult r = current_or_err(&c);
-	if (r != CUDA_SUCCESS)
-		return r;
+	FC_REQUIRE_CTX(c);
 	if ((unsigned)limit > CU_LIMIT_MAX_L2_FETCH_GRANULARITY + 2)
 		return CUDA_ERROR_UNSUPPORTED_LIMIT;
 	c->limits[limit] = value;
@@ -346,10 +327,7 @@ FC_API CUresult cuCtxSetLimit(CUlimit limit, size_t value)
 
 FC_API CUresult cuCtxGetLimit(size_t *pvalue, CUlimit limit)
 {
-	CUcontext c;
-	CUresult r = current_or_err(&c);
-	if (r != CUDA_SUCCESS)
-		return r;
+	FC_REQUIRE_CTX(c);
 	if (pvalue == NULL)
 		return CUDA_ERROR_INVALID_VALUE;
 	if ((unsigned)limit > CU_LIMIT_MAX_L2_FETCH_GRANULARITY + 2)
@@ -360,10 +338,7 @@ FC_API CUresult cuCtxGetLimit(size_t *pvalue, CUlimit limit)
 
 FC_API CUresult cuCtxGetCacheConfig(CUfunc_cache *pconfig)
 {
-	CUcontext c;
-	CUresult r = current_or_err(&c);
-	if (r != CUDA_SUCCESS)
-		return r;
+	FC_REQUIRE_CTX(c);
 	if (pconfig == NULL)
 		return CUDA_ERROR_INVALID_VALUE;
 	*pconfig = c->cache;
@@ -372,10 +347,7 @@ FC_API CUresult cuCtxGetCacheConfig(CUfunc_cache *pconfig)
 
 FC_API CUresult cuCtxSetCacheConfig(CUfunc_cache config)
 {
-	CUcontext c;
-	CUresult r = current_or_err(&c);
-	if (r != CUDA_SUCCESS)
-		return r;
+	FC_REQUIRE_CTX(c);
 	if ((unsigned)config > CU_FUNC_CACHE_PREFER_EQUAL)
 		return CUDA_ERROR_INVALID_VALUE;
 	c->cache = config;
@@ -384,10 +356,7 @@ FC_API CUresult cuCtxSetCacheConfig(CUfunc_cache config)
 
 FC_API CUresult cuCtxGetStreamPriorityRange(int *leastPriority, int *greatestPriority)
 {
-	CUcontext c;
-	CUresult r = current_or_err(&c);
-	if (r != CUDA_SUCCESS)
-		return r;
+	FC_REQUIRE_CTX(c);
 	if (leastPriority)
 		*leastPriority = 0;
 	if (greatestPriority)

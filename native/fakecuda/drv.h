@@ -55,6 +55,26 @@ static inline CUcontext fc_current(void)
 	return fc_tls_ctx;
 }
 bool fc_ctx_valid(CUcontext c);
+
+/* The calling thread's current context in *c: CUDA_SUCCESS, or why there is none. */
+static inline CUresult fc_require_ctx(CUcontext *c)
+{
+	FC_CHECK_INIT();
+	*c = fc_tls_ctx;
+	if (FC_UNLIKELY(!fc_ctx_valid(*c)))
+		return CUDA_ERROR_INVALID_CONTEXT;
+	return CUDA_SUCCESS;
+}
+
+/* Declares `CUcontext c`, the current context; when there is none, the
+ * calling entry point returns fc_require_ctx's error. */
+#define FC_REQUIRE_CTX(c)                                          \
+	CUcontext c;                                               \
+	do {                                                       \
+		CUresult fc_rc_ = fc_require_ctx(&c);              \
+		if (FC_UNLIKELY(fc_rc_ != CUDA_SUCCESS))           \
+			return fc_rc_;                             \
+	} while (0)
 /* the context of a stream argument (NULL/legacy/per-thread: current); NULL if invalid */
 CUcontext fc_stream_ctx(CUstream s, CUresult *err);
 void fc_mark_ctx_on_device(unsigned phys);

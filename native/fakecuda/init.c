@@ -224,38 +224,28 @@ static const struct {
 #undef E
 };
 
-static int error_index(CUresult e)
+/* *pStr = the name (text == false) or the description of error. */
+static CUresult error_lookup(CUresult error, const char **pStr, bool text)
 {
+	if (pStr == NULL)
+		return CUDA_ERROR_INVALID_VALUE;
 	for (size_t i = 0; i < sizeof(errors) / sizeof(errors[0]); i++)
-		if (errors[i].code == e)
-			return (int)i;
-	return -1;
+		if (errors[i].code == error) {
+			*pStr = text ? errors[i].text : errors[i].name;
+			return CUDA_SUCCESS;
+		}
+	*pStr = NULL;
+	return CUDA_ERROR_INVALID_VALUE;
 }
 
 FC_API CUresult cuGetErrorName(CUresult error, const char **pStr)
 {
-	if (pStr == NULL)
-		return CUDA_ERROR_INVALID_VALUE;
-	int i = error_index(error);
-	if (i < 0) {
-		*pStr = NULL;
-		return CUDA_ERROR_INVALID_VALUE;
-	}
-	*pStr = errors[i].name;
-	return CUDA_SUCCESS;
+	return error_lookup(error, pStr, false);
 }
 
 FC_API CUresult cuGetErrorString(CUresult error, const char **pStr)
 {
-	if (pStr == NULL)
-		return CUDA_ERROR_INVALID_VALUE;
-	int i = error_index(error);
-	if (i < 0) {
-		*pStr = NULL;
-		return CUDA_ERROR_INVALID_VALUE;
-	}
-	*pStr = errors[i].text;
-	return CUDA_SUCCESS;
+	return error_lookup(error, pStr, true);
 }
 
 /* ---- devices ---- */

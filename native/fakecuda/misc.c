@@ -59,20 +59,10 @@ CUcontext fc_stream_ctx(CUstream s, CUresult *err)
 	return s->ctx;
 }
 
-static CUresult need_ctx(CUcontext *c)
-{
-	FC_CHECK_INIT();
-	*c = fc_tls_ctx;
-	return fc_ctx_valid(*c) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_CONTEXT;
-}
-
 /* ---- streams ---- */
 FC_API CUresult cuStreamCreateWithPriority(CUstream *phStream, unsigned int flags, int priority)
 {
-	CUcontext c;
-	CUresult r = need_ctx(&c);
-	if (r != CUDA_SUCCESS)
-		return r;
+	FC_REQUIRE_CTX(c);
 	if (phStream == NULL || (flags & ~(unsigned)CU_STREAM_NON_BLOCKING))
 		return CUDA_ERROR_INVALID_VALUE;
 	struct CUstream_st *s = calloc(1, sizeof(*s));
@@ -215,10 +205,7 @@ FC_PT_WRAP(CUresult, cuLaunchHostFunc, _ptsz, (CUstream s, CUhostFn fn, void *u)
 /* ---- events ---- */
 FC_API CUresult cuEventCreate(CUevent *phEvent, unsigned int Flags)
 {
-	CUcontext c;
-	CUresult r = need_ctx(&c);
-	if (r != CUDA_SUCCESS)
-		return r;
+	FC_REQUIRE_CTX(c);
 	if (phEvent == NULL ||
 	    (Flags & ~(unsigned)(CU_EVENT_BLOCKING_SYNC | CU_EVENT_DISABLE_TIMING | CU_EVENT_INTERPROCESS)) ||
 	    ((Flags & CU_EVENT_INTERPROCESS) && !(Flags & CU_EVENT_DISABLE_TIMING)))
@@ -296,10 +283,7 @@ FC_API CUresult cuEventElapsedTime(float *pMilliseconds, CUevent hStart, CUevent
 /* ---- modules and functions ---- */
 static CUresult new_module(CUmodule *module)
 {
-	CUcontext c;
-	CUresult r = need_ctx(&c);
-	if (r != CUDA_SUCCESS)
-		return r;
+	FC_REQUIRE_CTX(c);
 	if (module == NULL)
 		return CUDA_ERROR_INVALID_VALUE;
 	struct CUmod_st *m = calloc(1, sizeof(*m));

@@ -236,14 +236,10 @@ FC_API nvmlReturn_t nvmlDeviceGetIndex(nvmlDevice_t device, unsigned int *index)
 	return NVML_SUCCESS;
 }
 
+/* The N of /dev/nvidiaN: the device's index on the fake node. */
 FC_API nvmlReturn_t nvmlDeviceGetMinorNumber(nvmlDevice_t device, unsigned int *minorNumber)
 {
-	CHECK_DEV(device, info);
-	(void)info;
-	if (minorNumber == NULL)
-		return NVML_ERROR_INVALID_ARGUMENT;
-	*minorNumber = device->idx;
-	return NVML_SUCCESS;
+	return nvmlDeviceGetIndex(device, minorNumber);
 }
 
 FC_API nvmlReturn_t nvmlDeviceGetName(nvmlDevice_t device, char *name, unsigned int length)

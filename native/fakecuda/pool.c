@@ -184,7 +184,8 @@ FC_API CUresult cuMemPoolTrimTo(CUmemoryPool pool, size_t minBytesToKeep)
 	return pool_valid(pool) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
 }
 
-FC_API CUresult cuMemPoolSetAttribute(CUmemoryPool pool, CUmemPool_attribute attr, void *value)
+/* Writes (set) or reads one attribute of pool. */
+static CUresult pool_attribute(CUmemoryPool pool, CUmemPool_attribute attr, void *value, bool set)
 {
 	FC_CHECK_INIT();
 	if (!pool_valid(pool) || value == NULL)
@@ -193,14 +194,30 @@ FC_API CUresult cuMemPoolSetAttribute(CUmemoryPool pool, CUmemPool_attribute att
 	case CU_MEMPOOL_ATTR_REUSE_FOLLOW_EVENT_DEPENDENCIES:
 	case CU_MEMPOOL_ATTR_REUSE_ALLOW_OPPORTUNISTIC:
 	case CU_MEMPOOL_ATTR_REUSE_ALLOW_INTERNAL_DEPENDENCIES:
-		pool->reuse[attr] = *(int *)value;
+		if (set)
+			pool->reuse[attr] = *(int *)value;
+		else
+			*(int *)value = pool->reuse[attr];
 		return CUDA_SUCCESS;
 	case CU_MEMPOOL_ATTR_RELEASE_THRESHOLD:
-		pool->threshold = *(cuuint64_t *)value;
+		if (set)
+			pool->threshold = *(cuuint64_t *)value;
+		else
+			*(cuuint64_t *)value = pool->threshold;
+		return CUDA_SUCCESS;
+	case CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT:
+	case CU_MEMPOOL_ATTR_USED_MEM_CURRENT:
+		if (set)
+			return CUDA_ERROR_INVALID_VALUE; /* read-only */
+		*(cuuint64_t *)value = atomic_load(&pool->used);
 		return CUDA_SUCCESS;
 	case CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH:
 	case CU_MEMPOOL_ATTR_USED_MEM_HIGH:
-		if (*(cuuint64_t *)value != 0)
+		if (!set) {
+			*(cuuint64_t *)value = atomic_load(&pool->used_high);
+			return CUDA_SUCCESS;
+		}
+		if (*(cuuint64_t *)value != 0) /* the only write: reset the high mark */
 			return CUDA_ERROR_INVALID_VALUE;
 		atomic_store(&pool->used_high, atomic_load(&pool->used));
 		return CUDA_SUCCESS;
@@ -209,31 +226,14 @@ FC_API CUresult cuMemPoolSetAttribute(CUmemoryPool pool, CUmemPool_attribute att
 	}
 }
 
+FC_API CUresult cuMemPoolSetAttribute(CUmemoryPool pool, CUmemPool_attribute attr, void *value)
+{
+	return pool_attribute(pool, attr, value, true);
+}
+
 FC_API CUresult cuMemPoolGetAttribute(CUmemoryPool pool, CUmemPool_attribute attr, void *value)
 {
-	FC_CHECK_INIT();
-	if (!pool_valid(pool) || value == NULL)
-		return CUDA_ERROR_INVALID_VALUE;
-	switch (attr) {
-	case CU_MEMPOOL_ATTR_REUSE_FOLLOW_EVENT_DEPENDENCIES:
-	case CU_MEMPOOL_ATTR_REUSE_ALLOW_OPPORTUNISTIC:
-	case CU_MEMPOOL_ATTR_REUSE_ALLOW_INTERNAL_DEPENDENCIES:
-		*(int *)value = pool->reuse[attr];
-		return CUDA_SUCCESS;
-	case CU_MEMPOOL_ATTR_RELEASE_THRESHOLD:
-		*(cuuint64_t *)value = pool->threshold;
-		return CUDA_SUCCESS;
-	case CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT:
-	case CU_MEMPOOL_ATTR_USED_MEM_CURRENT:
-		*(cuuint64_t *)value = atomic_load(&pool->used);
-		return CUDA_SUCCESS;
-	case CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH:
-	case CU_MEMPOOL_ATTR_USED_MEM_HIGH:
-		*(cuuint64_t *)value = atomic_load(&pool->used_high);
-		return CUDA_SUCCESS;
-	default:
-		return CUDA_ERROR_INVALID_VALUE;
-	}
+	return pool_attribute(pool, attr, value, false);
 }
 
 FC_API CUresult cuMemPoolSetAccess(CUmemoryPool pool, const CUmemAccessDesc *map, size_t count)

@@ -84,39 +84,28 @@ static int nvml_gpu(nvmlDevice_t device)
 	return gs_uuid_to_gpu(uuid);
 }
 
-nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t *memory)
-{
-	gs_pfn_nvmlDeviceGetMemoryInfo real = GS_REAL(nvmlDeviceGetMemoryInfo);
-	if (GS_UNLIKELY(real == NULL))
-		return NVML_ERROR_FUNCTION_NOT_FOUND;
-	int st = gs_state();
-	nvmlReturn_t r = real(device, memory);
-	if (st == GS_ST_INERT || r != NVML_SUCCESS || memory == NULL)
-		return r;
-	uint64_t f = 0, t = memory->total, u = memory->total;
-	if (st == GS_ST_ACTIVE)
-		virtual_mem(nvml_gpu(device), memory->free, memory->total, &f, &t, &u);
-	memory->total = t;
-	memory->free = f;
-	memory->used = u;
-	return r;
-}
+/* Both NVML memory records (nvmlMemory_t, nvmlMemory_v2_t): ask the real
+ * NVML, then rewrite total, free and used; `more` is run on the record as
+ * well (the v2 record's reserved memory is not the session's). */
+#define GS_NVML_MEMINFO(sym, type, more)                                                            \
+	nvmlReturn_t sym(nvmlDevice_t device, type *memory)                                         \
+	{                                                                                           \
+		gs_pfn_##sym real = GS_REAL(sym);                                                   \
+		if (GS_UNLIKELY(real == NULL))                                                      \
+			return NVML_ERROR_FUNCTION_NOT_FOUND;                                       \
+		int st = gs_state();                                                                \
+		nvmlReturn_t r = real(device, memory);                                              \
+		if (st == GS_ST_INERT || r != NVML_SUCCESS || memory == NULL)                       \
+			return r;                                                                   \
+		uint64_t f = 0, t = memory->total, u = memory->total;                               \
+		if (st == GS_ST_ACTIVE)                                                             \
+			virtual_mem(nvml_gpu(device), memory->free, memory->total, &f, &t, &u);     \
+		memory->total = t;                                                                  \
+		more;                                                                               \
+		memory->free = f;                                                                   \
+		memory->used = u;                                                                   \
+		return r;                                                                           \
+	}
 
-nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvmlMemory_v2_t *memory)
-{
-	gs_pfn_nvmlDeviceGetMemoryInfo_v2 real = GS_REAL(nvmlDeviceGetMemoryInfo_v2);
-	if (GS_UNLIKELY(real == NULL))
-		return NVML_ERROR_FUNCTION_NOT_FOUND;
-	int st = gs_state();
-	nvmlReturn_t r = real(device, memory);
-	if (st == GS_ST_INERT || r != NVML_SUCCESS || memory == NULL)
-		return r;
-	uint64_t f = 0, t = memory->total, u = memory->total;
-	if (st == GS_ST_ACTIVE)
-		virtual_mem(nvml_gpu(device), memory->free, memory->total, &f, &t, &u);
-	memory->total = t;
-	memory->reserved = 0;
-	memory->free = f;
-	memory->used = u;
-	return r;
-}
+GS_NVML_MEMINFO(nvmlDeviceGetMemoryInfo, nvmlMemory_t, (void)0)
+GS_NVML_MEMINFO(nvmlDeviceGetMemoryInfo_v2, nvmlMemory_v2_t, memory->reserved = 0)

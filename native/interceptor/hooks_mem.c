@@ -94,25 +94,56 @@ static uint64_t add_sat(uint64_t a, uint64_t b)
 	return __builtin_add_overflow(a, b, &r) ? UINT64_MAX : r;
 }
 
+/*
+ * The two shapes every hook here has, spelled out once.
+ *
+ * GS_CHARGED_CREATE: pass through when inert (or when `bypass` holds, for
+ * requests that cost no device memory); otherwise reserve with `reserve`
+ * (an expression on `struct charge c` and `st`), call the real entry point
+ * and record `key` (evaluated only when it succeeded) under table `kind`.
+ *
+ * GS_RELEASE: take `key` out of table `kind`, call the real entry point,
+ * give the bytes back (or put the entry back when the call failed). Keys
+ * this process never charged pass straight through.
+ */
+#define GS_CHARGED_CREATE(sym, params, call_args, bypass, reserve, kind, key)   \
+	CUresult sym params                                                     \
+	{                                                                       \
+		gs_pfn_##sym real = GS_REAL(sym);                               \
+		if (GS_UNLIKELY(real == NULL))                                  \
+			return CUDA_ERROR_NOT_INITIALIZED;                      \
+		int st = gs_state();                                            \
+		if (st == GS_ST_INERT || (bypass))                              \
+			return real call_args;                                  \
+		struct charge c;                                                \
+		CUresult r = (reserve);                                         \
+		if (r != CUDA_SUCCESS)                                          \
+			return r;                                               \
+		r = real call_args;                                             \
+		finish(&c, r, kind, r == CUDA_SUCCESS ? (uint64_t)(key) : 0);   \
+		return r;                                                       \
+	}
+
+#define GS_RELEASE(sym, params, call_args, kind, key)                           \
+	CUresult sym params                                                     \
+	{                                                                       \
+		gs_pfn_##sym real = GS_REAL(sym);                               \
+		if (GS_UNLIKELY(real == NULL))                                  \
+			return CUDA_ERROR_NOT_INITIALIZED;                      \
+		uint64_t k = (uint64_t)(key);                                   \
+		uint64_t v = untrack(gs_state(), kind, k);                      \
+		if (v == 0)                                                     \
+			return real call_args;                                  \
+		CUresult r = real call_args;                                    \
+		released(r, kind, k, v);                                        \
+		return r;                                                       \
+	}
+
 /* ---- pointer allocations ---- */
 
-#define GS_CHARGED_PTR_ALLOC(sym, call_args, ...)                        \
-	CUresult sym(CUdeviceptr *dptr, size_t bytesize, ##__VA_ARGS__)  \
-	{                                                                \
-		gs_pfn_##sym real = GS_REAL(sym);                        \
-		if (GS_UNLIKELY(real == NULL))                           \
-			return CUDA_ERROR_NOT_INITIALIZED;               \
-		int st = gs_state();                                     \
-		if (st == GS_ST_INERT)                                   \
-			return real call_args;                           \
-		struct charge c;                                         \
-		CUresult r = charge_ctx(&c, st, bytesize);               \
-		if (r != CUDA_SUCCESS)                                   \
-			return r;                                        \
-		r = real call_args;                                      \
-		finish(&c, r, GS_TAB_PTR, r == CUDA_SUCCESS ? *dptr : 0); \
-		return r;                                                \
-	}
+#define GS_CHARGED_PTR_ALLOC(sym, call_args, ...)                                              \
+	GS_CHARGED_CREATE(sym, (CUdeviceptr * dptr, size_t bytesize, ##__VA_ARGS__), call_args, 0, \
+			  charge_ctx(&c, st, bytesize), GS_TAB_PTR, *dptr)
 
 GS_CHARGED_PTR_ALLOC(cuMemAlloc_v2, (dptr, bytesize))
 GS_CHARGED_PTR_ALLOC(cuMemAllocManaged, (dptr, bytesize, flags), unsigned int flags)
@@ -159,19 +190,8 @@ CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pitch, size_t width, size
 	return r;
 }
 
-#define GS_PTR_FREE(sym, call_args, ...)                                 \
-	CUresult sym(CUdeviceptr dptr, ##__VA_ARGS__)                    \
-	{                                                                \
-		gs_pfn_##sym real = GS_REAL(sym);                        \
-		if (GS_UNLIKELY(real == NULL))                           \
-			return CUDA_ERROR_NOT_INITIALIZED;               \
-		uint64_t v = untrack(gs_state(), GS_TAB_PTR, dptr);      \
-		if (v == 0)                                              \
-			return real call_args;                           \
-		CUresult r = real call_args;                             \
-		released(r, GS_TAB_PTR, dptr, v);                        \
-		return r;                                                \
-	}
+#define GS_PTR_FREE(sym, call_args, ...) \
+	GS_RELEASE(sym, (CUdeviceptr dptr, ##__VA_ARGS__), call_args, GS_TAB_PTR, dptr)
 
 GS_PTR_FREE(cuMemFree_v2, (dptr))
 GS_PTR_FREE(cuMemFreeAsync, (dptr, stream), CUstream stream)
@@ -179,36 +199,13 @@ GS_PTR_FREE(cuMemFreeAsync_ptsz, (dptr, stream), CUstream stream)
 
 /* ---- virtual memory management: the physical handle is what costs ---- */
 
-CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size, const CUmemAllocationProp *prop,
-		     unsigned long long flags)
-{
-	gs_pfn_cuMemCreate real = GS_REAL(cuMemCreate);
-	if (GS_UNLIKELY(real == NULL))
-		return CUDA_ERROR_NOT_INITIALIZED;
-	int st = gs_state();
-	if (st == GS_ST_INERT || prop == NULL || prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE)
-		return real(handle, size, prop, flags);
-	struct charge c;
-	CUresult r = charge_dev(&c, st, prop->location.id, size);
-	if (r != CUDA_SUCCESS)
-		return r;
-	r = real(handle, size, prop, flags);
-	finish(&c, r, GS_TAB_VMM, r == CUDA_SUCCESS ? *handle : 0);
-	return r;
-}
+GS_CHARGED_CREATE(cuMemCreate,
+		  (CUmemGenericAllocationHandle * handle, size_t size, const CUmemAllocationProp *prop,
+		   unsigned long long flags),
+		  (handle, size, prop, flags), prop == NULL || prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE,
+		  charge_dev(&c, st, prop->location.id, size), GS_TAB_VMM, *handle)
 
-CUresult cuMemRelease(CUmemGenericAllocationHandle handle)
-{
-	gs_pfn_cuMemRelease real = GS_REAL(cuMemRelease);
-	if (GS_UNLIKELY(real == NULL))
-		return CUDA_ERROR_NOT_INITIALIZED;
-	uint64_t v = untrack(gs_state(), GS_TAB_VMM, handle);
-	if (v == 0)
-		return real(handle);
-	CUresult r = real(handle);
-	released(r, GS_TAB_VMM, handle, v);
-	return r;
-}
+GS_RELEASE(cuMemRelease, (CUmemGenericAllocationHandle handle), (handle), GS_TAB_VMM, handle)
 
 /* ---- arrays: bytes from the descriptor ---- */
 
@@ -283,14 +280,9 @@ static uint64_t array_bytes(const CUDA_ARRAY3D_DESCRIPTOR *d, unsigned levels)
 	return d->Width ? total : 0;
 }
 
-CUresult cuArrayCreate_v2(CUarray *array, const CUDA_ARRAY_DESCRIPTOR *desc)
+/* The 3D descriptor of a 2D array: what array_bytes reads. */
+static uint64_t array2d_bytes(const CUDA_ARRAY_DESCRIPTOR *desc)
 {
-	gs_pfn_cuArrayCreate_v2 real = GS_REAL(cuArrayCreate_v2);
-	if (GS_UNLIKELY(real == NULL))
-		return CUDA_ERROR_NOT_INITIALIZED;
-	int st = gs_state();
-	if (st == GS_ST_INERT || desc == NULL)
-		return real(array, desc);
 	CUDA_ARRAY3D_DESCRIPTOR d3 = {
 		.Width = desc->Width,
 		.Height = desc->Height,
@@ -299,74 +291,20 @@ CUresult cuArrayCreate_v2(CUarray *array, const CUDA_ARRAY_DESCRIPTOR *desc)
 		.NumChannels = desc->NumChannels,
 		.Flags = 0,
 	};
-	struct charge c;
-	CUresult r = charge_ctx(&c, st, array_bytes(&d3, 1));
-	if (r != CUDA_SUCCESS)
-		return r;
-	r = real(array, desc);
-	finish(&c, r, GS_TAB_ARRAY, r == CUDA_SUCCESS ? (uint64_t)(uintptr_t)*array : 0);
-	return r;
+	return array_bytes(&d3, 1);
 }
 
-CUresult cuArray3DCreate_v2(CUarray *array, const CUDA_ARRAY3D_DESCRIPTOR *desc)
-{
-	gs_pfn_cuArray3DCreate_v2 real = GS_REAL(cuArray3DCreate_v2);
-	if (GS_UNLIKELY(real == NULL))
-		return CUDA_ERROR_NOT_INITIALIZED;
-	int st = gs_state();
-	if (st == GS_ST_INERT || desc == NULL)
-		return real(array, desc);
-	struct charge c;
-	CUresult r = charge_ctx(&c, st, array_bytes(desc, 1));
-	if (r != CUDA_SUCCESS)
-		return r;
-	r = real(array, desc);
-	finish(&c, r, GS_TAB_ARRAY, r == CUDA_SUCCESS ? (uint64_t)(uintptr_t)*array : 0);
-	return r;
-}
+GS_CHARGED_CREATE(cuArrayCreate_v2, (CUarray * array, const CUDA_ARRAY_DESCRIPTOR *desc), (array, desc), desc == NULL,
+		  charge_ctx(&c, st, array2d_bytes(desc)), GS_TAB_ARRAY, (uintptr_t)*array)
 
-CUresult cuMipmappedArrayCreate(CUmipmappedArray *mipmap, const CUDA_ARRAY3D_DESCRIPTOR *desc,
-				unsigned int levels)
-{
-	gs_pfn_cuMipmappedArrayCreate real = GS_REAL(cuMipmappedArrayCreate);
-	if (GS_UNLIKELY(real == NULL))
-		return CUDA_ERROR_NOT_INITIALIZED;
-	int st = gs_state();
-	if (st == GS_ST_INERT || desc == NULL)
-		return real(mipmap, desc, levels);
-	struct charge c;
-	CUresult r = charge_ctx(&c, st, array_bytes(desc, levels));
-	if (r != CUDA_SUCCESS)
-		return r;
-	r = real(mipmap, desc, levels);
-	finish(&c, r, GS_TAB_MIPMAP, r == CUDA_SUCCESS ? (uint64_t)(uintptr_t)*mipmap : 0);
-	return r;
-}
+GS_CHARGED_CREATE(cuArray3DCreate_v2, (CUarray * array, const CUDA_ARRAY3D_DESCRIPTOR *desc), (array, desc),
+		  desc == NULL, charge_ctx(&c, st, array_bytes(desc, 1)), GS_TAB_ARRAY, (uintptr_t)*array)
 
-CUresult cuArrayDestroy(CUarray array)
-{
-	gs_pfn_cuArrayDestroy real = GS_REAL(cuArrayDestroy);
-	if (GS_UNLIKELY(real == NULL))
-		return CUDA_ERROR_NOT_INITIALIZED;
-	uint64_t key = (uint64_t)(uintptr_t)array;
-	uint64_t v = untrack(gs_state(), GS_TAB_ARRAY, key);
-	if (v == 0)
-		return real(array);
-	CUresult r = real(array);
-	released(r, GS_TAB_ARRAY, key, v);
-	return r;
-}
+GS_CHARGED_CREATE(cuMipmappedArrayCreate,
+		  (CUmipmappedArray * mipmap, const CUDA_ARRAY3D_DESCRIPTOR *desc, unsigned int levels),
+		  (mipmap, desc, levels), desc == NULL, charge_ctx(&c, st, array_bytes(desc, levels)), GS_TAB_MIPMAP,
+		  (uintptr_t)*mipmap)
 
-CUresult cuMipmappedArrayDestroy(CUmipmappedArray mipmap)
-{
-	gs_pfn_cuMipmappedArrayDestroy real = GS_REAL(cuMipmappedArrayDestroy);
-	if (GS_UNLIKELY(real == NULL))
-		return CUDA_ERROR_NOT_INITIALIZED;
-	uint64_t key = (uint64_t)(uintptr_t)mipmap;
-	uint64_t v = untrack(gs_state(), GS_TAB_MIPMAP, key);
-	if (v == 0)
-		return real(mipmap);
-	CUresult r = real(mipmap);
-	released(r, GS_TAB_MIPMAP, key, v);
-	return r;
-}
+GS_RELEASE(cuArrayDestroy, (CUarray array), (array), GS_TAB_ARRAY, (uintptr_t)array)
+
+GS_RELEASE(cuMipmappedArrayDestroy, (CUmipmappedArray mipmap), (mipmap), GS_TAB_MIPMAP, (uintptr_t)mipmap)

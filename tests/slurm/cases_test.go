@@ -2,6 +2,7 @@ package slurm
 
 import (
 	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -73,9 +74,25 @@ srun --overlap --output=step2.out %[2]s --step 512M --count 3
 echo step2_exit=$?
 kill $bg $s1
 wait
+touch holders-gone
+i=0
+until [ -e shared-go ]; do i=$((i+1)); [ $i -gt 900 ] && exit 3; sleep 0.1; done
 echo done
 `, u.dir, app)
 	id := c.sbatch(t, u, "shared", script)
+	// Once the holders are killed, gpusliced gives their 3 GiB back while
+	// the job still runs.
+	if err := waitFor(2*time.Minute, func() error {
+		_, err := os.Stat(filepath.Join(u.dir, "holders-gone"))
+		return err
+	}); err != nil {
+		j, _ := c.job(id)
+		t.Fatalf("the batch script did not get past its steps: %v (job %v)", err, j)
+	}
+	c.waitSession(t, id, 0, 0, 30*time.Second)
+	if err := writeFile(filepath.Join(u.dir, "shared-go"), "", 0o644); err != nil {
+		t.Fatal(err)
+	}
 	j := c.waitJobEnd(t, id, 3*time.Minute)
 	out := readFile(t, filepath.Join(u.dir, "shared-"+id+".out"))
 	if !strings.Contains(out, "step2_exit=0") || !strings.Contains(out, "done") {
@@ -292,20 +309,23 @@ func TestOtherUserCannotAttach(t *testing.T) {
 	}
 }
 
-// kill -9 of a task holding memory: the job's quota is free again at once
-// (the next program of the same job gets all of it), and nothing is left
-// after the job.
+// kill -9 of a task holding memory: gpusliced gives its bytes back while
+// the job still runs (the job's next program gets the whole quota), and
+// nothing is left after the job.
 func TestKilledTask(t *testing.T) {
 	c := needCluster(t)
 	u := c.users["gsltest2"]
 	app := c.bin("target_app")
+	marker := filepath.Join(u.dir, "killed-go")
 	script := fmt.Sprintf(`#!/bin/sh
 #SBATCH --gpu-mem=1G
 #SBATCH --output=%[1]s/killed-%%j.out
 srun %[2]s --step 256M --count 2 --hold 120
 echo event=step exit=$?
+i=0
+until [ -e %[3]s ]; do i=$((i+1)); [ $i -gt 900 ] && exit 3; sleep 0.1; done
 %[2]s --step 1G --count 1
-`, u.dir, app)
+`, u.dir, app, marker)
 	id := c.sbatch(t, u, "killed", script)
 	c.waitSession(t, id, 1, 512*MiB, 90*time.Second)
 	s, err := c.session(id)
@@ -316,25 +336,33 @@ echo event=step exit=$?
 	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 		t.Fatalf("kill -9 %d: %v", pid, err)
 	}
+	// Reclaimed while the job goes on.
+	c.waitSession(t, id, 0, 0, 30*time.Second)
+	if j, err := c.job(id); err != nil || j["JobState"] != "RUNNING" {
+		t.Fatalf("job %s after the kill: %v %v", id, j["JobState"], err)
+	}
+	if err := writeFile(marker, "", 0o644); err != nil {
+		t.Fatal(err)
+	}
 	c.waitJobEnd(t, id, 2*time.Minute)
 	out := readFile(t, filepath.Join(u.dir, "killed-"+id+".out"))
-	if e := find(events(out), "step"); e == nil || e["exit"] == "0" {
-		t.Errorf("the killed step reported %v, want a failure\n%s", e, out)
-	}
-	// The last program ran after the kill: the whole 1 GiB was free again.
-	var after appRun
 	evs := events(out)
+	var after appRun
 	for i, e := range evs {
 		if e["event"] == "step" {
+			if e["exit"] == "0" {
+				t.Errorf("the killed step reported success\n%s", out)
+			}
 			after = parseApp(t, eventsText(evs[i+1:]))
 		}
 	}
-	if after.freeBefore != 1*GiB || after.allowed != 1 {
-		t.Errorf("after kill -9: free %d, allowed %d; want the whole 1 GiB back\n%s", after.freeBefore, after.allowed, out)
+	if after.total != 1*GiB || after.freeBefore != 1*GiB || after.allowed != 1 {
+		t.Errorf("after kill -9: total %d free %d allowed %d; want the whole 1 GiB back\n%s",
+			after.total, after.freeBefore, after.allowed, out)
 	}
 	c.assertReleased(t, id)
-	if g := c.history(t, id).GPUs[0]; g.ReclaimedBytes != 512*MiB || g.FinalUsedBytes != 0 {
-		t.Errorf("history: %+v, want 512 MiB reclaimed and nothing left", g)
+	if g := c.history(t, id).GPUs[0]; g.ReclaimedBytes != 512*MiB || g.FinalUsedBytes != 0 || g.PeakBytes != 1*GiB {
+		t.Errorf("history: %+v, want 512 MiB reclaimed, peak 1 GiB, nothing left", g)
 	}
 }
 
@@ -384,5 +412,48 @@ func TestGresGPU(t *testing.T) {
 	}
 	if h := c.history(t, id); len(h.GPUs) != 1 || h.GPUs[0].UUID != gpus[0].UUID || h.GPUs[0].LimitBytes != 3*GiB {
 		t.Errorf("session of job %s: %+v, want 3 GiB on %s", id, h.GPUs, gpus[0].UUID)
+	}
+}
+
+// Array tasks are separate jobs: each has its own session and quota.
+func TestArrayTasks(t *testing.T) {
+	c := needCluster(t)
+	u := c.users["gsltest1"]
+	script := fmt.Sprintf(`#!/bin/sh
+#SBATCH --gpu-mem=1G
+#SBATCH --array=1-2
+#SBATCH --output=%[1]s/array-%%A-%%a.out
+echo "event=env job=$SLURM_JOB_ID session=$GPUSLICE_SESSION"
+%[2]s --step 512M --count 3
+`, u.dir, c.bin("target_app"))
+	arrayID := c.sbatch(t, u, "array", script)
+	if err := waitFor(2*time.Minute, func() error {
+		out, err := c.cmd(nil, "squeue", "-h", "-r", "-j", arrayID, "-o", "%i %T").Output()
+		if err != nil {
+			return err
+		}
+		if s := strings.TrimSpace(string(out)); s != "" {
+			return fmt.Errorf("array tasks still queued: %s", s)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]bool{}
+	for _, task := range []string{"1", "2"} {
+		out := readFile(t, filepath.Join(u.dir, "array-"+arrayID+"-"+task+".out"))
+		e := find(events(out), "env")
+		if e == nil || e["session"] != e["job"] || seen[e["job"]] {
+			t.Fatalf("array task %s: %v; want its own job id as session\n%s", task, e, out)
+		}
+		seen[e["job"]] = true
+		// Each task has a whole 1 GiB: two 512 MiB allocations, the third denied.
+		if app := parseApp(t, out); app.total != 1*GiB || app.allowed != 2 || app.denied != 1 {
+			t.Errorf("array task %s: total %d allowed %d denied %d", task, app.total, app.allowed, app.denied)
+		}
+		c.assertReleased(t, e["job"])
+		if h := c.history(t, e["job"]); h.GPUs[0].LimitBytes != 1*GiB || h.GPUs[0].PeakBytes != 1*GiB {
+			t.Errorf("session of array task %s: %+v", task, h.GPUs[0])
+		}
 	}
 }

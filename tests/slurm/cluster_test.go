@@ -6,7 +6,6 @@ package slurm
 // jobs are submitted as dedicated non-root users.
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"crypto/rand"
@@ -44,22 +43,21 @@ type testUser struct {
 	name     string
 	uid, gid uint32
 	dir      string // a directory the user owns: job working dir and output
+	created  bool   // by this run (removed at teardown)
 }
 
 type cluster struct {
-	build    string // build dir
-	dir      string // temporary directory holding everything
-	conf     string // slurm.conf
-	node     string // NodeName
-	env      []string
-	fakeEnv  []string // FAKECUDA_* and LD_LIBRARY_PATH for jobs
-	state    string   // FAKECUDA_STATE
-	ipcSock  string
-	admSock  string
-	users    map[string]*testUser
-	mu       sync.Mutex
-	procs    map[string]*proc
-	daemonLg string
+	build   string   // build dir
+	dir     string   // temporary directory holding everything
+	conf    string   // slurm.conf
+	node    string   // NodeName
+	fakeEnv []string // FAKECUDA_* and LD_LIBRARY_PATH for jobs
+	state   string   // FAKECUDA_STATE
+	ipcSock string
+	admSock string
+	users   map[string]*testUser
+	mu      sync.Mutex
+	procs   map[string]*proc
 }
 
 func (c *cluster) path(p ...string) string { return filepath.Join(append([]string{c.dir}, p...)...) }
@@ -126,6 +124,7 @@ func installPackages() error {
 }
 
 func lookupUser(name string) (*testUser, error) {
+	created := false
 	u, err := user.Lookup(name)
 	if err != nil {
 		var unknown user.UnknownUserError
@@ -139,10 +138,11 @@ func lookupUser(name string) (*testUser, error) {
 		if u, err = user.Lookup(name); err != nil {
 			return nil, err
 		}
+		created = true
 	}
 	uid, _ := strconv.ParseUint(u.Uid, 10, 32)
 	gid, _ := strconv.ParseUint(u.Gid, 10, 32)
-	return &testUser{name: name, uid: uint32(uid), gid: uint32(gid)}, nil
+	return &testUser{name: name, uid: uint32(uid), gid: uint32(gid), created: created}, nil
 }
 
 func freePort() (int, error) {
@@ -253,7 +253,6 @@ func startCluster(c *cluster) error {
 	if err := c.writeSlurmConfig(); err != nil {
 		return err
 	}
-	c.env = append(os.Environ(), "SLURM_CONF="+c.conf)
 	if err := c.start("slurmctld", exec.Command("slurmctld", "-D", "-i", "-f", c.conf)); err != nil {
 		return err
 	}
@@ -314,7 +313,6 @@ func (c *cluster) startGpusliced() error {
 		"FAKECUDA_STATE=" + c.state,
 		"LD_LIBRARY_PATH=" + filepath.Join(c.build, "lib"),
 	}
-	c.daemonLg = c.path("log", "gpusliced.log")
 	return c.restartGpusliced()
 }
 
@@ -503,6 +501,11 @@ func (c *cluster) stop() {
 		c.kill(n, syscall.SIGTERM, 10*time.Second)
 	}
 	killStrays(c.dir)
+	for _, u := range c.users {
+		if u.created {
+			_ = exec.Command("userdel", u.name).Run()
+		}
+	}
 	if c.state != "" {
 		matches, _ := filepath.Glob("/dev/shm/*" + c.state + "*")
 		for _, m := range matches {
@@ -636,18 +639,4 @@ func run(ctx context.Context, cmd *exec.Cmd) result {
 		r.stderr += err.Error()
 	}
 	return r
-}
-
-// kv parses key=value lines (target_app's output).
-func kv(s string) map[string][]string {
-	m := map[string][]string{}
-	sc := bufio.NewScanner(strings.NewReader(s))
-	for sc.Scan() {
-		for _, f := range strings.Fields(sc.Text()) {
-			if k, v, ok := strings.Cut(f, "="); ok {
-				m[k] = append(m[k], v)
-			}
-		}
-	}
-	return m
 }
