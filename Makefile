@@ -7,7 +7,7 @@ BUILD   ?= $(ROOT)/build
 BIN     := $(BUILD)/bin
 LIB     := $(BUILD)/lib
 EXAMPLES:= $(BUILD)/examples
-VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null | sed 's/^v//' || echo 0.0.0)
+VERSION ?= $(shell packaging/version.sh 2>/dev/null || echo 0.0.0)
 ifeq ($(VERSION),)
 VERSION := 0.0.0
 endif

@@ -20,8 +20,9 @@ import (
 const SystemPreload = "/usr/lib/gpuslice/libgpuslice.so"
 
 // findPreload picks the interceptor: the flag, else GPUSLICE_PRELOAD, else
-// <dir of this binary>/../lib/libgpuslice.so when it exists, else the
-// system path.
+// <dir of this binary>/../lib/libgpuslice.so (the build tree) or
+// <dir of this binary>/../lib/gpuslice/libgpuslice.so (make install) when
+// one exists, else the system path.
 func findPreload(flagValue string, getenv func(string) string) (string, error) {
 	p := flagValue
 	if p == "" {
@@ -30,9 +31,14 @@ func findPreload(flagValue string, getenv func(string) string) (string, error) {
 	if p == "" {
 		if exe, err := os.Executable(); err == nil {
 			if exe, err = filepath.EvalSymlinks(exe); err == nil {
-				cand := filepath.Join(filepath.Dir(exe), "..", "lib", "libgpuslice.so")
-				if _, err := os.Stat(cand); err == nil {
-					p = filepath.Clean(cand)
+				for _, cand := range []string{
+					filepath.Join(filepath.Dir(exe), "..", "lib", "libgpuslice.so"),
+					filepath.Join(filepath.Dir(exe), "..", "lib", "gpuslice", "libgpuslice.so"),
+				} {
+					if _, err := os.Stat(cand); err == nil {
+						p = filepath.Clean(cand)
+						break
+					}
 				}
 			}
 		}
