@@ -393,27 +393,15 @@ func ipcStatus(sock, id, token string) (*client.Session, error) {
 }
 
 func releaseCmd(fs *pflag.FlagSet, e *env) func([]string) error {
-	jsonFlag(fs, e)
-	return func(args []string) error {
-		id, err := oneID(args)
-		if err != nil {
-			return err
-		}
-		ctx, cancel := ctxTimeout()
-		defer cancel()
-		r, err := e.client().DeleteSession(ctx, id)
-		if err != nil {
-			return err
-		}
-		if e.json {
-			return e.printJSON(r)
-		}
-		printReport(e.stdout, r)
-		return nil
-	}
+	return reportByID(fs, e, (*client.Client).DeleteSession)
 }
 
 func reportCmd(fs *pflag.FlagSet, e *env) func([]string) error {
+	return reportByID(fs, e, (*client.Client).History)
+}
+
+// reportByID is release and report: one session id in, a report out.
+func reportByID(fs *pflag.FlagSet, e *env, fetch func(*client.Client, context.Context, string) (*client.Report, error)) func([]string) error {
 	jsonFlag(fs, e)
 	return func(args []string) error {
 		id, err := oneID(args)
@@ -422,7 +410,7 @@ func reportCmd(fs *pflag.FlagSet, e *env) func([]string) error {
 		}
 		ctx, cancel := ctxTimeout()
 		defer cancel()
-		r, err := e.client().History(ctx, id)
+		r, err := fetch(e.client(), ctx, id)
 		if err != nil {
 			return err
 		}
