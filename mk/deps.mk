@@ -5,7 +5,7 @@ DEB_PKGS := gcc make libc6-dev pkg-config libslurm-dev slurmd slurmctld slurm-cl
 
 .PHONY: deps
 deps: ## install build/test dependencies (apt-get as root, go mod download)
-	@missing=$$(for p in $(DEB_PKGS); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q '^install ok installed' || echo $$p; done); \
+	@missing=$$(for p in $(DEB_PKGS); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q '^install ok installed' || echo $$p; done | tr '\n' ' '); \
 	if [ -n "$$missing" ]; then \
 	  if [ "$$(id -u)" = 0 ]; then \
 	    echo "deps: installing $$missing"; \
