@@ -17,6 +17,9 @@ CC      ?= gcc
 CWARN   := -Wall -Wextra -Werror
 CFLAGS_COMMON := -O2 -g $(CWARN) -fstack-protector-strong -D_FORTIFY_SOURCE=2 -D_GNU_SOURCE -fPIC -pthread
 LDFLAGS_COMMON := -Wl,-z,relro -Wl,-z,now -pthread
+# Go programs: position-independent, RELRO, immediate binding (as the C parts).
+GO_BUILDFLAGS := -trimpath -buildmode=pie
+GO_HARDEN_LDFLAGS := -bindnow
 export BUILD VERSION
 
 include mk/deps.mk

@@ -5,6 +5,8 @@
 
 GO_PKG      := github.com/gpuslice/gpuslice
 GO_LDFLAGS  := -X $(GO_PKG)/internal/version.Version=$(VERSION)
+# gpusliced binds NVML lazily (go-nvml resolves it with dlopen at run time, and
+# its cgo stubs name symbols older drivers lack), so it cannot use -bindnow.
 # Everything the Go binaries are built from (any change rebuilds them).
 GO_SRCS     := $(shell find $(ROOT)/cmd $(ROOT)/daemon $(ROOT)/internal $(ROOT)/cli $(ROOT)/bench \
                  -name '*.go' -not -name '*_test.go' 2>/dev/null) $(ROOT)/go.mod $(ROOT)/go.sum
@@ -22,15 +24,15 @@ $(GO_STAMP): go-force
 
 $(BIN)/gpusliced: $(GO_SRCS) $(GO_STAMP)
 	@mkdir -p $(@D)
-	$(GO) build -trimpath -ldflags "$(GO_LDFLAGS)" -o $@ ./cmd/gpusliced
+	$(GO) build $(GO_BUILDFLAGS) -ldflags "$(GO_LDFLAGS)" -o $@ ./cmd/gpusliced
 
 $(BIN)/gpuslice: $(GO_SRCS) $(GO_STAMP)
 	@mkdir -p $(@D)
-	$(GO) build -trimpath -ldflags "$(GO_LDFLAGS)" -o $@ ./cmd/gpuslice
+	$(GO) build $(GO_BUILDFLAGS) -ldflags "$(GO_HARDEN_LDFLAGS) $(GO_LDFLAGS)" -o $@ ./cmd/gpuslice
 
 $(BENCH_BIN): $(GO_SRCS) $(GO_STAMP)
 	@mkdir -p $(@D)
-	$(GO) build -trimpath -ldflags "$(GO_LDFLAGS)" -o $@ ./bench/cmd/gpuslice-bench
+	$(GO) build $(GO_BUILDFLAGS) -ldflags "$(GO_LDFLAGS)" -o $@ ./bench/cmd/gpuslice-bench
 
 # Integration tests in these packages start the built gpusliced against
 # fakecuda's NVML, hence the build prerequisites. Plain `go test` runs the

@@ -9,7 +9,7 @@ SPANK_CFLAGS := $(CFLAGS_COMMON) -fvisibility=hidden
 SPANK_LDFLAGS:= $(LDFLAGS_COMMON) -shared -Wl,--version-script=$(SPANK_MAP)
 PROLOG_BINS  := $(BIN)/gpuslice-prolog $(BIN)/gpuslice-epilog
 PROLOG_GO    := $(shell find prolog cmd/gpuslice-prolog cmd/gpuslice-epilog internal daemon -name '*.go' ! -name '*_test.go' 2>/dev/null) go.mod
-PROLOG_LDFLAGS := -ldflags "-X github.com/gpuslice/gpuslice/internal/version.Version=$(VERSION)"
+PROLOG_LDFLAGS := -ldflags "$(GO_HARDEN_LDFLAGS) -X github.com/gpuslice/gpuslice/internal/version.Version=$(VERSION)"
 
 .PHONY: spank test-slurm
 spank: $(SPANK_SO) $(PROLOG_BINS) ## build the SPANK plugin and the Slurm Prolog/Epilog
@@ -20,7 +20,7 @@ $(SPANK_SO): $(SPANK_SRCS) $(SPANK_HDRS) $(SPANK_MAP) /usr/include/slurm/spank.h
 
 $(BIN)/gpuslice-prolog $(BIN)/gpuslice-epilog: $(BIN)/gpuslice-%: $(PROLOG_GO)
 	@mkdir -p $(@D)
-	$(GO) build -trimpath $(PROLOG_LDFLAGS) -o $@ ./cmd/gpuslice-$*
+	$(GO) build $(GO_BUILDFLAGS) $(PROLOG_LDFLAGS) -o $@ ./cmd/gpuslice-$*
 
 # The Prolog/Epilog tests run a real gpusliced (fakecuda's NVML); the
 # end-to-end suite needs every component and root (it skips otherwise).
