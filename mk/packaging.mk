@@ -35,6 +35,7 @@ LIBDIR          ?= $(PREFIX)/lib
 LIBEXECDIR      ?= $(PREFIX)/libexec
 DATADIR         ?= $(PREFIX)/share
 DOCDIR          ?= $(DATADIR)/doc/gpuslice
+MANDIR          ?= $(DATADIR)/man
 SYSCONFDIR      ?= $(if $(filter /usr,$(PREFIX)),/etc,$(PREFIX)/etc)
 SYSTEMDUNITDIR  ?= $(LIBDIR)/systemd/system
 # Slurm's PluginDir differs between distributions; the installed
@@ -72,7 +73,7 @@ endef
 define install-recipe
 	install -d -m 0755 '$(DESTDIR)$(SBINDIR)' '$(DESTDIR)$(BINDIR)' '$(DESTDIR)$(LIBDIR)/gpuslice' \
 	  '$(DESTDIR)$(LIBEXECDIR)/gpuslice' '$(DESTDIR)$(SLURM_PLUGINDIR)' '$(DESTDIR)$(SYSTEMDUNITDIR)' \
-	  '$(DESTDIR)$(DOCDIR)'
+	  '$(DESTDIR)$(DOCDIR)' '$(DESTDIR)$(MANDIR)/man1' '$(DESTDIR)$(MANDIR)/man8'
 	install -m 0755 '$(BIN)/gpusliced' '$(DESTDIR)$(SBINDIR)/gpusliced'
 	install -m 0755 '$(BIN)/gpuslice' '$(DESTDIR)$(BINDIR)/gpuslice'
 	install -m 0755 '$(BIN)/gpuslice-prolog' '$(BIN)/gpuslice-epilog' '$(DESTDIR)$(LIBEXECDIR)/gpuslice/'
@@ -82,6 +83,8 @@ define install-recipe
 	chmod 0644 '$(DESTDIR)$(SYSTEMDUNITDIR)/gpusliced.service'
 	sed $(INSTALL_SED) etc/slurm/slurm.conf.fragment >'$(DESTDIR)$(DOCDIR)/slurm.conf.fragment'
 	install -m 0644 docs/install.md '$(DESTDIR)$(DOCDIR)/install.md'
+	install -m 0644 docs/man/gpuslice.1 '$(DESTDIR)$(MANDIR)/man1/gpuslice.1'
+	install -m 0644 docs/man/gpusliced.8 '$(DESTDIR)$(MANDIR)/man8/gpusliced.8'
 	$(call install-conf,etc/gpusliced.yaml,$(SYSCONFDIR)/gpuslice/gpusliced.yaml)
 	$(call install-conf,etc/plugstack.conf.d/gpuslice.conf,$(SLURM_SYSCONFDIR)/plugstack.conf.d/gpuslice.conf)
 endef

@@ -85,6 +85,14 @@ changelog() {
 	gzip -9n "$work/$pkg/changelog.Debian"
 }
 
+# Manual pages, compressed as both formats expect.
+manpages() {
+	mkdir -p "$work/man"
+	for m in docs/man/gpuslice.1 docs/man/gpusliced.8; do
+		gzip -9n -c "$root/$m" >"$work/man/$(basename "$m").gz"
+	done
+}
+
 # License texts of every Go module linked into the Go programs, read from the
 # programs' own build information, plus the Go standard library's.
 third_party_licenses() {
@@ -161,6 +169,7 @@ if [ -z "$example_elf" ]; then
 fi
 changelog gpuslice
 changelog gpuslice-fakecuda
+manpages
 third_party_licenses
 stage $gpuslice_elf $fakecuda_elf $example_elf
 

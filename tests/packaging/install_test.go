@@ -50,6 +50,8 @@ func TestMakeInstall(t *testing.T) {
 		"/usr/local/etc/slurm/plugstack.conf.d/gpuslice.conf": 0o644,
 		"/usr/local/share/doc/gpuslice/install.md":            0o644,
 		"/usr/local/share/doc/gpuslice/slurm.conf.fragment":   0o644,
+		"/usr/local/share/man/man1/gpuslice.1":                0o644,
+		"/usr/local/share/man/man8/gpusliced.8":               0o644,
 	}
 	got := map[string]os.FileMode{}
 	err := filepath.Walk(destdir, func(path string, info os.FileInfo, err error) error {

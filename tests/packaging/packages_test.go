@@ -253,6 +253,8 @@ func gpusliceFiles(format string) []entry {
 		{"/usr/share/doc/gpuslice/install.md", 0o644},
 		{"/usr/share/doc/gpuslice/slurm.conf.fragment", 0o644},
 		{"/usr/share/doc/gpuslice/third-party-licenses.txt", 0o644},
+		{"/usr/share/man/man1/gpuslice.1.gz", 0o644},
+		{"/usr/share/man/man8/gpusliced.8.gz", 0o644},
 	}
 	if format == "deb" {
 		return append(files,
