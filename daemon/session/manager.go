@@ -468,6 +468,10 @@ func (m *Manager) release(id, reason string) (api.Report, error) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	// A process killed just before the Epilog may not have been reclaimed
+	// yet (its pidfd event still queued): count its bytes as reclaimed, not
+	// as final usage.
+	m.reclaimDeadLocked(s)
 	rep := api.Report{ID: id, UID: s.rec.UID, Created: s.rec.Created, Released: m.opt.Now().UTC(), Reason: reason}
 	for g, uuid := range s.rec.GPUs {
 		rep.GPUs = append(rep.GPUs, api.ReportGPU{UUID: uuid, LimitBytes: s.led.Limit(g),
@@ -694,6 +698,25 @@ func (m *Manager) onExit(k reclaim.Key) {
 	m.opt.Log.Debug("process exited", "session", k.Session, "pid", k.PID, "slot", k.Slot)
 }
 
+// reclaimDeadLocked gives back what the session's dead processes held and
+// returns how many of its processes are alive.
+func (m *Manager) reclaimDeadLocked(s *Session) (attached int) {
+	for _, i := range s.led.InUse() {
+		st, pid := s.led.SlotState(i)
+		sl := s.led.Slot(i)
+		if st == ledger.SlotAttached && reclaim.Alive(pid, sl.StartTime) {
+			attached++
+			continue
+		}
+		m.watcher.Remove(reclaim.Key{Session: s.rec.ID, Slot: i, PID: pid, StartTime: sl.StartTime})
+		m.reclaimSlotLocked(s, i)
+		if m.ev.ProcessReclaim != nil {
+			m.ev.ProcessReclaim()
+		}
+	}
+	return attached
+}
+
 // Sweep is the periodic backstop: it reclaims slots whose process is gone,
 // re-bases idle ledgers, reaps sessions past their TTL with no process, and
 // prunes old history.
@@ -713,21 +736,7 @@ func (m *Manager) Sweep() {
 			s.mu.Unlock()
 			continue
 		}
-		attached := 0
-		for _, i := range s.led.InUse() {
-			st, pid := s.led.SlotState(i)
-			sl := s.led.Slot(i)
-			if st == ledger.SlotAttached && reclaim.Alive(pid, sl.StartTime) {
-				attached++
-				continue
-			}
-			m.watcher.Remove(reclaim.Key{Session: s.rec.ID, Slot: i, PID: pid, StartTime: sl.StartTime})
-			m.reclaimSlotLocked(s, i)
-			if m.ev.ProcessReclaim != nil {
-				m.ev.ProcessReclaim()
-			}
-		}
-		if attached == 0 {
+		if m.reclaimDeadLocked(s) == 0 {
 			s.led.Rebase()
 			if now.After(s.rec.Expires) {
 				expired = append(expired, s.rec.ID)
