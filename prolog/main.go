@@ -45,7 +45,7 @@ func Main(mode Mode, args []string, getenv func(string) string, stderr io.Writer
 	configFile := fs.String("config", "", "gpusliced configuration file, read for admin_socket (default "+config.DefaultFile+" if it exists)")
 	adminSock := fs.String("admin-socket", "", "gpusliced admin socket (overrides the configuration file and GPUSLICE_ADMIN_SOCK)")
 	retry := fs.Duration("retry-timeout", 10*time.Second, "how long to retry while gpusliced is unreachable (restarting)")
-	ttl := fs.Duration("ttl", 0, "TTL of the job's session (0: gpusliced's default_ttl); must outlast the longest job")
+	ttl := fs.Duration("ttl", 0, "TTL of the job's session (0: gpusliced's default_ttl): how long it may stay without a live process")
 	def := fs.String("default", "", "quota of jobs submitted without --gpu-mem when SPANK_GPU_MEM is unset (empty: none)")
 	showVersion := fs.Bool("version", false, "print the version and exit")
 	fs.Usage = func() {

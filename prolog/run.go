@@ -20,9 +20,10 @@ type Config struct {
 	RetryTimeout time.Duration
 	// CallTimeout bounds one API call.
 	CallTimeout time.Duration
-	// TTL of the sessions created; 0 takes gpusliced's default_ttl. It must
-	// outlast the longest job: an expired session without attached
-	// processes is reaped.
+	// TTL of the sessions created; 0 takes gpusliced's default_ttl. It is
+	// idle time: a session is reaped only after it had no live process for
+	// about that long, so it must outlast the longest pause between two
+	// GPU steps of a job.
 	TTL time.Duration
 	// Log receives one line per decision (slurmd keeps it in its log).
 	Log io.Writer

@@ -736,14 +736,21 @@ func (m *Manager) Sweep() {
 			s.mu.Unlock()
 			continue
 		}
+		var changed bool
 		if m.reclaimDeadLocked(s) == 0 {
 			s.led.Rebase()
 			if now.After(s.rec.Expires) {
 				expired = append(expired, s.rec.ID)
 			}
+		} else if slack := min(s.rec.TTL/2, time.Hour); s.rec.Expires.Before(now.Add(s.rec.TTL - slack)) {
+			// A session in use never expires: its TTL runs again from the
+			// last sweep that saw one of its processes alive (a long job
+			// idle between two steps keeps its quota). Moved in steps of
+			// slack so the database is written at most once per slack.
+			s.rec.Expires = now.Add(s.rec.TTL)
+			changed = true
 		}
 		// Keep the peaks in the database too: they outlive a lost ledger.
-		var changed bool
 		for g, uuid := range s.rec.GPUs {
 			if p := s.led.Peak(g); p > s.rec.Peak[uuid] {
 				if !changed {
@@ -763,7 +770,7 @@ func (m *Manager) Sweep() {
 		s.mu.Unlock()
 	}
 	if err := m.st.PutSessions(dirty); err != nil {
-		m.opt.Log.Warn("persist peaks", "err", err)
+		m.opt.Log.Warn("persist peaks and expiry", "err", err)
 	}
 	for _, id := range expired {
 		if _, err := m.release(id, "ttl"); err != nil && !errors.Is(err, api.ErrNotFound) {

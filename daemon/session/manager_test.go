@@ -126,6 +126,43 @@ func TestTTLAndPatch(t *testing.T) {
 	}
 }
 
+func TestTTLRunsFromLastProcess(t *testing.T) {
+	f := newFixture(t, "")
+	if _, _, err := f.m.Create(api.SessionRequest{ID: "job", QuotaBytes: 1 << 30}); err != nil {
+		t.Fatal(err)
+	}
+	// This test process is the job's live process.
+	pid := uint32(os.Getpid())
+	at, err := f.m.Attach("job", 0, pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	at.Close()
+	f.advance(3 * time.Hour) // three TTLs with a process attached
+	f.m.Sweep()
+	s, err := f.m.Get("job")
+	if err != nil {
+		t.Fatalf("session in use reaped: %v", err)
+	}
+	if now := time.Unix(0, f.clock.Load()); !s.Expires.Equal(now.Add(time.Hour)) {
+		t.Fatalf("expires %v, want the TTL from now (%v)", s.Expires, now.Add(time.Hour))
+	}
+	// The process leaves: the session is idle, and goes one TTL later.
+	if err := f.m.Detach("job", at.Slot, pid); err != nil {
+		t.Fatal(err)
+	}
+	f.advance(59 * time.Minute)
+	f.m.Sweep()
+	if _, err := f.m.Get("job"); err != nil {
+		t.Fatalf("idle session reaped before its TTL: %v", err)
+	}
+	f.advance(2 * time.Minute)
+	f.m.Sweep()
+	if _, err := f.m.Get("job"); !errors.Is(err, api.ErrNotFound) {
+		t.Fatalf("idle session not reaped after its TTL: %v", err)
+	}
+}
+
 func TestPatchValidation(t *testing.T) {
 	f := newFixture(t, "")
 	if _, _, err := f.m.Create(api.SessionRequest{ID: "p", QuotaBytes: 1 << 30, GPUs: []string{"0"}}); err != nil {
