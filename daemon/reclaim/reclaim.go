@@ -7,6 +7,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"strconv"
 	"sync"
@@ -17,38 +18,57 @@ import (
 // StartTime returns field 22 of /proc/<pid>/stat (start time in clock
 // ticks since boot), which tells a process from a later one with the same pid.
 func StartTime(pid uint32) (uint64, error) {
+	_, st, err := procStat(pid)
+	return st, err
+}
+
+// procStat reads the state (field 3) and start time (field 22) of pid.
+func procStat(pid uint32) (state byte, start uint64, err error) {
 	var buf [512]byte
 	f, err := os.Open("/proc/" + strconv.FormatUint(uint64(pid), 10) + "/stat")
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	n, err := f.Read(buf[:])
 	f.Close()
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
-	return parseStartTime(buf[:n])
+	return parseStat(buf[:n])
 }
 
 func parseStartTime(b []byte) (uint64, error) {
+	_, st, err := parseStat(b)
+	return st, err
+}
+
+func parseStat(b []byte) (state byte, start uint64, err error) {
 	// The command name (field 2) is in parentheses and may hold spaces or
 	// parentheses: start after the last ')'.
 	i := bytes.LastIndexByte(b, ')')
 	if i < 0 {
-		return 0, errors.New("proc stat: no command field")
+		return 0, 0, errors.New("proc stat: no command field")
 	}
 	fields := bytes.Fields(b[i+1:])
 	// fields[0] is field 3 (state); field 22 is fields[19].
-	if len(fields) < 20 {
-		return 0, errors.New("proc stat: too few fields")
+	if len(fields) < 20 || len(fields[0]) != 1 {
+		return 0, 0, errors.New("proc stat: too few fields")
 	}
-	return strconv.ParseUint(string(fields[19]), 10, 64)
+	start, err = strconv.ParseUint(string(fields[19]), 10, 64)
+	return fields[0][0], start, err
 }
 
 // Alive reports whether pid runs and is the process that had startTime.
+// A zombie has exited (its memory is gone) and counts as dead. Only a
+// missing /proc entry or a different start time prove a process gone: any
+// other error (EMFILE, ENOMEM, ...) answers "alive", so a transient failure
+// never reclaims a live process's bytes.
 func Alive(pid uint32, startTime uint64) bool {
-	st, err := StartTime(pid)
-	return err == nil && st == startTime
+	state, st, err := procStat(pid)
+	if err != nil {
+		return !errors.Is(err, fs.ErrNotExist) && !errors.Is(err, unix.ESRCH)
+	}
+	return st == startTime && state != 'Z' && state != 'X'
 }
 
 // Key identifies a watched process to the exit callback.
@@ -66,9 +86,15 @@ type Watcher struct {
 	onExit func(Key)
 
 	mu    sync.Mutex
-	byFD  map[int32]Key
+	seq   int32 // tags each registration in the epoll data (EpollEvent.Pad)
+	byFD  map[int32]watched
 	byKey map[Key]int
 	done  chan struct{}
+}
+
+type watched struct {
+	key Key
+	seq int32
 }
 
 // NewWatcher creates the epoll set; Run must be called to deliver events.
@@ -89,7 +115,7 @@ func NewWatcher(onExit func(Key)) (*Watcher, error) {
 		return nil, fmt.Errorf("epoll_ctl: %w", err)
 	}
 	return &Watcher{epfd: epfd, wakefd: wakefd, onExit: onExit,
-		byFD: map[int32]Key{}, byKey: map[Key]int{}, done: make(chan struct{})}, nil
+		byFD: map[int32]watched{}, byKey: map[Key]int{}, done: make(chan struct{})}, nil
 }
 
 // ErrGone means the process had already exited when Add was called.
@@ -117,12 +143,13 @@ func (w *Watcher) Add(k Key) error {
 		unix.Close(fd)
 		return nil
 	}
-	ev := unix.EpollEvent{Events: unix.EPOLLIN, Fd: int32(fd)}
+	w.seq++
+	ev := unix.EpollEvent{Events: unix.EPOLLIN, Fd: int32(fd), Pad: w.seq}
 	if err := unix.EpollCtl(w.epfd, unix.EPOLL_CTL_ADD, fd, &ev); err != nil {
 		unix.Close(fd)
 		return fmt.Errorf("epoll_ctl(pidfd %d): %w", k.PID, err)
 	}
-	w.byFD[int32(fd)] = k
+	w.byFD[int32(fd)] = watched{key: k, seq: w.seq}
 	w.byKey[k] = fd
 	return nil
 }
@@ -170,9 +197,12 @@ func (w *Watcher) Run() {
 				w.mu.Unlock()
 				return
 			}
-			if k, ok := w.byFD[ev.Fd]; ok {
-				w.drop(int(ev.Fd), k)
-				gone = append(gone, k)
+			// An event read before the lock may belong to a pidfd that was
+			// removed meanwhile and whose number a new process now has:
+			// only the registration it was queued for counts.
+			if e, ok := w.byFD[ev.Fd]; ok && e.seq == ev.Pad {
+				w.drop(int(ev.Fd), e.key)
+				gone = append(gone, e.key)
 			}
 		}
 		w.mu.Unlock()

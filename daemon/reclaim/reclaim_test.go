@@ -105,3 +105,34 @@ func TestWatcher(t *testing.T) {
 		t.Fatalf("Add(reused pid) = %v, want ErrGone", err)
 	}
 }
+
+func TestAliveZombieAndGone(t *testing.T) {
+	cmd := exec.Command("sleep", "60")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	pid := uint32(cmd.Process.Pid)
+	st, err := StartTime(pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !Alive(pid, st) {
+		t.Fatal("Alive(running child) = false")
+	}
+	// Killed but not yet waited for: a zombie, whose memory is gone.
+	cmd.Process.Kill()
+	deadline := time.Now().Add(20 * time.Second)
+	for Alive(pid, st) {
+		if time.Now().After(deadline) {
+			t.Fatal("Alive(zombie) stays true")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if state, _, err := procStat(pid); err != nil || state != 'Z' {
+		t.Fatalf("setup: child state %q, %v; want a zombie", state, err)
+	}
+	cmd.Wait()
+	if Alive(pid, st) {
+		t.Fatal("Alive(reaped child) = true")
+	}
+}

@@ -75,6 +75,7 @@ type Session struct {
 	mu       sync.Mutex // serialises slot changes and limit changes
 	released bool       // set under mu when the session is released
 	rec      store.Record
+	uid      uint32 // owner, = rec.UID; never changes, read without mu
 	led      *ledger.Ledger
 	gidx     []int // ledger GPU g -> inventory index
 }
@@ -136,12 +137,16 @@ func (m *Manager) resolveGPU(ref string) (int, error) {
 }
 
 // limitsFromRequest resolves a create request into UUID -> limit.
+// MaxTTLSeconds bounds ttl_seconds (10 years), far below the point where a
+// time.Duration overflows.
+const MaxTTLSeconds = 10 * 365 * 24 * 3600
+
 func (m *Manager) limitsFromRequest(req api.SessionRequest) (map[string]uint64, error) {
 	if !api.ValidSessionID(req.ID) {
 		return nil, fmt.Errorf("%w: session id %q: use 1..63 characters from A-Z a-z 0-9 . _ -", api.ErrBadRequest, req.ID)
 	}
-	if req.TTLSeconds < 0 {
-		return nil, fmt.Errorf("%w: ttl_seconds must be >= 0", api.ErrBadRequest)
+	if req.TTLSeconds < 0 || req.TTLSeconds > MaxTTLSeconds {
+		return nil, fmt.Errorf("%w: ttl_seconds must be 0..%d (10 years)", api.ErrBadRequest, MaxTTLSeconds)
 	}
 	if len(m.gpus) == 0 {
 		return nil, fmt.Errorf("%w: this node has no GPU", api.ErrBadRequest)
@@ -275,11 +280,14 @@ func (m *Manager) Create(req api.SessionRequest) (api.Session, bool, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if s, ok := m.sessions[req.ID]; ok {
-		if s.rec.UID == req.UID && sameLimits(s.rec.Limits, limits) {
+		s.mu.Lock() // Patch replaces s.rec under s.mu
+		same := s.uid == req.UID && sameLimits(s.rec.Limits, limits)
+		s.mu.Unlock()
+		if same {
 			v, _ := m.view(s) // cannot be released: we hold m.mu
 			return v, false, nil
 		}
-		return api.Session{}, false, fmt.Errorf("%w: session %q exists with another owner or quotas (uid %d)", api.ErrConflict, req.ID, s.rec.UID)
+		return api.Session{}, false, fmt.Errorf("%w: session %q exists with another owner or quotas (uid %d)", api.ErrConflict, req.ID, s.uid)
 	}
 	if err := m.admit(limits, ""); err != nil {
 		return api.Session{}, false, err
@@ -300,7 +308,7 @@ func (m *Manager) Create(req api.SessionRequest) (api.Session, bool, error) {
 		led.Remove()
 		return api.Session{}, false, fmt.Errorf("persist session: %w", err)
 	}
-	s := &Session{rec: rec, led: led, gidx: idx}
+	s := &Session{rec: rec, uid: rec.UID, led: led, gidx: idx}
 	m.sessions[rec.ID] = s
 	if m.ev.Created != nil {
 		m.ev.Created()
@@ -416,8 +424,8 @@ func (m *Manager) Patch(id string, req api.PatchRequest) (api.Session, error) {
 		}
 		limits[uuid] = q
 	}
-	if req.TTLSeconds != nil && *req.TTLSeconds < 0 {
-		return api.Session{}, fmt.Errorf("%w: ttl_seconds must be >= 0", api.ErrBadRequest)
+	if req.TTLSeconds != nil && (*req.TTLSeconds < 0 || *req.TTLSeconds > MaxTTLSeconds) {
+		return api.Session{}, fmt.Errorf("%w: ttl_seconds must be 0..%d (10 years)", api.ErrBadRequest, MaxTTLSeconds)
 	}
 	if err := m.admit(limits, id); err != nil {
 		return api.Session{}, err
@@ -460,6 +468,14 @@ func (m *Manager) Delete(id string) (api.Report, error) {
 }
 
 func (m *Manager) release(id, reason string) (api.Report, error) {
+	return m.releaseIf(id, reason, nil)
+}
+
+var errStillInUse = errors.New("session in use again")
+
+// releaseIf releases session id; when cond is set, only if cond (called
+// with the session locked) still holds.
+func (m *Manager) releaseIf(id, reason string, cond func(*Session) bool) (api.Report, error) {
 	m.mu.Lock()
 	s, ok := m.sessions[id]
 	if !ok {
@@ -468,6 +484,10 @@ func (m *Manager) release(id, reason string) (api.Report, error) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if cond != nil && !cond(s) {
+		m.mu.Unlock()
+		return api.Report{}, errStillInUse
+	}
 	// A process killed just before the Epilog may not have been reclaimed
 	// yet (its pidfd event still queued): count its bytes as reclaimed, not
 	// as final usage.
@@ -557,8 +577,8 @@ func (m *Manager) Attach(id string, uid, pid uint32) (Attachment, error) {
 	if !ok {
 		return Attachment{}, fmt.Errorf("%w: session %q", api.ErrNotFound, id)
 	}
-	if uid != 0 && uid != s.rec.UID {
-		return Attachment{}, fmt.Errorf("%w: session %q belongs to uid %d, not %d", ErrNotPermitted, id, s.rec.UID, uid)
+	if uid != 0 && uid != s.uid {
+		return Attachment{}, fmt.Errorf("%w: session %q belongs to uid %d, not %d", ErrNotPermitted, id, s.uid, uid)
 	}
 	start, err := reclaim.StartTime(pid)
 	if err != nil {
@@ -645,8 +665,8 @@ func (m *Manager) CheckOwner(id string, uid uint32) error {
 	if !ok {
 		return fmt.Errorf("%w: session %q", api.ErrNotFound, id)
 	}
-	if uid != 0 && uid != s.rec.UID {
-		return fmt.Errorf("%w: session %q belongs to uid %d, not %d", ErrNotPermitted, id, s.rec.UID, uid)
+	if uid != 0 && uid != s.uid {
+		return fmt.Errorf("%w: session %q belongs to uid %d, not %d", ErrNotPermitted, id, s.uid, uid)
 	}
 	return nil
 }
@@ -689,6 +709,11 @@ func (m *Manager) onExit(k reclaim.Key) {
 	}
 	sl := s.led.Slot(k.Slot)
 	if sl.State != ledger.SlotAttached || sl.PID != k.PID || sl.StartTime != k.StartTime {
+		return
+	}
+	if reclaim.Alive(k.PID, k.StartTime) {
+		// Not an exit (a pidfd exits only once a process has): keep its
+		// bytes; the sweep reclaims it when it really goes.
 		return
 	}
 	m.reclaimSlotLocked(s, k.Slot)
@@ -773,7 +798,11 @@ func (m *Manager) Sweep() {
 		m.opt.Log.Warn("persist peaks and expiry", "err", err)
 	}
 	for _, id := range expired {
-		if _, err := m.release(id, "ttl"); err != nil && !errors.Is(err, api.ErrNotFound) {
+		if _, err := m.releaseIf(id, "ttl", func(s *Session) bool {
+			// Between the decision above and now a process may have
+			// attached, or the id been released and created again.
+			return m.reclaimDeadLocked(s) == 0 && m.opt.Now().After(s.rec.Expires)
+		}); err != nil && !errors.Is(err, api.ErrNotFound) && !errors.Is(err, errStillInUse) {
 			m.opt.Log.Warn("reap expired session", "session", id, "err", err)
 		}
 	}
@@ -818,7 +847,7 @@ func (m *Manager) Restore() error {
 				return fmt.Errorf("recreate ledger %s: %w", rec.ID, err)
 			}
 		}
-		s := &Session{rec: rec, led: led, gidx: idx}
+		s := &Session{rec: rec, uid: rec.UID, led: led, gidx: idx}
 		want := m.limitSlice(rec)
 		for g, v := range want {
 			if led.Limit(g) != v {

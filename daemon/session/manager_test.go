@@ -170,6 +170,7 @@ func TestPatchValidation(t *testing.T) {
 	}
 	big := uint64(81 << 30)
 	neg := int64(-1)
+	huge := int64(10_000_000_000) // overflows a time.Duration in ns
 	tests := []struct {
 		name string
 		req  api.PatchRequest
@@ -181,6 +182,7 @@ func TestPatchValidation(t *testing.T) {
 		{"unknown gpu", api.PatchRequest{Quotas: map[string]uint64{"GPU-x": 1}}, api.ErrBadRequest, "unknown GPU"},
 		{"over capacity", api.PatchRequest{QuotaBytes: &big}, api.ErrQuotaExceeded, "80GiB free"},
 		{"negative ttl", api.PatchRequest{TTLSeconds: &neg}, api.ErrBadRequest, "ttl_seconds"},
+		{"huge ttl", api.PatchRequest{TTLSeconds: &huge}, api.ErrBadRequest, "ttl_seconds"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -192,6 +194,9 @@ func TestPatchValidation(t *testing.T) {
 	}
 	if v, _ := f.m.Get("p"); v.GPUs[0].LimitBytes != 1<<30 {
 		t.Fatalf("refused PATCH changed the limit: %d", v.GPUs[0].LimitBytes)
+	}
+	if _, _, err := f.m.Create(api.SessionRequest{ID: "q", QuotaBytes: 1 << 30, TTLSeconds: huge}); !errors.Is(err, api.ErrBadRequest) {
+		t.Fatalf("Create with ttl_seconds %d = %v, want a bad request", huge, err)
 	}
 }
 
