@@ -513,8 +513,10 @@ func (l *Ledger) Reserve(i, g int, n uint64) error {
 	}
 }
 
-// Release gives back n bytes charged to slot i on ledger GPU g.
+// Release gives back n bytes charged to slot i on ledger GPU g. Both
+// counters stop at 0, as in the interceptor: bytes the daemon already
+// reclaimed are never subtracted twice.
 func (l *Ledger) Release(i, g int, n uint64) {
-	atomic.AddUint64(u64(l.ctr, l.slot(i, SlotOffUsed+8*g)), ^(n - 1))
-	atomic.AddUint64(l.gpuCtr(g, CtrGPUOffUsed), ^(n - 1))
+	subSaturating(u64(l.ctr, l.slot(i, SlotOffUsed+8*g)), n)
+	subSaturating(l.gpuCtr(g, CtrGPUOffUsed), n)
 }

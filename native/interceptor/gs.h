@@ -31,6 +31,9 @@
 #undef cuMemFreeAsync
 #undef nvmlDeviceGetMemoryInfo
 #undef nvmlDeviceGetUUID
+#undef cuStreamGetCtx
+#undef cuCtxPushCurrent
+#undef cuCtxPopCurrent
 
 #define GS_EXPORT __attribute__((visibility("default")))
 #define GS_INLINE static inline __attribute__((always_inline))
@@ -52,6 +55,10 @@
 	X(CU, cuCtxGetDevice, CUresult, (CUdevice * device))                          \
 	X(CU, cuDeviceGetUuid, CUresult, (CUuuid * uuid, CUdevice dev))               \
 	X(CU, cuDeviceGetUuid_v2, CUresult, (CUuuid * uuid, CUdevice dev))            \
+	X(CU, cuCtxGetCurrent, CUresult, (CUcontext * pctx))                           \
+	X(CU, cuCtxPushCurrent_v2, CUresult, (CUcontext ctx))                         \
+	X(CU, cuCtxPopCurrent_v2, CUresult, (CUcontext * pctx))                       \
+	X(CU, cuStreamGetCtx, CUresult, (CUstream hStream, CUcontext * pctx))         \
 	X(NVML, nvmlDeviceGetUUID, nvmlReturn_t, (nvmlDevice_t device, char *uuid, unsigned int length))
 
 enum gs_lib { GS_LIB_CU, GS_LIB_NVML };
@@ -179,14 +186,28 @@ static inline int gs_reserve(int g, uint64_t n)
 	return 0;
 }
 
+/* *p -= n, floored at 0: the daemon may have re-based or reclaimed the
+ * counter since the bytes were charged (docs/ledger.md), and a release
+ * must never wrap it to ~2^64 (which would deny every later allocation).
+ * The common case is one load and one CAS. */
+GS_INLINE void gs_sub_floor(uint64_t *p, uint64_t n, int order)
+{
+	uint64_t v = __atomic_load_n(p, __ATOMIC_RELAXED);
+	while (!__atomic_compare_exchange_n(p, &v, v > n ? v - n : 0, 1, order, __ATOMIC_RELAXED))
+		;
+}
+
 static inline void gs_unreserve(int g, uint64_t n)
 {
-	__atomic_fetch_sub(&gs.slot->used[g], n, __ATOMIC_RELAXED);
-	__atomic_fetch_sub(&gs.ctr->gpu[g].used, n, __ATOMIC_RELEASE);
+	gs_sub_floor(&gs.slot->used[g], n, __ATOMIC_RELAXED);
+	gs_sub_floor(&gs.ctr->gpu[g].used, n, __ATOMIC_RELEASE);
 }
 
 /* ---- allocation tables (ptrtab.c) ---- */
-enum gs_tab_kind { GS_TAB_PTR, GS_TAB_VMM, GS_TAB_ARRAY, GS_TAB_MIPMAP, GS_NTAB };
+enum gs_tab_kind { GS_TAB_PTR, GS_TAB_ARRAY, GS_TAB_MIPMAP, GS_NTAB };
+/* VMM: physical handle -> (GPU, bytes, references); mapped address ->
+ * (handle, size) */
+enum gs_xtab_kind { GS_XTAB_HANDLE, GS_XTAB_MAP, GS_NXTAB };
 int gs_tab_init(void);
 void gs_tab_drop(void);
 

@@ -4,7 +4,9 @@
  * give the bytes back if it failed, remember pointer -> (bytes, GPU).
  * Release: take the entry out of the table, call the real free, give the
  * bytes back when it succeeded (or put the entry back when it did not).
- * Pointers this process never charged pass through.
+ * Pointers this process never charged pass through. VMM handles are
+ * reference-counted (see the VMM section); stream-ordered allocations are
+ * charged to the stream's or the pool's device.
  */
 #include "gs.h"
 
@@ -50,6 +52,66 @@ GS_INLINE CUresult charge_ctx(struct charge *c, int st, uint64_t n)
 	if (r != CUDA_SUCCESS)
 		return r;
 	return charge_dev(c, GS_ST_ACTIVE, dev, n);
+}
+
+/* The device a stream's work runs on: the current context's for the NULL,
+ * legacy and per-thread default streams, else the device of the stream's
+ * context (made current for the question when it is not). */
+static CUresult stream_device(CUstream s, CUdevice *dev)
+{
+	gs_pfn_cuCtxGetDevice getdev = GS_REAL(cuCtxGetDevice);
+	if (getdev == NULL)
+		return CUDA_ERROR_NOT_INITIALIZED;
+	if (s == NULL || s == CU_STREAM_LEGACY || s == CU_STREAM_PER_THREAD)
+		return getdev(dev);
+	gs_pfn_cuStreamGetCtx getctx = GS_REAL(cuStreamGetCtx);
+	gs_pfn_cuCtxGetCurrent getcur = GS_REAL(cuCtxGetCurrent);
+	gs_pfn_cuCtxPushCurrent_v2 push = GS_REAL(cuCtxPushCurrent_v2);
+	gs_pfn_cuCtxPopCurrent_v2 pop = GS_REAL(cuCtxPopCurrent_v2);
+	if (getctx == NULL || getcur == NULL || push == NULL || pop == NULL)
+		return CUDA_ERROR_NOT_INITIALIZED;
+	CUcontext sc = NULL, cur = NULL;
+	CUresult r = getctx(s, &sc);
+	if (r != CUDA_SUCCESS)
+		return r;
+	if (getcur(&cur) == CUDA_SUCCESS && cur == sc)
+		return getdev(dev);
+	r = push(sc);
+	if (r != CUDA_SUCCESS)
+		return r;
+	r = getdev(dev);
+	CUcontext popped;
+	pop(&popped);
+	return r;
+}
+
+/* Reserve n bytes on the device of stream s. */
+static CUresult charge_stream(struct charge *c, int st, CUstream s, uint64_t n)
+{
+	c->active = 0;
+	if (n == 0)
+		return CUDA_SUCCESS;
+	if (GS_UNLIKELY(st != GS_ST_ACTIVE) && gs_failed_retry() != GS_ST_ACTIVE)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	CUdevice dev;
+	CUresult r = stream_device(s, &dev);
+	if (r != CUDA_SUCCESS)
+		return r;
+	return charge_dev(c, GS_ST_ACTIVE, dev, n);
+}
+
+/* Reserve n bytes on the device of pool (as recorded when the pool was
+ * created or looked up); a pool never seen goes to the stream's device, a
+ * pool of host memory is not charged. */
+static CUresult charge_pool(struct charge *c, int st, CUmemoryPool pool, CUstream s, uint64_t n)
+{
+	c->active = 0;
+	int where = gs_pool_where((uint64_t)(uintptr_t)pool);
+	if (where >= 0)
+		return charge_dev(c, st, where, n);
+	if (where == GS_POOL_HOST)
+		return CUDA_SUCCESS;
+	return charge_stream(c, st, s, n);
 }
 
 GS_INLINE void finish(struct charge *c, CUresult r, int kind, uint64_t key)
@@ -147,12 +209,74 @@ static uint64_t add_sat(uint64_t a, uint64_t b)
 
 GS_CHARGED_PTR_ALLOC(cuMemAlloc_v2, (dptr, bytesize))
 GS_CHARGED_PTR_ALLOC(cuMemAllocManaged, (dptr, bytesize, flags), unsigned int flags)
-GS_CHARGED_PTR_ALLOC(cuMemAllocAsync, (dptr, bytesize, stream), CUstream stream)
-GS_CHARGED_PTR_ALLOC(cuMemAllocAsync_ptsz, (dptr, bytesize, stream), CUstream stream)
-GS_CHARGED_PTR_ALLOC(cuMemAllocFromPoolAsync, (dptr, bytesize, pool, stream), CUmemoryPool pool,
-		     CUstream stream)
-GS_CHARGED_PTR_ALLOC(cuMemAllocFromPoolAsync_ptsz, (dptr, bytesize, pool, stream),
-		     CUmemoryPool pool, CUstream stream)
+
+/* stream-ordered: the stream's device, or the pool's */
+#define GS_CHARGED_ASYNC_ALLOC(sym, call_args, reserve, ...)                                    \
+	GS_CHARGED_CREATE(sym, (CUdeviceptr * dptr, size_t bytesize, __VA_ARGS__), call_args, 0, \
+			  reserve, GS_TAB_PTR, *dptr)
+
+GS_CHARGED_ASYNC_ALLOC(cuMemAllocAsync, (dptr, bytesize, stream), charge_stream(&c, st, stream, bytesize),
+		       CUstream stream)
+GS_CHARGED_ASYNC_ALLOC(cuMemAllocAsync_ptsz, (dptr, bytesize, stream), charge_stream(&c, st, stream, bytesize),
+		       CUstream stream)
+GS_CHARGED_ASYNC_ALLOC(cuMemAllocFromPoolAsync, (dptr, bytesize, pool, stream),
+		       charge_pool(&c, st, pool, stream, bytesize), CUmemoryPool pool, CUstream stream)
+GS_CHARGED_ASYNC_ALLOC(cuMemAllocFromPoolAsync_ptsz, (dptr, bytesize, pool, stream),
+		       charge_pool(&c, st, pool, stream, bytesize), CUmemoryPool pool, CUstream stream)
+
+/* Where a pool lives, remembered for cuMemAllocFromPoolAsync. */
+static int pool_location(const CUmemPoolProps *props)
+{
+	if (props == NULL)
+		return GS_POOL_UNKNOWN;
+	switch (props->location.type) {
+	case CU_MEM_LOCATION_TYPE_DEVICE:
+		return props->location.id;
+	case CU_MEM_LOCATION_TYPE_HOST:
+	case CU_MEM_LOCATION_TYPE_HOST_NUMA:
+	case CU_MEM_LOCATION_TYPE_HOST_NUMA_CURRENT:
+		return GS_POOL_HOST;
+	default:
+		return GS_POOL_UNKNOWN;
+	}
+}
+
+CUresult cuMemPoolCreate(CUmemoryPool *pool, const CUmemPoolProps *poolProps)
+{
+	gs_pfn_cuMemPoolCreate real = GS_REAL(cuMemPoolCreate);
+	if (GS_UNLIKELY(real == NULL))
+		return CUDA_ERROR_NOT_INITIALIZED;
+	CUresult r = real(pool, poolProps);
+	if (r == CUDA_SUCCESS && gs_state() != GS_ST_INERT)
+		gs_pool_set((uint64_t)(uintptr_t)*pool, pool_location(poolProps));
+	return r;
+}
+
+CUresult cuMemPoolDestroy(CUmemoryPool pool)
+{
+	gs_pfn_cuMemPoolDestroy real = GS_REAL(cuMemPoolDestroy);
+	if (GS_UNLIKELY(real == NULL))
+		return CUDA_ERROR_NOT_INITIALIZED;
+	CUresult r = real(pool);
+	if (r == CUDA_SUCCESS && gs_state() != GS_ST_INERT)
+		gs_pool_forget((uint64_t)(uintptr_t)pool);
+	return r;
+}
+
+#define GS_DEVICE_POOL(sym)                                                           \
+	CUresult sym(CUmemoryPool *pool, CUdevice dev)                                \
+	{                                                                             \
+		gs_pfn_##sym real = GS_REAL(sym);                                     \
+		if (GS_UNLIKELY(real == NULL))                                        \
+			return CUDA_ERROR_NOT_INITIALIZED;                            \
+		CUresult r = real(pool, dev);                                         \
+		if (r == CUDA_SUCCESS && gs_state() != GS_ST_INERT)                   \
+			gs_pool_set((uint64_t)(uintptr_t)*pool, dev);                 \
+		return r;                                                             \
+	}
+
+GS_DEVICE_POOL(cuDeviceGetDefaultMemPool)
+GS_DEVICE_POOL(cuDeviceGetMemPool)
 
 /* Charged as pitch * height, the size the driver actually handed out:
  * width * height is reserved first, the padding once the pitch is known. */
@@ -197,15 +321,209 @@ GS_PTR_FREE(cuMemFree_v2, (dptr))
 GS_PTR_FREE(cuMemFreeAsync, (dptr, stream), CUstream stream)
 GS_PTR_FREE(cuMemFreeAsync_ptsz, (dptr, stream), CUstream stream)
 
-/* ---- virtual memory management: the physical handle is what costs ---- */
+/* ---- virtual memory management ----
+ *
+ * The physical handle is what costs. Like the driver, the interceptor keeps
+ * a reference count per handle it charged: 1 until cuMemRelease, plus one
+ * per mapping (cuMemMap) and per cuMemRetainAllocationHandle. The bytes are
+ * given back when it drops to 0, i.e. when the handle has been released and
+ * is no longer mapped anywhere. Mappings are remembered by address (with
+ * their handle and size) so cuMemUnmap / cuMemAddressFree can find the
+ * handles of the range they take down.
+ */
 
-GS_CHARGED_CREATE(cuMemCreate,
-		  (CUmemGenericAllocationHandle * handle, size_t size, const CUmemAllocationProp *prop,
-		   unsigned long long flags),
-		  (handle, size, prop, flags), prop == NULL || prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE,
-		  charge_dev(&c, st, prop->location.id, size), GS_TAB_VMM, *handle)
+static unsigned char vmm_full_warned;
 
-GS_RELEASE(cuMemRelease, (CUmemGenericAllocationHandle handle), (handle), GS_TAB_VMM, handle)
+static void vmm_table_full(uint64_t bytes)
+{
+	if (!__atomic_exchange_n(&vmm_full_warned, 1, __ATOMIC_RELAXED))
+		gs_log("VMM table full: %llu bytes stay charged until the process exits",
+		       (unsigned long long)bytes);
+}
+
+/* One more reference on a charged handle; -1 when it has none left. */
+static int handle_ref(struct gs_xent *e)
+{
+	uint64_t r = __atomic_load_n(&e->b, __ATOMIC_ACQUIRE);
+	do {
+		if (r == 0)
+			return -1;
+	} while (!__atomic_compare_exchange_n(&e->b, &r, r + 1, 1, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE));
+	return 0;
+}
+
+/* One reference less; the last one gives the bytes back. */
+static void handle_unref(struct gs_xent *e, uint64_t handle)
+{
+	uint64_t r = __atomic_load_n(&e->b, __ATOMIC_ACQUIRE);
+	do {
+		if (r == 0)
+			return;
+	} while (!__atomic_compare_exchange_n(&e->b, &r, r - 1, 1, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE));
+	if (r != 1)
+		return;
+	uint64_t v = __atomic_load_n(&e->a, __ATOMIC_ACQUIRE);
+	if (gs_xtab_take(e, handle))
+		gs_unreserve(gs_val_gpu(v), gs_val_bytes(v));
+}
+
+static void handle_unref_by_key(uint64_t handle)
+{
+	struct gs_xent *e = gs_xtab_find(GS_XTAB_HANDLE, handle);
+	if (e != NULL)
+		handle_unref(e, handle);
+}
+
+/* After a successful unmap of [lo, lo + size) (gs_map_mu held): forget the
+ * mappings recorded in it and drop their handles' references. Mappings laid
+ * end to end from lo are followed address by address; anything left of the
+ * range after a gap is found by a scan of the table (only then, and only
+ * while mappings are recorded). */
+static void drop_mappings(uint64_t lo, uint64_t size)
+{
+	uint64_t hi = size > UINT64_MAX - lo ? UINT64_MAX : lo + size;
+	uint64_t cur = lo;
+	while (cur < hi && gs_nmapped > 0) {
+		struct gs_xent *m = gs_xtab_find(GS_XTAB_MAP, cur);
+		if (m == NULL)
+			break;
+		uint64_t h = __atomic_load_n(&m->a, __ATOMIC_ACQUIRE);
+		uint64_t sz = __atomic_load_n(&m->b, __ATOMIC_ACQUIRE);
+		if (!gs_xtab_take(m, cur))
+			break;
+		gs_nmapped--;
+		handle_unref_by_key(h);
+		cur = sz == 0 || sz > hi - cur ? hi : cur + sz;
+	}
+	if (cur >= hi || gs_nmapped == 0 || gs_xtabs[GS_XTAB_MAP].e == NULL)
+		return;
+	struct gs_xtab *t = &gs_xtabs[GS_XTAB_MAP];
+	for (uint64_t i = 0; i <= t->mask && gs_nmapped > 0; i++) {
+		struct gs_xent *m = &t->e[i];
+		uint64_t k = __atomic_load_n(&m->key, __ATOMIC_ACQUIRE);
+		if (k == GS_KEY_EMPTY || k == GS_KEY_TOMB || k < cur || k >= hi)
+			continue;
+		uint64_t h = __atomic_load_n(&m->a, __ATOMIC_ACQUIRE);
+		if (!gs_xtab_take(m, k))
+			continue;
+		gs_nmapped--;
+		handle_unref_by_key(h);
+	}
+}
+
+/* After a successful cuMemMap at ptr (gs_map_mu held). A mapping still
+ * recorded at ptr is gone (the driver just mapped there), e.g. taken down
+ * with its context: forget it first. -1 when the table is full (the handle
+ * then keeps this mapping's reference until the process exits). */
+static int map_record(uint64_t ptr, uint64_t handle, uint64_t size)
+{
+	struct gs_xent *old = gs_xtab_find(GS_XTAB_MAP, ptr);
+	if (old != NULL) {
+		uint64_t h = __atomic_load_n(&old->a, __ATOMIC_ACQUIRE);
+		if (gs_xtab_take(old, ptr)) {
+			gs_nmapped--;
+			handle_unref_by_key(h);
+		}
+	}
+	if (gs_xtab_insert(GS_XTAB_MAP, ptr, handle, size) == NULL)
+		return -1;
+	gs_nmapped++;
+	return 0;
+}
+
+CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size, const CUmemAllocationProp *prop,
+		     unsigned long long flags)
+{
+	gs_pfn_cuMemCreate real = GS_REAL(cuMemCreate);
+	if (GS_UNLIKELY(real == NULL))
+		return CUDA_ERROR_NOT_INITIALIZED;
+	int st = gs_state();
+	if (st == GS_ST_INERT || prop == NULL || prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE)
+		return real(handle, size, prop, flags);
+	struct charge c;
+	CUresult r = charge_dev(&c, st, prop->location.id, size);
+	if (r != CUDA_SUCCESS)
+		return r;
+	r = real(handle, size, prop, flags);
+	if (!c.active)
+		return r;
+	if (r != CUDA_SUCCESS) {
+		gs_unreserve(c.g, c.n);
+		return r;
+	}
+	if (GS_UNLIKELY(gs_xtab_insert(GS_XTAB_HANDLE, *handle, gs_val_pack(c.g, c.n), 1) == NULL))
+		vmm_table_full(c.n);
+	return r;
+}
+
+CUresult cuMemRelease(CUmemGenericAllocationHandle handle)
+{
+	gs_pfn_cuMemRelease real = GS_REAL(cuMemRelease);
+	if (GS_UNLIKELY(real == NULL))
+		return CUDA_ERROR_NOT_INITIALIZED;
+	struct gs_xent *e = gs_state() == GS_ST_ACTIVE ? gs_xtab_find(GS_XTAB_HANDLE, handle) : NULL;
+	CUresult r = real(handle);
+	if (e != NULL && r == CUDA_SUCCESS)
+		handle_unref(e, handle);
+	return r;
+}
+
+CUresult cuMemRetainAllocationHandle(CUmemGenericAllocationHandle *handle, void *addr)
+{
+	gs_pfn_cuMemRetainAllocationHandle real = GS_REAL(cuMemRetainAllocationHandle);
+	if (GS_UNLIKELY(real == NULL))
+		return CUDA_ERROR_NOT_INITIALIZED;
+	CUresult r = real(handle, addr);
+	if (r == CUDA_SUCCESS && gs_state() == GS_ST_ACTIVE) {
+		struct gs_xent *e = gs_xtab_find(GS_XTAB_HANDLE, *handle);
+		if (e != NULL)
+			handle_ref(e);
+	}
+	return r;
+}
+
+CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAllocationHandle handle,
+		  unsigned long long flags)
+{
+	gs_pfn_cuMemMap real = GS_REAL(cuMemMap);
+	if (GS_UNLIKELY(real == NULL))
+		return CUDA_ERROR_NOT_INITIALIZED;
+	struct gs_xent *e = gs_state() == GS_ST_ACTIVE ? gs_xtab_find(GS_XTAB_HANDLE, handle) : NULL;
+	if (e == NULL)
+		return real(ptr, size, offset, handle, flags);
+	pthread_mutex_lock(&gs_map_mu);
+	CUresult r;
+	if (handle_ref(e) < 0) {
+		r = real(ptr, size, offset, handle, flags); /* released meanwhile: the driver decides */
+	} else {
+		r = real(ptr, size, offset, handle, flags);
+		if (r != CUDA_SUCCESS)
+			handle_unref(e, handle);
+		else if (map_record(ptr, handle, size) < 0)
+			vmm_table_full(gs_val_bytes(__atomic_load_n(&e->a, __ATOMIC_RELAXED)));
+	}
+	pthread_mutex_unlock(&gs_map_mu);
+	return r;
+}
+
+#define GS_UNMAP_RANGE(sym)                                                  \
+	CUresult sym(CUdeviceptr ptr, size_t size)                           \
+	{                                                                    \
+		gs_pfn_##sym real = GS_REAL(sym);                            \
+		if (GS_UNLIKELY(real == NULL))                               \
+			return CUDA_ERROR_NOT_INITIALIZED;                   \
+		if (gs_state() != GS_ST_ACTIVE)                              \
+			return real(ptr, size);                              \
+		pthread_mutex_lock(&gs_map_mu);                              \
+		CUresult r = real(ptr, size);                                \
+		if (r == CUDA_SUCCESS)                                       \
+			drop_mappings(ptr, size);                            \
+		pthread_mutex_unlock(&gs_map_mu);                            \
+		return r;                                                    \
+	}
+
+GS_UNMAP_RANGE(cuMemUnmap)
+GS_UNMAP_RANGE(cuMemAddressFree) /* a driver that drops mappings left in the range */
 
 /* ---- arrays: bytes from the descriptor ---- */
 

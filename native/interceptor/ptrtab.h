@@ -97,4 +97,46 @@ static inline uint64_t gs_tab_remove(int kind, uint64_t key)
 	return gs_tab_remove_slow(t, key);
 }
 
+/*
+ * VMM tables: four-word entries, lock-free like the above (claim by a CAS
+ * on the key, release by a CAS to tombstone), without overflow array; a
+ * lookup probes at most GS_XPROBE slots. Not on the cuMemAlloc/cuMemFree
+ * path.
+ */
+#define GS_XPROBE 256
+
+struct gs_xent {
+	uint64_t key;
+	uint64_t a; /* handle: packed (GPU, bytes); mapping: the handle */
+	uint64_t b; /* handle: references; mapping: size */
+	uint64_t pad;
+};
+
+struct gs_xtab {
+	struct gs_xent *e;
+	unsigned shift;
+	uint64_t mask;
+};
+
+extern struct gs_xtab gs_xtabs[];
+
+/* Serialises the mapping bookkeeping (cuMemMap / cuMemUnmap /
+ * cuMemAddressFree) with the driver call it belongs to. */
+extern pthread_mutex_t gs_map_mu;
+extern uint64_t gs_nmapped; /* live entries of GS_XTAB_MAP; gs_map_mu held */
+
+struct gs_xent *gs_xtab_insert(int kind, uint64_t key, uint64_t a, uint64_t b);
+struct gs_xent *gs_xtab_find(int kind, uint64_t key);
+int gs_xtab_take(struct gs_xent *e, uint64_t key);
+
+/*
+ * Memory pool -> where its memory lives. Writers (pool creation, lookup of
+ * a device's pool, destruction) take a mutex; gs_pool_where is lock-free.
+ */
+#define GS_POOL_UNKNOWN (-1)
+#define GS_POOL_HOST (-2)
+int gs_pool_where(uint64_t pool);
+void gs_pool_set(uint64_t pool, int where);
+void gs_pool_forget(uint64_t pool);
+
 #endif

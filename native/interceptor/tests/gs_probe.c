@@ -10,6 +10,21 @@
  *   async:S            cuMemAllocAsync           asyncptsz:S cuMemAllocAsync_ptsz
  *   pool:S             cuMemAllocFromPoolAsync (default pool)   poolptsz:S
  *   pitch:W:H          cuMemAllocPitch_v2        vmm:S       cuMemCreate on the current device
+ *   reserve:S          cuMemAddressReserve (the range the vmmmap steps map into)
+ *   vmmmap:S[:OFF]     cuMemCreate S on the current device, cuMemMap it at OFF in the
+ *                      range (default: after the previous mapping), cuMemSetAccess, then
+ *                      cuMemRelease the handle (the mapping keeps the memory)
+ *   unmap              cuMemUnmap the newest mapping
+ *   unmaprange:OFF:S   cuMemUnmap S bytes at OFF in the range (may cover several mappings)
+ *   addrfree           cuMemAddressFree the range (mappings left in it included)
+ *   retain             cuMemRetainAllocationHandle on the newest mapping; the handle is
+ *                      held ("free" releases it)
+ *   stream:N           create a stream on device N's primary context (then restore the
+ *                      current context); the async steps below use the newest one
+ *   mkpool:N           cuMemPoolCreate on device N      devpool:N  cuDeviceGetMemPool(N)
+ *   sasync:S           cuMemAllocAsync on that stream
+ *   spool:S            cuMemAllocFromPoolAsync from the newest pool on that stream
+ *                      (the NULL stream when none was created)
  *   array:W:H          cuArrayCreate_v2 (float)  array3d:W:H:D cuArray3DCreate_v2
  *   mipmap:W:H:L       cuMipmappedArrayCreate
  *   fill:S             allocate S-sized blocks until one fails
@@ -134,6 +149,41 @@ typedef CUresult (*pfn_gpa4)(const char *, void **, int, cuuint64_t);
 
 static int nvml_ready;
 
+/* the reservation the vmmmap steps map into, and their mappings */
+static CUdeviceptr vbase;
+static uint64_t vsize, vnext;
+struct vmap {
+	CUdeviceptr ptr;
+	uint64_t size;
+};
+static struct vmap vmaps[256];
+static size_t nvmaps;
+
+static CUstream pstream;
+static CUmemoryPool ppool;
+
+static CUresult unmap_range(CUdeviceptr p, uint64_t n)
+{
+	CUresult r = cuMemUnmap(p, n);
+	if (r == CUDA_SUCCESS) {
+		size_t w = 0;
+		for (size_t i = 0; i < nvmaps; i++)
+			if (!(vmaps[i].ptr >= p && vmaps[i].ptr + vmaps[i].size <= p + n))
+				vmaps[w++] = vmaps[i];
+		nvmaps = w;
+	}
+	return r;
+}
+
+static CUresult on_device(int ordinal, CUcontext *out)
+{
+	CUdevice d;
+	CUresult r = cuDeviceGet(&d, ordinal);
+	if (r == CUDA_SUCCESS)
+		r = cuDevicePrimaryCtxRetain(out, d);
+	return r;
+}
+
 static void step(char *arg)
 {
 	char *f[5] = {0};
@@ -209,6 +259,88 @@ static void step(char *arg)
 		if (r == CUDA_SUCCESS)
 			push(K_VMM, h, n);
 		printf("vmm rc=%d bytes=%llu\n", r, (unsigned long long)n);
+	} else if (strcmp(cmd, "reserve") == 0 && nf >= 2) {
+		vsize = parse_size(f[1]);
+		vnext = 0;
+		r = cuMemAddressReserve(&vbase, vsize, 0, 0, 0);
+		printf("reserve rc=%d bytes=%llu\n", r, (unsigned long long)vsize);
+	} else if (strcmp(cmd, "vmmmap") == 0 && nf >= 2) {
+		CUdevice d = 0;
+		CUmemGenericAllocationHandle h = 0;
+		uint64_t n = parse_size(f[1]);
+		uint64_t off = nf >= 3 ? parse_size(f[2]) : vnext;
+		CUmemAllocationProp prop;
+		memset(&prop, 0, sizeof(prop));
+		prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+		prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+		CUresult rc = cuCtxGetDevice(&d), rm = -1, rr = -1;
+		prop.location.id = d;
+		if (rc == CUDA_SUCCESS)
+			rc = cuMemCreate(&h, n, &prop, 0);
+		if (rc == CUDA_SUCCESS) {
+			CUmemAccessDesc acc = {.location = prop.location, .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
+			rm = cuMemMap(vbase + off, n, 0, h, 0);
+			if (rm == CUDA_SUCCESS)
+				rm = cuMemSetAccess(vbase + off, n, &acc, 1);
+			if (rm == CUDA_SUCCESS) {
+				((unsigned char *)(uintptr_t)(vbase + off))[n - 1] = 1;
+				if (nvmaps < sizeof(vmaps) / sizeof(vmaps[0]))
+					vmaps[nvmaps++] = (struct vmap){vbase + off, n};
+				vnext = off + n;
+			}
+			rr = cuMemRelease(h);
+		}
+		printf("vmmmap rc=%d map=%d release=%d bytes=%llu\n", rc, rm, rr, (unsigned long long)n);
+	} else if (strcmp(cmd, "unmap") == 0) {
+		r = nvmaps > 0 ? unmap_range(vmaps[nvmaps - 1].ptr, vmaps[nvmaps - 1].size) : CUDA_ERROR_INVALID_VALUE;
+		printf("unmap rc=%d\n", r);
+	} else if (strcmp(cmd, "unmaprange") == 0 && nf >= 3) {
+		r = unmap_range(vbase + parse_size(f[1]), parse_size(f[2]));
+		printf("unmaprange rc=%d\n", r);
+	} else if (strcmp(cmd, "addrfree") == 0) {
+		r = cuMemAddressFree(vbase, vsize);
+		if (r == CUDA_SUCCESS)
+			nvmaps = 0;
+		printf("addrfree rc=%d\n", r);
+	} else if (strcmp(cmd, "retain") == 0) {
+		CUmemGenericAllocationHandle h = 0;
+		r = nvmaps > 0 ? cuMemRetainAllocationHandle(&h, (void *)(uintptr_t)vmaps[nvmaps - 1].ptr)
+			       : CUDA_ERROR_INVALID_VALUE;
+		if (r == CUDA_SUCCESS)
+			push(K_VMM, h, 0);
+		printf("retain rc=%d\n", r);
+	} else if (strcmp(cmd, "stream") == 0 && nf >= 2) {
+		CUcontext cur = NULL, c = NULL;
+		cuCtxGetCurrent(&cur);
+		r = on_device(atoi(f[1]), &c);
+		if (r == CUDA_SUCCESS)
+			r = cuCtxSetCurrent(c);
+		if (r == CUDA_SUCCESS)
+			r = cuStreamCreate(&pstream, CU_STREAM_NON_BLOCKING);
+		cuCtxSetCurrent(cur);
+		printf("stream rc=%d dev=%s\n", r, f[1]);
+	} else if ((strcmp(cmd, "mkpool") == 0 || strcmp(cmd, "devpool") == 0) && nf >= 2) {
+		CUdevice d;
+		r = cuDeviceGet(&d, atoi(f[1]));
+		if (r == CUDA_SUCCESS && strcmp(cmd, "devpool") == 0) {
+			r = cuDeviceGetMemPool(&ppool, d);
+		} else if (r == CUDA_SUCCESS) {
+			CUmemPoolProps props;
+			memset(&props, 0, sizeof(props));
+			props.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
+			props.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+			props.location.id = d;
+			r = cuMemPoolCreate(&ppool, &props);
+		}
+		printf("%s rc=%d dev=%s\n", cmd, r, f[1]);
+	} else if ((strcmp(cmd, "sasync") == 0 || strcmp(cmd, "spool") == 0) && nf >= 2) {
+		uint64_t n = parse_size(f[1]);
+		CUdeviceptr p = 0;
+		r = strcmp(cmd, "sasync") == 0 ? cuMemAllocAsync(&p, n, pstream)
+					       : cuMemAllocFromPoolAsync(&p, n, ppool, pstream);
+		if (r == CUDA_SUCCESS)
+			push(K_ASYNC, p, n);
+		printf("%s rc=%d bytes=%llu\n", cmd, r, (unsigned long long)n);
 	} else if ((strcmp(cmd, "array") == 0 || strcmp(cmd, "array3d") == 0 ||
 		    strcmp(cmd, "mipmap") == 0) &&
 		   nf >= 3) {
