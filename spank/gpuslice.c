@@ -27,7 +27,13 @@ int slurm_spank_init(spank_t sp, int ac, char **av)
 	}
 	switch (ctx) {
 	case S_CTX_LOCAL:
+		if (gs_local_init(sp) < 0)
+			return -1;
+		return gs_option_register(sp);
 	case S_CTX_ALLOCATOR:
+		if (gs_allocator_init(sp) < 0)
+			return -1;
+		return gs_option_register(sp);
 	case S_CTX_REMOTE:
 		return gs_option_register(sp);
 	default:

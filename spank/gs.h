@@ -34,6 +34,14 @@
 #define GS_JOB_CONTROL_VAR "GPU_MEM"
 #define GS_JOB_ENV_VAR "SLURM_SPANK_GPU_MEM"
 
+/* Where Slurm itself keeps --gpu-mem: srun/sbatch/salloc put every option
+ * used into the job control environment as _SLURM_SPANK_OPTION_<plugin>_
+ * <option>, so the job's environment holds SLURM_SPANK_ + that name, and
+ * srun/sbatch/salloc read an option back from SLURM_SPANK_ + that name as
+ * if it had been given on the command line. */
+#define GS_OPTION_CONTROL_VAR "_SLURM_SPANK_OPTION_" GS_PLUGIN "_gpu_mem"
+#define GS_OPTION_ENV_VAR "SLURM_SPANK_" GS_OPTION_CONTROL_VAR
+
 /* plugstack.conf arguments (args.c). */
 struct gs_config {
 	char lib[4096];       /* lib=: interceptor preloaded into tasks */
@@ -57,6 +65,8 @@ int gs_option_check(const char *value, uint64_t max_bytes, uint64_t *bytes, char
 void gs_option_cleanup(void);
 
 /* Per-context handlers. */
+int gs_local_init(spank_t sp);         /* srun */
+int gs_allocator_init(spank_t sp);     /* sbatch, salloc */
 int gs_local_post_opt(spank_t sp);     /* srun */
 int gs_allocator_post_opt(spank_t sp); /* sbatch, salloc */
 int gs_remote_task_init_privileged(spank_t sp);
@@ -67,6 +77,12 @@ int gs_remote_task_init(spank_t sp);
 int gs_submit_quota(uint64_t *bytes);
 /* Publish the quota to Prolog/Epilog (spank_job_control_setenv). */
 int gs_submit_publish(spank_t sp, uint64_t bytes);
+/* A new job is being submitted: forget the quota of the job it is
+ * submitted from (its SLURM_SPANK_* variables, which Slurm would copy into
+ * the new job and read back as --gpu-mem). Called from slurm_spank_init,
+ * before Slurm reads options from the environment, and again before the
+ * quota is published. -1 on failure (logged). */
+int gs_submit_forget_inherited(spank_t sp);
 
 /* daemon.c: does gpusliced hold session id? 1 yes, 0 no, -1 unknown. */
 int gs_daemon_has_session(const char *socket_path, const char *id);

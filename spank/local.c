@@ -3,7 +3,15 @@
  * a batch script, an salloc shell) the job already exists and its Prolog
  * has run: the quota belongs to the job and every step shares it. A
  * --gpu-mem that disagrees with it is refused rather than silently
- * ignored. */
+ * ignored.
+ *
+ * srun runs a step of an existing job when SLURM_JOB_ID is set or --jobid
+ * is given, and creates a new job otherwise (SLURM_JOBID alone does not
+ * make it a step: Slurm 22.05's srun reads only SLURM_JOB_ID). Without
+ * SLURM_JOB_ID the quota of whatever job srun was started from is
+ * forgotten, as in sbatch/salloc: a new job gets only its own --gpu-mem
+ * (or default=); a step attached with --jobid from there finds its job's
+ * quota through gpusliced (remote.c). */
 #include "gs.h"
 
 #include <ctype.h>
@@ -54,16 +62,32 @@ static int check_in_allocation(const char *job)
 	return 0;
 }
 
-int gs_local_post_opt(spank_t sp)
+/* The job srun runs in when it was started inside an allocation, NULL
+ * when srun creates a new job (or attaches with --jobid from outside). */
+static const char *allocation_job(void)
 {
 	const char *job = getenv("SLURM_JOB_ID");
+
+	return job && *job ? job : NULL;
+}
+
+int gs_local_init(spank_t sp)
+{
+	if (allocation_job())
+		return 0;
+	return gs_submit_forget_inherited(sp);
+}
+
+int gs_local_post_opt(spank_t sp)
+{
+	const char *job = allocation_job();
 	uint64_t bytes;
 
-	if (job && *job)
+	if (job)
 		return check_in_allocation(job);
 	if (gs_submit_quota(&bytes) < 0)
 		return -1;
 	if (bytes == 0)
-		return 0;
+		return gs_submit_forget_inherited(sp);
 	return gs_submit_publish(sp, bytes);
 }

@@ -100,6 +100,36 @@ int gs_submit_quota(uint64_t *bytes)
 	return 0;
 }
 
+int gs_submit_forget_inherited(spank_t sp)
+{
+	static const char *const env[] = {GS_JOB_ENV_VAR, GS_OPTION_ENV_VAR};
+	static const char *const ctl[] = {GS_JOB_CONTROL_VAR, GS_OPTION_CONTROL_VAR};
+	size_t i;
+	int rc;
+
+	for (i = 0; i < sizeof(env) / sizeof(env[0]); i++) {
+		const char *v = getenv(env[i]);
+
+		if (!v)
+			continue;
+		gs_verbose("ignoring %s=%s from the submitting environment: a new job's quota comes from its own "
+			   "--gpu-mem (or default=)",
+			   env[i], v);
+		if (unsetenv(env[i]) < 0) {
+			gs_error("cannot remove %s from the environment", env[i]);
+			return -1;
+		}
+	}
+	for (i = 0; i < sizeof(ctl) / sizeof(ctl[0]); i++) {
+		rc = spank_job_control_unsetenv(sp, ctl[i]);
+		if (rc != ESPANK_SUCCESS && rc != ESPANK_ENV_NOEXIST) {
+			gs_error("cannot remove %s from the job control environment: %s", ctl[i], spank_strerror(rc));
+			return -1;
+		}
+	}
+	return 0;
+}
+
 int gs_submit_publish(spank_t sp, uint64_t bytes)
 {
 	char val[32], human[32];

@@ -12,6 +12,14 @@
  *  4. gpusliced holds session <jobid> (e.g. srun --jobid=N from outside).
  * Injecting for a job without a session is harmless: the interceptor fails
  * closed, which is the right outcome for a job that asked for a quota.
+ *
+ * A job without a quota submitted from inside one with a quota (sbatch,
+ * salloc or srun in a batch script) carries that job's LD_PRELOAD and
+ * GPUSLICE_* in its environment; left alone, its processes would count
+ * against the other job's session (or fail closed once that job is gone).
+ * Its tasks lose them: the interceptor leaves LD_PRELOAD, GPUSLICE_SESSION
+ * and GPUSLICE_IPC_SOCK are unset. A task without GPUSLICE_SESSION is not
+ * touched.
  */
 #include "gs.h"
 
@@ -95,6 +103,80 @@ static char *get_preload(spank_t sp)
 	}
 }
 
+/* LD_PRELOAD list without the entries equal to path, joined by colons;
+ * malloc'd. */
+static char *preload_without(const char *list, const char *path)
+{
+	size_t plen = strlen(path);
+	char *out = malloc(strlen(list) + 1);
+	char *o = out;
+	const char *p = list;
+
+	if (!out)
+		return NULL;
+	while (*p) {
+		size_t n;
+		while (*p == ':' || *p == ' ' || *p == '\t')
+			p++;
+		n = strcspn(p, ": \t");
+		if (n > 0 && !(n == plen && strncmp(p, path, n) == 0)) {
+			if (o != out)
+				*o++ = ':';
+			memcpy(o, p, n);
+			o += n;
+		}
+		p += n;
+	}
+	*o = '\0';
+	return out;
+}
+
+static int forget_inherited(spank_t sp, const char *id)
+{
+	static const char *const vars[] = {"GPUSLICE_SESSION", "GPUSLICE_IPC_SOCK"};
+	char buf[64];
+	char *old = NULL, *preload = NULL;
+	size_t i;
+	int rc, rv = -1;
+
+	rc = spank_getenv(sp, "GPUSLICE_SESSION", buf, sizeof(buf));
+	if (rc == ESPANK_ENV_NOEXIST)
+		return 0;
+	old = get_preload(sp);
+	if (!old) {
+		gs_error("job %s: cannot read LD_PRELOAD", id);
+		goto out;
+	}
+	if (preload_has(old, gs_config.lib)) {
+		preload = preload_without(old, gs_config.lib);
+		if (!preload) {
+			gs_error("job %s: out of memory", id);
+			goto out;
+		}
+		if (preload[0])
+			rc = spank_setenv(sp, "LD_PRELOAD", preload, 1);
+		else
+			rc = spank_unsetenv(sp, "LD_PRELOAD");
+		if (rc != ESPANK_SUCCESS) {
+			gs_error("job %s: cannot remove the interceptor from LD_PRELOAD: %s", id, spank_strerror(rc));
+			goto out;
+		}
+	}
+	for (i = 0; i < sizeof(vars) / sizeof(vars[0]); i++) {
+		rc = spank_unsetenv(sp, vars[i]);
+		if (rc != ESPANK_SUCCESS && rc != ESPANK_ENV_NOEXIST) {
+			gs_error("job %s: cannot unset %s: %s", id, vars[i], spank_strerror(rc));
+			goto out;
+		}
+	}
+	gs_debug("job %s: no GPU memory quota; removed the gpuslice environment inherited from the submitting job", id);
+	rv = 0;
+out:
+	free(old);
+	free(preload);
+	return rv;
+}
+
 int gs_remote_task_init(spank_t sp)
 {
 	int rv = -1, rc;
@@ -110,7 +192,7 @@ int gs_remote_task_init(spank_t sp)
 	}
 	snprintf(id, sizeof(id), "%u", jobid);
 	if (!job_has_quota(sp, id, &why)) {
-		rv = 0;
+		rv = forget_inherited(sp, id);
 		goto out;
 	}
 
