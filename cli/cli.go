@@ -423,36 +423,59 @@ func reportByID(fs *pflag.FlagSet, e *env, fetch func(*client.Client, context.Co
 }
 
 func listCmd(fs *pflag.FlagSet, e *env) func([]string) error {
+	return tableCmd(fs, e, "list", (*client.Client).ListSessions, printSessionTable)
+}
+
+func gpusCmd(fs *pflag.FlagSet, e *env) func([]string) error {
+	return tableCmd(fs, e, "gpus", (*client.Client).GPUs, printGPUTable)
+}
+
+// tableCmd is a read without arguments: fetch, then JSON or a table.
+func tableCmd[T any](fs *pflag.FlagSet, e *env, name string, fetch func(*client.Client, context.Context) (T, error),
+	table func(io.Writer, T) error) func([]string) error {
 	jsonFlag(fs, e)
 	return func(args []string) error {
 		if len(args) != 0 {
-			return usagef("list takes no arguments")
+			return usagef("%s takes no arguments", name)
 		}
 		ctx, cancel := ctxTimeout()
 		defer cancel()
-		ss, err := e.client().ListSessions(ctx)
+		v, err := fetch(e.client(), ctx)
 		if err != nil {
 			return err
 		}
 		if e.json {
-			return e.printJSON(ss)
+			return e.printJSON(v)
 		}
-		tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "ID\tUID\tGPUS\tQUOTA\tUSED\tPEAK\tPROCS\tEXPIRES")
-		for _, s := range ss {
-			var quota, used, peak uint64
-			var idx []string
-			for _, g := range s.GPUs {
-				quota += g.LimitBytes
-				used += g.UsedBytes
-				peak += g.PeakBytes
-				idx = append(idx, gpuRef(g.Index, g.UUID))
-			}
-			fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%d\t%s\n", s.ID, s.UID, strings.Join(idx, ","),
-				quotaText(s.GPUs), size.Format(used), size.Format(peak), len(s.Processes), s.Expires.Local().Format(time.DateTime))
-		}
-		return tw.Flush()
+		return table(e.stdout, v)
 	}
+}
+
+func printSessionTable(w io.Writer, ss []client.Session) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tUID\tGPUS\tQUOTA\tUSED\tPEAK\tPROCS\tEXPIRES")
+	for _, s := range ss {
+		var used, peak uint64
+		var idx []string
+		for _, g := range s.GPUs {
+			used += g.UsedBytes
+			peak += g.PeakBytes
+			idx = append(idx, gpuRef(g.Index, g.UUID))
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%d\t%s\n", s.ID, s.UID, strings.Join(idx, ","),
+			quotaText(s.GPUs), size.Format(used), size.Format(peak), len(s.Processes), s.Expires.Local().Format(time.DateTime))
+	}
+	return tw.Flush()
+}
+
+func printGPUTable(w io.Writer, gs []client.GPU) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "GPU\tUUID\tNAME\tMEMORY\tCOMMITTED\tUSED\tSESSIONS")
+	for _, g := range gs {
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%d\n", g.Index, g.UUID, g.Name, size.Format(g.PhysicalBytes),
+			size.Format(g.CommittedBytes), size.Format(g.UsedBytes), g.Sessions)
+	}
+	return tw.Flush()
 }
 
 // quotaText is "8GiB" when every GPU has the same limit, else "8GiB+4GiB".
@@ -482,31 +505,6 @@ func gpuRef(index int, uuid string) string {
 		return strconv.Itoa(index)
 	}
 	return uuid
-}
-
-func gpusCmd(fs *pflag.FlagSet, e *env) func([]string) error {
-	jsonFlag(fs, e)
-	return func(args []string) error {
-		if len(args) != 0 {
-			return usagef("gpus takes no arguments")
-		}
-		ctx, cancel := ctxTimeout()
-		defer cancel()
-		gs, err := e.client().GPUs(ctx)
-		if err != nil {
-			return err
-		}
-		if e.json {
-			return e.printJSON(gs)
-		}
-		tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "GPU\tUUID\tNAME\tMEMORY\tCOMMITTED\tUSED\tSESSIONS")
-		for _, g := range gs {
-			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%d\n", g.Index, g.UUID, g.Name, size.Format(g.PhysicalBytes),
-				size.Format(g.CommittedBytes), size.Format(g.UsedBytes), g.Sessions)
-		}
-		return tw.Flush()
-	}
 }
 
 func printSession(w io.Writer, s *client.Session) {

@@ -117,11 +117,7 @@ func summary(allowed, denied int) func(t *testing.T, r probe.Result) {
 
 // nvidia-smi's view (NVML) inside a session reports the quota.
 func TestNVMLQueryExample(t *testing.T) {
-	d := testenv.StartDaemon(t, testenv.DaemonOptions{Devices: "2x80GiB"})
-	gpus, err := d.Client().GPUs(ctx(t))
-	if err != nil || len(gpus) != 2 {
-		t.Fatalf("GPUs: %v %+v", err, gpus)
-	}
+	d, gpus := twoGPUNode(t)
 	sess := newSession(t, d, client.SessionRequest{QuotaBytes: 8 * GiB, GPUs: []string{gpus[0].UUID}})
 	r := probe.Run(t, sessionEnv(t, d, sess.ID), example(t, "nvml_query"))
 	if r.Err != nil {

@@ -14,11 +14,7 @@ import (
 // Two processes that see different physical GPUs as ordinal 0 are charged
 // to the right GPU, each under that GPU's quota.
 func TestVisibleDevicesChargeThePhysicalGPU(t *testing.T) {
-	d := testenv.StartDaemon(t, testenv.DaemonOptions{Devices: "2x80GiB"})
-	gpus, err := d.Client().GPUs(ctx(t))
-	if err != nil || len(gpus) != 2 {
-		t.Fatalf("GPUs: %v %+v", err, gpus)
-	}
+	d, gpus := twoGPUNode(t)
 	quota := map[string]uint64{gpus[0].UUID: 512 * MiB, gpus[1].UUID: 1 * GiB}
 	sess := newSession(t, d, client.SessionRequest{Quotas: quota})
 	l := openLedger(t, d, sess.ID)
@@ -60,11 +56,7 @@ func TestVisibleDevicesChargeThePhysicalGPU(t *testing.T) {
 // A visible GPU that is not part of the session: nothing can be allocated
 // on it, one line says so, and queries show 0.
 func TestGPUOutsideSessionDenied(t *testing.T) {
-	d := testenv.StartDaemon(t, testenv.DaemonOptions{Devices: "2x80GiB"})
-	gpus, err := d.Client().GPUs(ctx(t))
-	if err != nil || len(gpus) != 2 {
-		t.Fatalf("GPUs: %v %+v", err, gpus)
-	}
+	d, gpus := twoGPUNode(t)
 	sess := newSession(t, d, client.SessionRequest{QuotaBytes: GiB, GPUs: []string{gpus[0].UUID}})
 	r := probe.Run(t, sessionEnv(t, d, sess.ID), probe.Bin(t, "gs_probe"),
 		"dev:1", "alloc:1M", "alloc:1M", "meminfo", "totalmem:1", "dev:0", "alloc:1M")
@@ -173,11 +165,7 @@ func TestPatchQuotaAppliesLive(t *testing.T) {
 
 // NVML inside a session reports the quota; the GPU outside it shows 0.
 func TestNVMLReportsQuota(t *testing.T) {
-	d := testenv.StartDaemon(t, testenv.DaemonOptions{Devices: "2x80GiB"})
-	gpus, err := d.Client().GPUs(ctx(t))
-	if err != nil || len(gpus) != 2 {
-		t.Fatalf("GPUs: %v %+v", err, gpus)
-	}
+	d, gpus := twoGPUNode(t)
 	sess := newSession(t, d, client.SessionRequest{QuotaBytes: 8 * GiB, GPUs: []string{gpus[1].UUID}})
 	r := probe.Run(t, sessionEnv(t, d, sess.ID, "CUDA_VISIBLE_DEVICES=1"), probe.Bin(t, "gs_probe"),
 		"dev:0", "alloc:1G", "nvml")

@@ -134,3 +134,15 @@ func noStderr(t *testing.T, what, stderr string) {
 		t.Errorf("%s wrote to stderr:\n%s", what, stderr)
 	}
 }
+
+// twoGPUNode starts gpusliced on a fake node with two 80 GiB GPUs and
+// returns it with its GPU inventory.
+func twoGPUNode(t *testing.T) (*testenv.Daemon, []client.GPU) {
+	t.Helper()
+	d := testenv.StartDaemon(t, testenv.DaemonOptions{Devices: "2x80GiB"})
+	gpus, err := d.Client().GPUs(ctx(t))
+	if err != nil || len(gpus) != 2 {
+		t.Fatalf("GPUs: %v %+v", err, gpus)
+	}
+	return d, gpus
+}

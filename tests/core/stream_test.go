@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/gpuslice/gpuslice/internal/client"
-	"github.com/gpuslice/gpuslice/internal/testenv"
 	"github.com/gpuslice/gpuslice/tests/interceptor/probe"
 )
 
@@ -15,11 +14,7 @@ import (
 // cuMemAllocAsync to the stream's device, cuMemAllocFromPoolAsync to the
 // pool's, whatever the current context is; and that GPU's quota decides.
 func TestAsyncChargedToStreamOrPoolDevice(t *testing.T) {
-	d := testenv.StartDaemon(t, testenv.DaemonOptions{Devices: "2x80GiB"})
-	gpus, err := d.Client().GPUs(ctx(t))
-	if err != nil || len(gpus) != 2 {
-		t.Fatalf("GPUs: %v %+v", err, gpus)
-	}
+	d, gpus := twoGPUNode(t)
 	uuidOf := map[int]string{}
 	for _, g := range gpus {
 		uuidOf[g.Index] = g.UUID
