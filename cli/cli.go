@@ -72,6 +72,15 @@ type env struct {
 	getenv         func(string) string
 }
 
+// show prints v as JSON under --json, else in human form.
+func (e *env) show(v any, human func(io.Writer)) error {
+	if e.json {
+		return e.printJSON(v)
+	}
+	human(e.stdout)
+	return nil
+}
+
 func (e *env) client() *client.Client { return client.New(e.adminSock) }
 
 type command struct {
@@ -329,11 +338,7 @@ func allocateCmd(fs *pflag.FlagSet, e *env) func([]string) error {
 		if err != nil {
 			return err
 		}
-		if e.json {
-			return e.printJSON(s)
-		}
-		printSession(e.stdout, s)
-		return nil
+		return e.show(s, func(w io.Writer) { printSession(w, s) })
 	}
 }
 
@@ -359,11 +364,7 @@ func statusCmd(fs *pflag.FlagSet, e *env) func([]string) error {
 		if err != nil {
 			return err
 		}
-		if e.json {
-			return e.printJSON(s)
-		}
-		printSession(e.stdout, s)
-		return nil
+		return e.show(s, func(w io.Writer) { printSession(w, s) })
 	}
 }
 
@@ -414,11 +415,7 @@ func reportByID(fs *pflag.FlagSet, e *env, fetch func(*client.Client, context.Co
 		if err != nil {
 			return err
 		}
-		if e.json {
-			return e.printJSON(r)
-		}
-		printReport(e.stdout, r)
-		return nil
+		return e.show(r, func(w io.Writer) { printReport(w, r) })
 	}
 }
 
