@@ -1,6 +1,8 @@
 /*
  * alloc_storm: many threads allocating and freeing at once. Each thread keeps
- * up to --hold live allocations (a ring: the oldest is freed to make room),
+ * up to --hold live allocations (a ring: the oldest is freed to make room,
+ * and also after a denial, so a thread that alone exceeds the device keeps
+ * churning instead of being denied forever),
  * writes to every block it gets, and counts allowed and denied allocations.
  *
  *   alloc_storm [--threads N] [--iters N] [--size SIZE] [--hold N] [--api driver|runtime] [--device N]
@@ -61,6 +63,12 @@ static void *worker(void *arg)
 			res->ok++;
 		} else if (r == EX_OOM) {
 			res->denied++;
+			if (n > 0) {
+				if (do_free(ring[head]) != 0)
+					res->errors++;
+				head = (head + 1) % hold;
+				n--;
+			}
 		} else {
 			res->errors++;
 		}
