@@ -113,7 +113,7 @@ func TestForkChildChargedToItsOwnSlot(t *testing.T) {
 		t.Errorf("child: %s", f.Line)
 	}
 	p.Expect("paused")
-	eventually(t, 5*time.Second, "child's bytes reclaimed", func() (bool, string) {
+	eventually(t, 30*time.Second, "child's bytes reclaimed", func() (bool, string) {
 		return l.Used(0) == GiB, strconv.FormatUint(l.Used(0), 10)
 	})
 	if pu, _ := slotOf(t, l, parent); pu[0] != GiB {
