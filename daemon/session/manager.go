@@ -589,21 +589,32 @@ func (m *Manager) Attach(id string, uid, pid uint32) (Attachment, error) {
 	if s.released {
 		return Attachment{}, fmt.Errorf("%w: session %q", api.ErrNotFound, id)
 	}
-	slot, again, err := s.led.Claim(pid, start, uint64(m.opt.Now().UnixNano()))
+	now := uint64(m.opt.Now().UnixNano())
+	slot, again, err := s.led.Claim(pid, start, now)
 	if err != nil {
 		return Attachment{}, err
 	}
-	if !again {
-		k := reclaim.Key{Session: id, Slot: slot, PID: pid, StartTime: start}
-		if err := m.watcher.Add(k); err != nil {
-			if errors.Is(err, reclaim.ErrGone) {
-				m.reclaimSlotLocked(s, slot)
-				return Attachment{}, fmt.Errorf("process %d exited during attach", pid)
-			}
-			m.opt.Log.Warn("pidfd watch failed; relying on the /proc sweep", "pid", pid, "err", err)
+	if again {
+		// The same process attaching a second time is a new program image:
+		// the interceptor attaches once per image (a failed attach leaves
+		// nothing charged), so the old image was replaced by exec, and the
+		// driver freed its memory then. Its charge is given back and the
+		// new image starts from an empty slot.
+		m.watcher.Remove(reclaim.Key{Session: id, Slot: slot, PID: pid, StartTime: start})
+		m.reclaimSlotLocked(s, slot)
+		if slot, _, err = s.led.Claim(pid, start, now); err != nil {
+			return Attachment{}, err
 		}
-		m.opt.Log.Debug("attached", "session", id, "pid", pid, "slot", slot)
 	}
+	k := reclaim.Key{Session: id, Slot: slot, PID: pid, StartTime: start}
+	if err := m.watcher.Add(k); err != nil {
+		if errors.Is(err, reclaim.ErrGone) {
+			m.reclaimSlotLocked(s, slot)
+			return Attachment{}, fmt.Errorf("process %d exited during attach", pid)
+		}
+		m.opt.Log.Warn("pidfd watch failed; relying on the /proc sweep", "pid", pid, "err", err)
+	}
+	m.opt.Log.Debug("attached", "session", id, "pid", pid, "slot", slot, "new_image", again)
 	// Duplicate the fds under the session lock: a concurrent release closes
 	// the ledger's own files, and a closed fd number must never be sent.
 	lim, ctr := s.led.Files()

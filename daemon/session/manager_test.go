@@ -248,3 +248,41 @@ func TestRestoreRecreatesCorruptLedgerAndKeepsPeak(t *testing.T) {
 		t.Fatalf("report %+v, %v", rep, err)
 	}
 }
+
+// A second ATTACH from the same process (same pid and start time) is a new
+// program image after exec: what the old image held is given back and
+// counted as reclaimed, and the new image starts from an empty slot.
+func TestAttachAgainIsANewImage(t *testing.T) {
+	f := newFixture(t, "")
+	if _, _, err := f.m.Create(api.SessionRequest{ID: "x", QuotaBytes: 1 << 30}); err != nil {
+		t.Fatal(err)
+	}
+	pid := uint32(os.Getpid())
+	a, err := f.m.Attach("x", 0, pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.Close()
+	l, err := ledger.Open(filepath.Join(f.dir, "ledgers"), "x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	if err := l.Reserve(a.Slot, 0, 300<<20); err != nil {
+		t.Fatal(err)
+	}
+	b, err := f.m.Attach("x", 0, pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.Close()
+	if got := l.Slot(b.Slot); got.State != ledger.SlotAttached || got.PID != pid || got.Used[0] != 0 {
+		t.Errorf("slot after the second attach: %+v; want attached to %d with nothing charged", got, pid)
+	}
+	if l.Used(0) != 0 || l.Reclaimed(0) != 300<<20 {
+		t.Errorf("used %d, reclaimed %d; want 0 and %d", l.Used(0), l.Reclaimed(0), 300<<20)
+	}
+	if n := len(l.Attached()); n != 1 {
+		t.Errorf("%d attached slots, want 1", n)
+	}
+}

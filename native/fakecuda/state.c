@@ -201,12 +201,48 @@ static int proc_stat(pid_t pid, char *state, uint64_t *starttime)
 	return 0;
 }
 
+/* Give back what a slot this process has claimed (pid = FC_PID_CLAIMED)
+ * holds, and free the slot. Returns the bytes given back. */
+static uint64_t slot_give_back(struct fc_shm_slot *s)
+{
+	uint64_t total = 0;
+	for (unsigned d = 0; d < fc_shm->ndev; d++) {
+		uint64_t u = atomic_exchange(&s->used[d], 0);
+		if (u) {
+			fc_sub_saturating(&fc_shm->dev[d].used, u);
+			total += u;
+		}
+	}
+	atomic_store(&s->ctxmask, 0);
+	atomic_store(&s->starttime, 0);
+	atomic_store_explicit(&s->pid, 0, memory_order_release);
+	return total;
+}
+
+/* A slot with our pid and start time belongs to the program this process
+ * ran before exec: one image registers once, and exec frees the device
+ * memory of the old image on the real driver. Give that memory back. */
+static void release_previous_image(pid_t pid, uint64_t start)
+{
+	if (start == 0)
+		return;
+	for (unsigned i = 0; i < FC_SHM_SLOTS; i++) {
+		struct fc_shm_slot *s = &fc_shm->slot[i];
+		uint32_t p = atomic_load_explicit(&s->pid, memory_order_acquire);
+		if (p != (uint32_t)pid || atomic_load(&s->starttime) != start)
+			continue;
+		if (atomic_compare_exchange_strong(&s->pid, &p, FC_PID_CLAIMED))
+			(void)slot_give_back(s);
+	}
+}
+
 void fc_state_register_self(void)
 {
 	pid_t pid = getpid();
 	char state;
 	uint64_t start = 0;
 	(void)proc_stat(pid, &state, &start);
+	release_previous_image(pid, start);
 	for (int attempt = 0; attempt < 2; attempt++) {
 		for (unsigned i = 0; i < FC_SHM_SLOTS; i++) {
 			struct fc_shm_slot *s = &fc_shm->slot[i];
@@ -258,16 +294,7 @@ uint64_t fc_state_sweep(void)
 			continue;
 		if (!atomic_compare_exchange_strong(&s->pid, &pid, FC_PID_CLAIMED))
 			continue;
-		for (unsigned d = 0; d < fc_shm->ndev; d++) {
-			uint64_t u = atomic_exchange(&s->used[d], 0);
-			if (u) {
-				fc_sub_saturating(&fc_shm->dev[d].used, u);
-				total += u;
-			}
-		}
-		atomic_store(&s->ctxmask, 0);
-		atomic_store(&s->starttime, 0);
-		atomic_store_explicit(&s->pid, 0, memory_order_release);
+		total += slot_give_back(s);
 		if (total == 0)
 			total = 1; /* a slot was freed even if it held no memory */
 	}
