@@ -8,7 +8,7 @@ package ledger
 
 // Layout constants; keep in step with native/include/gpuslice_ledger.h.
 const (
-	Version       = 1
+	Version       = 2
 	LimitsMagic   = 0x4D4C5347 // "GSLM"
 	CountersMagic = 0x54435347 // "GSCT"
 	MaxGPUs       = 16
@@ -19,7 +19,8 @@ const (
 
 	LimitsSize      = 4096
 	CountersHdrSize = 4096
-	SlotSize        = 256
+	SlotSize        = 1280
+	SlotStripes     = 8
 
 	SlotFree       = 0
 	SlotAttached   = 1
@@ -60,7 +61,8 @@ const (
 	SlotOffState     = 4
 	SlotOffStartTime = 8
 	SlotOffAttachNS  = 16
-	SlotOffUsed      = 32
+	SlotOffStripe    = 256 // first struct gs_slot_stripe
+	SlotStripeStride = 128
 )
 
 // CountersSize is the size of a counters file with nslots slots.

@@ -70,7 +70,9 @@ int main(void) {
 	P("SlotOffState", offsetof(struct gs_slot, state));
 	P("SlotOffStartTime", offsetof(struct gs_slot, starttime));
 	P("SlotOffAttachNS", offsetof(struct gs_slot, attach_ns));
-	P("SlotOffUsed", offsetof(struct gs_slot, used));
+	P("SlotStripes", GS_SLOT_STRIPES);
+	P("SlotOffStripe", offsetof(struct gs_slot, stripe));
+	P("SlotStripeStride", sizeof(struct gs_slot_stripe));
 	P("SlotStructSize", sizeof(struct gs_slot));
 	P("SlotAt3", (unsigned long long)(size_t)GS_SLOT_AT(0, 3));
 	return 0;
@@ -113,8 +115,9 @@ int main(void) {
 		"CtrGPUOffUsed": CtrGPUOffUsed, "CtrGPUOffPeak": CtrGPUOffPeak, "CtrGPUOffDenied": CtrGPUOffDenied,
 		"CtrGPUOffReclaimed": CtrGPUOffReclaimed, "CtrHdrStructSize": CtrHdrStructSize,
 		"SlotOffPID": SlotOffPID, "SlotOffState": SlotOffState, "SlotOffStartTime": SlotOffStartTime,
-		"SlotOffAttachNS": SlotOffAttachNS, "SlotOffUsed": SlotOffUsed, "SlotStructSize": SlotSize,
-		"SlotAt3": CountersHdrSize + 3*SlotSize,
+		"SlotOffAttachNS": SlotOffAttachNS, "SlotStripes": SlotStripes, "SlotOffStripe": SlotOffStripe, "SlotStripeStride": SlotStripeStride,
+		"SlotStructSize": SlotSize,
+		"SlotAt3":        CountersHdrSize + 3*SlotSize,
 	}
 	for name, w := range want {
 		t.Run(name, func(t *testing.T) {

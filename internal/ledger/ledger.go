@@ -334,6 +334,29 @@ func (l *Ledger) Reclaimed(g int) uint64 {
 
 func (l *Ledger) slot(i, off int) int { return CountersHdrSize + i*SlotSize + off }
 
+// stripe is slot i's counter for ledger GPU g in stripe k.
+func (l *Ledger) stripe(i, k, g int) *uint64 {
+	return u64(l.ctr, l.slot(i, SlotOffStripe+k*SlotStripeStride+8*g))
+}
+
+// net is a slot's sum over its stripes (modulo 2^64, as they wrap): above
+// 2^63 it is a net release, which counts as nothing held.
+func net(sum uint64) uint64 {
+	if sum > math.MaxInt64 {
+		return 0
+	}
+	return sum
+}
+
+// slotUsed is what slot i holds on ledger GPU g.
+func (l *Ledger) slotUsed(i, g int) uint64 {
+	var sum uint64
+	for k := 0; k < SlotStripes; k++ {
+		sum += atomic.LoadUint64(l.stripe(i, k, g))
+	}
+	return net(sum)
+}
+
 // Slot is a snapshot of one process slot.
 type Slot struct {
 	Index     int
@@ -355,7 +378,7 @@ func (l *Ledger) Slot(i int) Slot {
 		Used:      make([]uint64, l.ngpus),
 	}
 	for g := range s.Used {
-		s.Used[g] = atomic.LoadUint64(u64(l.ctr, l.slot(i, SlotOffUsed+8*g)))
+		s.Used[g] = l.slotUsed(i, g)
 	}
 	return s
 }
@@ -427,8 +450,10 @@ func (l *Ledger) Claim(pid uint32, startTime, attachNS uint64) (int, bool, error
 		return -1, false, ErrNoSlot
 	}
 	i := free
-	for g := 0; g < l.ngpus; g++ {
-		atomic.StoreUint64(u64(l.ctr, l.slot(i, SlotOffUsed+8*g)), 0)
+	for k := 0; k < SlotStripes; k++ {
+		for g := 0; g < l.ngpus; g++ {
+			atomic.StoreUint64(l.stripe(i, k, g), 0)
+		}
 	}
 	atomic.StoreUint32(u32(l.ctr, l.slot(i, SlotOffPID)), pid)
 	atomic.StoreUint64(u64(l.ctr, l.slot(i, SlotOffStartTime)), startTime)
@@ -442,14 +467,19 @@ func (l *Ledger) Claim(pid uint32, startTime, attachNS uint64) (int, bool, error
 }
 
 // Reclaim gives back what slot i holds (docs/ledger.md "Reclaim"): the slot
-// goes to reclaiming, each per-GPU figure is exchanged with 0, subtracted
-// from used and added to reclaimed, then the slot is freed. It returns the
+// goes to reclaiming, every stripe of each per-GPU figure is exchanged with
+// 0, their sum subtracted from used and added to reclaimed, then the slot is
+// freed. It returns the
 // bytes reclaimed per ledger GPU.
 func (l *Ledger) Reclaim(i int) []uint64 {
 	out := make([]uint64, l.ngpus)
 	atomic.StoreUint32(u32(l.ctr, l.slot(i, SlotOffState)), SlotReclaiming)
 	for g := 0; g < l.ngpus; g++ {
-		v := atomic.SwapUint64(u64(l.ctr, l.slot(i, SlotOffUsed+8*g)), 0)
+		var sum uint64
+		for k := 0; k < SlotStripes; k++ {
+			sum += atomic.SwapUint64(l.stripe(i, k, g), 0)
+		}
+		v := net(sum)
 		if v == 0 {
 			continue
 		}
@@ -490,7 +520,8 @@ func subSaturating(p *uint64, v uint64) {
 }
 
 // Reserve charges n bytes on ledger GPU g to slot i, exactly as the
-// interceptor's hot path does (docs/ledger.md). Used by Go clients and tests.
+// interceptor's hot path does (docs/ledger.md), on the slot's stripe 0.
+// Used by Go clients and tests.
 func (l *Ledger) Reserve(i, g int, n uint64) error {
 	used := l.gpuCtr(g, CtrGPUOffUsed)
 	limit := l.Limit(g)
@@ -501,7 +532,7 @@ func (l *Ledger) Reserve(i, g int, n uint64) error {
 			return ErrQuota
 		}
 		if atomic.CompareAndSwapUint64(used, cur, cur+n) {
-			atomic.AddUint64(u64(l.ctr, l.slot(i, SlotOffUsed+8*g)), n)
+			atomic.AddUint64(l.stripe(i, 0, g), n)
 			peak := l.gpuCtr(g, CtrGPUOffPeak)
 			for {
 				p := atomic.LoadUint64(peak)
@@ -513,10 +544,11 @@ func (l *Ledger) Reserve(i, g int, n uint64) error {
 	}
 }
 
-// Release gives back n bytes charged to slot i on ledger GPU g. Both
-// counters stop at 0, as in the interceptor: bytes the daemon already
-// reclaimed are never subtracted twice.
+// Release gives back n bytes charged to slot i on ledger GPU g, as the
+// interceptor does: subtracted from the stripe (which may wrap) and from
+// used, which stops at 0, so bytes the daemon already reclaimed are never
+// subtracted twice.
 func (l *Ledger) Release(i, g int, n uint64) {
-	subSaturating(u64(l.ctr, l.slot(i, SlotOffUsed+8*g)), n)
+	atomic.AddUint64(l.stripe(i, 0, g), -n)
 	subSaturating(l.gpuCtr(g, CtrGPUOffUsed), n)
 }

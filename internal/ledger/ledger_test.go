@@ -3,6 +3,7 @@ package ledger
 import (
 	"errors"
 	"os"
+	"sync/atomic"
 	"testing"
 
 	"golang.org/x/sys/unix"
@@ -173,5 +174,61 @@ func TestClaimReserveReclaim(t *testing.T) {
 	d.Rebase()
 	if d.Used(0) != 0 || d.Peak(0) != 1000 {
 		t.Fatalf("after rebase used %d peak %d", d.Used(0), d.Peak(0))
+	}
+}
+
+// A slot's figure is the sum of its stripes modulo 2^64: bytes charged by
+// one thread and released by another cancel out, a net release counts as
+// nothing held, a claimed slot starts from zero in every stripe, and
+// Reclaim takes back the sum.
+func TestSlotStripesSum(t *testing.T) {
+	d, err := Create(t.TempDir(), "s", testGPUs(), 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	i, _, err := d.Claim(100, 7, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var MiB, GiB uint64 = 1 << 20, 1 << 30
+	if err := d.SetLimits([]uint64{GiB, GiB}); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Reserve(i, 1, 96*MiB); err != nil { // stripe 0
+		t.Fatal(err)
+	}
+	atomic.AddUint64(d.stripe(i, 3, 1), 64*MiB)
+	atomic.AddUint64(d.gpuCtr(1, CtrGPUOffUsed), 64*MiB)
+	atomic.AddUint64(d.stripe(i, 5, 1), -uint64(32*MiB)) // released by another thread
+	atomic.AddUint64(d.gpuCtr(1, CtrGPUOffUsed), -uint64(32*MiB))
+	if got := d.Slot(i).Used[1]; got != 128*MiB {
+		t.Fatalf("slot holds %d, want %d (96 + 64 - 32 MiB)", got, 128*MiB)
+	}
+	if got := d.Slot(i).Used[0]; got != 0 {
+		t.Fatalf("GPU 0: %d, want 0", got)
+	}
+	got := d.Reclaim(i)
+	if got[1] != 128*MiB || d.Used(1) != 0 || d.Reclaimed(1) != 128*MiB {
+		t.Fatalf("Reclaim = %v, used %d, reclaimed %d", got, d.Used(1), d.Reclaimed(1))
+	}
+	for k := 0; k < SlotStripes; k++ {
+		if v := atomic.LoadUint64(d.stripe(i, k, 1)); v != 0 {
+			t.Fatalf("stripe %d after Reclaim: %d", k, v)
+		}
+	}
+
+	// A net release (bytes the daemon had already taken back) is 0, and
+	// a slot claimed again starts from zero in every stripe.
+	j, _, _ := d.Claim(200, 8, 2)
+	atomic.AddUint64(d.stripe(j, 6, 0), -uint64(MiB))
+	if got := d.Slot(j).Used[0]; got != 0 {
+		t.Fatalf("net release reads %d, want 0", got)
+	}
+	atomic.AddUint64(d.stripe(j, 2, 0), 5*MiB)
+	d.Reclaim(j)
+	k, _, _ := d.Claim(300, 9, 3)
+	if k != j || d.Slot(k).Used[0] != 0 {
+		t.Fatalf("re-claimed slot %d holds %d", k, d.Slot(k).Used[0])
 	}
 }

@@ -10,7 +10,7 @@
 
 #include <stdint.h>
 
-#define GS_LEDGER_VERSION 1u
+#define GS_LEDGER_VERSION 2u
 #define GS_LIMITS_MAGIC 0x4D4C5347u   /* "GSLM" */
 #define GS_COUNTERS_MAGIC 0x54435347u /* "GSCT" */
 #define GS_MAX_GPUS 16
@@ -19,7 +19,8 @@
 #define GS_DEFAULT_SLOTS 256
 #define GS_LIMITS_SIZE 4096
 #define GS_COUNTERS_HDR_SIZE 4096
-#define GS_SLOT_SIZE 256
+#define GS_SLOT_STRIPES 8  /* per-thread counters per slot (threads share them modulo 8) */
+#define GS_SLOT_SIZE 1280  /* 256-byte head + GS_SLOT_STRIPES * 128 */
 
 /* slot states */
 #define GS_SLOT_FREE 0u
@@ -53,15 +54,25 @@ struct gs_counter_gpu {
 	uint64_t reserved[4];/* 32..63 */
 };                       /* 64 bytes, one cache line */
 
+/* What one process holds, spread over GS_SLOT_STRIPES stripes so that the
+ * threads of a process do not write one shared cache line: a thread adds
+ * to its own stripe (the k-th thread to charge uses stripe k mod 8) and a
+ * release subtracts from the releasing thread's stripe, so one stripe may
+ * go below 0 (two's complement). What the process holds on GPU g is the
+ * sum of stripe[*].used[g] modulo 2^64; a sum above 2^63 means "nothing"
+ * (releases of bytes the daemon had already taken back). */
+struct gs_slot_stripe {
+	uint64_t used[GS_MAX_GPUS]; /* bytes per ledger GPU, wrapping */
+};                              /* 128 bytes, two cache lines */
+
 struct gs_slot {
 	uint32_t pid;        /* 0: owner pid (written by the daemon at attach) */
 	uint32_t state;      /* 4: GS_SLOT_* (written by the daemon) */
 	uint64_t starttime;  /* 8: /proc/<pid>/stat field 22 of the owner, guards pid reuse */
 	uint64_t attach_ns;  /* 16: unix time of attach in ns */
-	uint64_t reserved;   /* 24 */
-	uint64_t used[GS_MAX_GPUS]; /* 32..159: bytes this process holds per ledger GPU */
-	uint64_t pad[12];    /* 160..255 */
-};                       /* 256 bytes */
+	uint64_t reserved[29]; /* 24..255 */
+	struct gs_slot_stripe stripe[GS_SLOT_STRIPES]; /* 256..1279 */
+};                       /* 1280 bytes */
 
 struct gs_counters_hdr {
 	uint32_t magic;      /* 0 */
@@ -71,7 +82,7 @@ struct gs_counters_hdr {
 	uint64_t reserved[6];/* 16..63 */
 	struct gs_counter_gpu gpu[GS_MAX_GPUS]; /* 64 .. 1088; header padded to 4096 */
 };
-/* slots start at GS_COUNTERS_HDR_SIZE: slot i at 4096 + i*256.
+/* slots start at GS_COUNTERS_HDR_SIZE: slot i at 4096 + i*1280.
  * counters file size = GS_COUNTERS_HDR_SIZE + nslots*GS_SLOT_SIZE. */
 
 #define GS_SLOT_AT(base, i) \
@@ -80,6 +91,7 @@ struct gs_counters_hdr {
 _Static_assert(sizeof(struct gs_limit_gpu) == 64, "gs_limit_gpu");
 _Static_assert(sizeof(struct gs_limits) == 1152, "gs_limits");
 _Static_assert(sizeof(struct gs_counter_gpu) == 64, "gs_counter_gpu");
+_Static_assert(sizeof(struct gs_slot_stripe) == 128, "gs_slot_stripe");
 _Static_assert(sizeof(struct gs_slot) == GS_SLOT_SIZE, "gs_slot");
 _Static_assert(sizeof(struct gs_counters_hdr) == 1088, "gs_counters_hdr");
 

@@ -30,6 +30,17 @@
 #define GS_RETRY_PERIOD_NS 1000000000ll /* later retries: at most this often */
 
 struct gs_global gs;
+__thread struct gs_tls gs_tls GS_TLS_MODEL;
+
+/* This thread's stripe of the slot: the k-th thread to charge after an
+ * attach takes stripe k mod GS_SLOT_STRIPES (docs/ledger.md). */
+uint64_t *gs_stripe_slow(void)
+{
+	unsigned k = __atomic_fetch_add(&gs.next_stripe, 1, __ATOMIC_RELAXED) % GS_SLOT_STRIPES;
+	gs_tls.stripe = gs.slot->stripe[k].used;
+	gs_tls.epoch = gs.epoch;
+	return gs_tls.stripe;
+}
 
 static pthread_mutex_t init_mu = PTHREAD_MUTEX_INITIALIZER;
 static int session_cfg = -1; /* -1 unknown, 0 no session, 1 session set */
@@ -169,6 +180,8 @@ static int map_ledger(const struct gs_attach_reply *rep, struct gs_attach_err *e
 	gs.lim = l;
 	gs.ctr = c;
 	gs.slot = GS_SLOT_AT(c, rep->slot);
+	gs.next_stripe = 0;
+	gs.epoch++; /* every thread picks a stripe of the new slot (gs_stripe) */
 	gs.ngpus = l->ngpus;
 	gs.slot_index = rep->slot;
 	gs.ctr_len = ctr_len;

@@ -130,12 +130,25 @@ struct gs_global {
 	struct gs_slot *slot;          /* this process's slot in ctr */
 	uint32_t ngpus;
 	uint32_t slot_index;
+	uint64_t epoch;                /* bumped at every attach; 0 before the first */
+	unsigned next_stripe;          /* stripes handed out since the attach */
 	size_t ctr_len;
 	signed char devmap[GS_MAX_ORDINALS]; /* ordinal -> ledger GPU, GS_MAP_* */
 	char session[GS_SESSION_LEN];
 } __attribute__((aligned(64)));
 
 extern struct gs_global gs;
+
+/* Per thread: the stripe of the slot this thread charges (valid while
+ * epoch == gs.epoch). Initial-exec TLS: the library is preloaded, so the
+ * access is one %fs-relative load. */
+#define GS_TLS_MODEL __attribute__((tls_model("initial-exec")))
+struct gs_tls {
+	uint64_t *stripe;
+	uint64_t epoch;
+};
+extern __thread struct gs_tls gs_tls GS_TLS_MODEL;
+uint64_t *gs_stripe_slow(void);
 
 int gs_init_slow(void);
 int gs_failed_retry(void);
@@ -164,6 +177,15 @@ static inline int gs_dev_to_gpu(int dev)
 	return gs_dev_lookup_slow(dev);
 }
 
+/* This thread's stripe of the process's slot: a thread-local load and a
+ * compare; the slow path runs once per thread per attach. */
+GS_INLINE uint64_t *gs_stripe(void)
+{
+	if (GS_LIKELY(gs_tls.epoch == gs.epoch))
+		return gs_tls.stripe;
+	return gs_stripe_slow();
+}
+
 /* Reserve n bytes on ledger GPU g: 0 on success, -1 when over the limit. */
 static inline int gs_reserve(int g, uint64_t n)
 {
@@ -177,7 +199,7 @@ static inline int gs_reserve(int g, uint64_t n)
 		}
 	} while (!__atomic_compare_exchange_n(&c->used, &used, used + n, 1, __ATOMIC_ACQ_REL,
 					      __ATOMIC_RELAXED));
-	__atomic_fetch_add(&gs.slot->used[g], n, __ATOMIC_RELAXED);
+	__atomic_fetch_add(&gs_stripe()[g], n, __ATOMIC_RELAXED);
 	uint64_t now = used + n;
 	uint64_t peak = __atomic_load_n(&c->peak, __ATOMIC_RELAXED);
 	while (now > peak &&
@@ -199,7 +221,7 @@ GS_INLINE void gs_sub_floor(uint64_t *p, uint64_t n, int order)
 
 static inline void gs_unreserve(int g, uint64_t n)
 {
-	gs_sub_floor(&gs.slot->used[g], n, __ATOMIC_RELAXED);
+	__atomic_fetch_sub(&gs_stripe()[g], n, __ATOMIC_RELAXED); /* may wrap: the slot's sum counts */
 	gs_sub_floor(&gs.ctr->gpu[g].used, n, __ATOMIC_RELEASE);
 }
 
