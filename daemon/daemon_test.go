@@ -477,9 +477,16 @@ func TestRestartReadoption(t *testing.T) {
 func TestTTLReaper(t *testing.T) {
 	d := testenv.StartDaemon(t, testenv.DaemonOptions{DefaultTTL: 300 * time.Millisecond, RecoveryInterval: 100 * time.Millisecond})
 	create(t, d, client.SessionRequest{ID: "short", UID: 0, QuotaBytes: giB})
-	create(t, d, client.SessionRequest{ID: "busy", UID: 0, QuotaBytes: giB})
 	create(t, d, client.SessionRequest{ID: "long", UID: 0, QuotaBytes: giB, TTLSeconds: 3600})
+	// "busy" gets its 1 s TTL only once its process is attached, so a slow
+	// start of the process cannot expire it first.
+	create(t, d, client.SessionRequest{ID: "busy", UID: 0, QuotaBytes: giB, TTLSeconds: 3600})
 	busy := mustChild(t, d, "busy", 0)
+	one := int64(1)
+	if _, err := d.Client().PatchSession(ctx(t), "busy", client.PatchRequest{TTLSeconds: &one}); err != nil {
+		t.Fatal(err)
+	}
+	patched := time.Now()
 	waitFor(t, "expired session reaped", func() (bool, string) {
 		_, err := d.Client().GetSession(ctx(t), "short")
 		return errors.Is(err, client.ErrNotFound), toJSON(err)
@@ -488,7 +495,9 @@ func TestTTLReaper(t *testing.T) {
 	if err != nil || rep.Reason != "ttl" {
 		t.Fatalf("history of reaped session: %+v, %v", rep, err)
 	}
-	// A session with an attached process is kept past its TTL ...
+	// A session with an attached process is kept past its TTL (and a few
+	// sweeps more) ...
+	time.Sleep(time.Until(patched.Add(1500 * time.Millisecond)))
 	get(t, d, "busy")
 	get(t, d, "long")
 	// ... and reaped once the process is gone.
