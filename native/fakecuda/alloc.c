@@ -326,9 +326,13 @@ CUresult fc_dev_free(uintptr_t ptr, unsigned kind_mask, struct fc_alloc *copy_ou
 	return CUDA_SUCCESS;
 }
 
+/* What the driver frees with a context: cuMemAlloc, cuMemAllocManaged and
+ * cuMemAllocPitch memory and arrays. Stream-ordered allocations belong to
+ * their pool, not to a context, and survive it (as cuCtxDestroy's and
+ * cudaDeviceReset's documentation says); so does VMM memory (vmm.c). */
 void fc_free_ctx_allocs(CUcontext ctx)
 {
-	const unsigned mask = FC_KMASK_DEVICE | FC_KMASK(FC_KIND_ARRAY);
+	const unsigned mask = FC_KMASK(FC_KIND_DEVICE) | FC_KMASK(FC_KIND_MANAGED) | FC_KMASK(FC_KIND_ARRAY);
 	for (int i = 0; i < NSHARDS; i++) {
 		struct shard *s = &shards[i];
 		struct fc_alloc *victims = NULL;

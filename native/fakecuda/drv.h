@@ -114,7 +114,7 @@ int fc_lookup_range(uintptr_t p, struct fc_alloc *out);
 int fc_lookup_exact(uintptr_t p, struct fc_alloc *out);
 int fc_register_host(uintptr_t p, size_t size, unsigned flags);
 int fc_unregister_host(uintptr_t p);
-/* Frees every allocation made in ctx (context destruction / primary reset). */
+/* Frees what the driver frees with ctx (context destruction, primary release / reset). */
 void fc_free_ctx_allocs(CUcontext ctx);
 #define FC_KMASK(k) (1u << (k))
 #define FC_KMASK_DEVICE (FC_KMASK(FC_KIND_DEVICE) | FC_KMASK(FC_KIND_MANAGED) | FC_KMASK(FC_KIND_ASYNC))

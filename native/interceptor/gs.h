@@ -34,6 +34,9 @@
 #undef cuStreamGetCtx
 #undef cuCtxPushCurrent
 #undef cuCtxPopCurrent
+#undef cuCtxDestroy
+#undef cuDevicePrimaryCtxRelease
+#undef cuDevicePrimaryCtxReset
 
 #define GS_EXPORT __attribute__((visibility("default")))
 #define GS_INLINE static inline __attribute__((always_inline))
@@ -59,6 +62,9 @@
 	X(CU, cuCtxPushCurrent_v2, CUresult, (CUcontext ctx))                         \
 	X(CU, cuCtxPopCurrent_v2, CUresult, (CUcontext * pctx))                       \
 	X(CU, cuStreamGetCtx, CUresult, (CUstream hStream, CUcontext * pctx))         \
+	X(CU, cuPointerGetAttribute, CUresult, (void *data, CUpointer_attribute attribute, CUdeviceptr ptr)) \
+	X(CU, cuDevicePrimaryCtxRetain, CUresult, (CUcontext * pctx, CUdevice dev))   \
+	X(CU, cuDevicePrimaryCtxGetState, CUresult, (CUdevice dev, unsigned int *flags, int *active)) \
 	X(NVML, nvmlDeviceGetUUID, nvmlReturn_t, (nvmlDevice_t device, char *uuid, unsigned int length))
 
 enum gs_lib { GS_LIB_CU, GS_LIB_NVML };
@@ -226,10 +232,13 @@ static inline void gs_unreserve(int g, uint64_t n)
 }
 
 /* ---- allocation tables (ptrtab.c) ---- */
-enum gs_tab_kind { GS_TAB_PTR, GS_TAB_ARRAY, GS_TAB_MIPMAP, GS_NTAB };
+/* device pointer -> (GPU, bytes): the lock-free table of the hot path */
+enum gs_tab_kind { GS_TAB_PTR, GS_NTAB };
 /* VMM: physical handle -> (GPU, bytes, references); mapped address ->
- * (handle, size) */
-enum gs_xtab_kind { GS_XTAB_HANDLE, GS_XTAB_MAP, GS_NXTAB };
+ * (handle, size). Arrays and mipmapped arrays: handle -> ((GPU, bytes),
+ * context they were created in), kept apart because their values can
+ * collide. */
+enum gs_xtab_kind { GS_XTAB_HANDLE, GS_XTAB_MAP, GS_XTAB_ARRAY, GS_XTAB_MIPMAP, GS_NXTAB };
 int gs_tab_init(void);
 void gs_tab_drop(void);
 

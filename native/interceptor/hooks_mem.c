@@ -6,7 +6,8 @@
  * bytes back when it succeeded (or put the entry back when it did not).
  * Pointers this process never charged pass through. VMM handles are
  * reference-counted (see the VMM section); stream-ordered allocations are
- * charged to the stream's or the pool's device.
+ * charged to the stream's or the pool's device; arrays remember their
+ * context. What the driver frees with a context: hooks_ctx.c.
  */
 #include "gs.h"
 
@@ -157,10 +158,9 @@ static uint64_t add_sat(uint64_t a, uint64_t b)
 }
 
 /*
- * The two shapes every hook here has, spelled out once.
+ * The two shapes of the pointer hooks, spelled out once.
  *
- * GS_CHARGED_CREATE: pass through when inert (or when `bypass` holds, for
- * requests that cost no device memory); otherwise reserve with `reserve`
+ * GS_CHARGED_CREATE: pass through when inert; otherwise reserve with `reserve`
  * (an expression on `struct charge c` and `st`), call the real entry point
  * and record `key` (evaluated only when it succeeded) under table `kind`.
  *
@@ -168,14 +168,14 @@ static uint64_t add_sat(uint64_t a, uint64_t b)
  * give the bytes back (or put the entry back when the call failed). Keys
  * this process never charged pass straight through.
  */
-#define GS_CHARGED_CREATE(sym, params, call_args, bypass, reserve, kind, key)   \
+#define GS_CHARGED_CREATE(sym, params, call_args, reserve, kind, key)           \
 	CUresult sym params                                                     \
 	{                                                                       \
 		gs_pfn_##sym real = GS_REAL(sym);                               \
 		if (GS_UNLIKELY(real == NULL))                                  \
 			return CUDA_ERROR_NOT_INITIALIZED;                      \
 		int st = gs_state();                                            \
-		if (st == GS_ST_INERT || (bypass))                              \
+		if (st == GS_ST_INERT)                                          \
 			return real call_args;                                  \
 		struct charge c;                                                \
 		CUresult r = (reserve);                                         \
@@ -204,7 +204,7 @@ static uint64_t add_sat(uint64_t a, uint64_t b)
 /* ---- pointer allocations ---- */
 
 #define GS_CHARGED_PTR_ALLOC(sym, call_args, ...)                                              \
-	GS_CHARGED_CREATE(sym, (CUdeviceptr * dptr, size_t bytesize, ##__VA_ARGS__), call_args, 0, \
+	GS_CHARGED_CREATE(sym, (CUdeviceptr * dptr, size_t bytesize, ##__VA_ARGS__), call_args, \
 			  charge_ctx(&c, st, bytesize), GS_TAB_PTR, *dptr)
 
 GS_CHARGED_PTR_ALLOC(cuMemAlloc_v2, (dptr, bytesize))
@@ -212,7 +212,7 @@ GS_CHARGED_PTR_ALLOC(cuMemAllocManaged, (dptr, bytesize, flags), unsigned int fl
 
 /* stream-ordered: the stream's device, or the pool's */
 #define GS_CHARGED_ASYNC_ALLOC(sym, call_args, reserve, ...)                                    \
-	GS_CHARGED_CREATE(sym, (CUdeviceptr * dptr, size_t bytesize, __VA_ARGS__), call_args, 0, \
+	GS_CHARGED_CREATE(sym, (CUdeviceptr * dptr, size_t bytesize, __VA_ARGS__), call_args, \
 			  reserve, GS_TAB_PTR, *dptr)
 
 GS_CHARGED_ASYNC_ALLOC(cuMemAllocAsync, (dptr, bytesize, stream), charge_stream(&c, st, stream, bytesize),
@@ -412,8 +412,8 @@ static void drop_mappings(uint64_t lo, uint64_t size)
 }
 
 /* After a successful cuMemMap at ptr (gs_map_mu held). A mapping still
- * recorded at ptr is gone (the driver just mapped there), e.g. taken down
- * with its context: forget it first. -1 when the table is full (the handle
+ * recorded at ptr is gone (the driver just mapped there; it was taken down
+ * without cuMemUnmap): forget it first. -1 when the table is full (the handle
  * then keeps this mapping's reference until the process exits). */
 static int map_record(uint64_t ptr, uint64_t handle, uint64_t size)
 {
@@ -612,17 +612,94 @@ static uint64_t array2d_bytes(const CUDA_ARRAY_DESCRIPTOR *desc)
 	return array_bytes(&d3, 1);
 }
 
-GS_CHARGED_CREATE(cuArrayCreate_v2, (CUarray * array, const CUDA_ARRAY_DESCRIPTOR *desc), (array, desc), desc == NULL,
-		  charge_ctx(&c, st, array2d_bytes(desc)), GS_TAB_ARRAY, (uintptr_t)*array)
+/*
+ * The context current at creation is recorded with each array: an array
+ * dies with its context, and the context-teardown hooks (hooks_ctx.c) find
+ * the arrays of a context by it without asking the driver about handles
+ * that may be stale. Every change to the array tables happens under
+ * gs_ctx_mu, so a teardown never sees an entry half written.
+ */
 
-GS_CHARGED_CREATE(cuArray3DCreate_v2, (CUarray * array, const CUDA_ARRAY3D_DESCRIPTOR *desc), (array, desc),
-		  desc == NULL, charge_ctx(&c, st, array_bytes(desc, 1)), GS_TAB_ARRAY, (uintptr_t)*array)
+static unsigned char array_full_warned;
 
-GS_CHARGED_CREATE(cuMipmappedArrayCreate,
-		  (CUmipmappedArray * mipmap, const CUDA_ARRAY3D_DESCRIPTOR *desc, unsigned int levels),
-		  (mipmap, desc, levels), desc == NULL, charge_ctx(&c, st, array_bytes(desc, levels)), GS_TAB_MIPMAP,
-		  (uintptr_t)*mipmap)
+/* After the real create (gs_ctx_mu held): record the array, or give the
+ * bytes back when the driver failed. An entry still recorded under the
+ * handle the driver just handed out belongs to an array that is gone
+ * (taken down with a context the process had no record for): its bytes
+ * are given back first. */
+static void array_created(struct charge *c, CUresult r, int kind, uint64_t key)
+{
+	if (!c->active)
+		return;
+	if (r != CUDA_SUCCESS) {
+		gs_unreserve(c->g, c->n);
+		return;
+	}
+	struct gs_xent *old = gs_xtab_find(kind, key);
+	if (old != NULL) {
+		uint64_t v = __atomic_load_n(&old->a, __ATOMIC_ACQUIRE);
+		if (gs_xtab_take(old, key))
+			gs_unreserve(gs_val_gpu(v), gs_val_bytes(v));
+	}
+	gs_pfn_cuCtxGetCurrent getcur = GS_REAL(cuCtxGetCurrent);
+	CUcontext ctx = NULL;
+	if (getcur == NULL || getcur(&ctx) != CUDA_SUCCESS)
+		ctx = NULL;
+	if (gs_xtab_insert(kind, key, gs_val_pack(c->g, c->n), (uint64_t)(uintptr_t)ctx) == NULL &&
+	    !__atomic_exchange_n(&array_full_warned, 1, __ATOMIC_RELAXED))
+		gs_log("array table full: %llu bytes stay charged until the process exits",
+		       (unsigned long long)c->n);
+}
 
-GS_RELEASE(cuArrayDestroy, (CUarray array), (array), GS_TAB_ARRAY, (uintptr_t)array)
+#define GS_ARRAY_CREATE(sym, params, call_args, out, bytes, kind)                                   \
+	CUresult sym params                                                                         \
+	{                                                                                           \
+		gs_pfn_##sym real = GS_REAL(sym);                                                   \
+		if (GS_UNLIKELY(real == NULL))                                                      \
+			return CUDA_ERROR_NOT_INITIALIZED;                                          \
+		int st = gs_state();                                                                \
+		if (st == GS_ST_INERT || desc == NULL)                                              \
+			return real call_args;                                                      \
+		pthread_mutex_lock(&gs_ctx_mu);                                                     \
+		struct charge c;                                                                    \
+		CUresult r = charge_ctx(&c, st, (bytes));                                           \
+		if (r == CUDA_SUCCESS) {                                                            \
+			r = real call_args;                                                         \
+			array_created(&c, r, kind, r == CUDA_SUCCESS ? (uint64_t)(uintptr_t)*(out) : 0); \
+		}                                                                                   \
+		pthread_mutex_unlock(&gs_ctx_mu);                                                   \
+		return r;                                                                           \
+	}
 
-GS_RELEASE(cuMipmappedArrayDestroy, (CUmipmappedArray mipmap), (mipmap), GS_TAB_MIPMAP, (uintptr_t)mipmap)
+/* The bytes come back when the driver destroyed the array. */
+#define GS_ARRAY_DESTROY(sym, type, kind)                                        \
+	CUresult sym(type h)                                                     \
+	{                                                                        \
+		gs_pfn_##sym real = GS_REAL(sym);                                \
+		if (GS_UNLIKELY(real == NULL))                                   \
+			return CUDA_ERROR_NOT_INITIALIZED;                       \
+		if (gs_state() != GS_ST_ACTIVE)                                  \
+			return real(h);                                          \
+		uint64_t key = (uint64_t)(uintptr_t)h;                           \
+		pthread_mutex_lock(&gs_ctx_mu);                                  \
+		CUresult r = real(h);                                            \
+		struct gs_xent *e = r == CUDA_SUCCESS ? gs_xtab_find(kind, key) : NULL; \
+		if (e != NULL) {                                                 \
+			uint64_t v = __atomic_load_n(&e->a, __ATOMIC_ACQUIRE);   \
+			if (gs_xtab_take(e, key))                                \
+				gs_unreserve(gs_val_gpu(v), gs_val_bytes(v));    \
+		}                                                                \
+		pthread_mutex_unlock(&gs_ctx_mu);                                \
+		return r;                                                        \
+	}
+
+GS_ARRAY_CREATE(cuArrayCreate_v2, (CUarray * array, const CUDA_ARRAY_DESCRIPTOR *desc), (array, desc), array,
+		array2d_bytes(desc), GS_XTAB_ARRAY)
+GS_ARRAY_CREATE(cuArray3DCreate_v2, (CUarray * array, const CUDA_ARRAY3D_DESCRIPTOR *desc), (array, desc), array,
+		array_bytes(desc, 1), GS_XTAB_ARRAY)
+GS_ARRAY_CREATE(cuMipmappedArrayCreate,
+		(CUmipmappedArray * mipmap, const CUDA_ARRAY3D_DESCRIPTOR *desc, unsigned int levels),
+		(mipmap, desc, levels), mipmap, array_bytes(desc, levels), GS_XTAB_MIPMAP)
+
+GS_ARRAY_DESTROY(cuArrayDestroy, CUarray, GS_XTAB_ARRAY)
+GS_ARRAY_DESTROY(cuMipmappedArrayDestroy, CUmipmappedArray, GS_XTAB_MIPMAP)

@@ -1,6 +1,6 @@
 /*
- * Per-process allocation tables: device pointer / array handle -> (bytes,
- * ledger GPU). Lock-free open addressing in MAP_NORESERVE memory
+ * Per-process allocation tables: device pointer -> (bytes, ledger GPU).
+ * Lock-free open addressing in MAP_NORESERVE memory
  * (only touched pages cost anything). A slot is claimed by a CAS on its key
  * (empty or tombstone -> key) and released by a CAS key -> tombstone, so a
  * pointer freed twice concurrently is released once. Probing is bounded;
@@ -12,9 +12,10 @@
  * an entry in the overflow array had a window without any empty slot.
  * The fast paths are inline in ptrtab.h.
  *
- * Also here: the VMM tables (physical handle -> (GPU, bytes, references),
- * mapped address -> (handle, size); four-word entries, the same claim and
- * release, no overflow array) and the memory pool -> device table.
+ * Also here: the four-word tables (the same claim and release, no overflow
+ * array): VMM physical handle -> (GPU, bytes, references), mapped address
+ * -> (handle, size), array and mipmapped array handle -> (GPU and bytes,
+ * context); and the memory pool -> device table.
  */
 #include <string.h>
 #include <sys/mman.h>
@@ -23,18 +24,19 @@
 
 static const unsigned gs_tab_bits[GS_NTAB] = {
 	[GS_TAB_PTR] = 20,
-	[GS_TAB_ARRAY] = 16,
-	[GS_TAB_MIPMAP] = 14,
 };
 
 static const unsigned gs_xtab_bits[GS_NXTAB] = {
 	[GS_XTAB_HANDLE] = 16,
 	[GS_XTAB_MAP] = 16,
+	[GS_XTAB_ARRAY] = 16,
+	[GS_XTAB_MIPMAP] = 14,
 };
 
 struct gs_tab gs_tabs[GS_NTAB];
 struct gs_xtab gs_xtabs[GS_NXTAB];
 pthread_mutex_t gs_map_mu = PTHREAD_MUTEX_INITIALIZER;
+pthread_mutex_t gs_ctx_mu = PTHREAD_MUTEX_INITIALIZER;
 uint64_t gs_nmapped;
 static void *tab_mem;
 static size_t tab_len;
@@ -101,6 +103,7 @@ void gs_tab_drop(void)
 	for (int k = 0; k < GS_NXTAB; k++)
 		gs_xtabs[k].e = NULL;
 	pthread_mutex_init(&gs_map_mu, NULL);
+	pthread_mutex_init(&gs_ctx_mu, NULL);
 	gs_nmapped = 0;
 	pool_drop();
 }

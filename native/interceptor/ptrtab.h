@@ -98,17 +98,17 @@ static inline uint64_t gs_tab_remove(int kind, uint64_t key)
 }
 
 /*
- * VMM tables: four-word entries, lock-free like the above (claim by a CAS
- * on the key, release by a CAS to tombstone), without overflow array; a
- * lookup probes at most GS_XPROBE slots. Not on the cuMemAlloc/cuMemFree
- * path.
+ * Four-word tables (VMM handles and mappings, arrays): lock-free like the
+ * above (claim by a CAS on the key, release by a CAS to tombstone), without
+ * overflow array; a lookup probes at most GS_XPROBE slots. Not on the
+ * cuMemAlloc/cuMemFree path.
  */
 #define GS_XPROBE 256
 
 struct gs_xent {
 	uint64_t key;
-	uint64_t a; /* handle: packed (GPU, bytes); mapping: the handle */
-	uint64_t b; /* handle: references; mapping: size */
+	uint64_t a; /* handle, array: packed (GPU, bytes); mapping: the handle */
+	uint64_t b; /* handle: references; mapping: size; array: its context */
 	uint64_t pad;
 };
 
@@ -124,6 +124,11 @@ extern struct gs_xtab gs_xtabs[];
  * cuMemAddressFree) with the driver call it belongs to. */
 extern pthread_mutex_t gs_map_mu;
 extern uint64_t gs_nmapped; /* live entries of GS_XTAB_MAP; gs_map_mu held */
+
+/* Serialises the context-teardown hooks (cuCtxDestroy, primary context
+ * release / reset) with each other and with every change to the array
+ * tables (which are only touched with it held). */
+extern pthread_mutex_t gs_ctx_mu;
 
 struct gs_xent *gs_xtab_insert(int kind, uint64_t key, uint64_t a, uint64_t b);
 struct gs_xent *gs_xtab_find(int kind, uint64_t key);

@@ -114,6 +114,28 @@ int main(void)
 					      cuCtxDestroy(mine) == CUDA_SUCCESS);
 	check("destroyed_handle", cuCtxPushCurrent(mine) == CUDA_ERROR_INVALID_CONTEXT);
 	check("bad_device", cuCtxCreate(&mine, 0, 7) == CUDA_ERROR_INVALID_DEVICE);
+
+	/* a context takes its cuMemAlloc memory with it (the pointer is then
+	 * unknown: CUDA_ERROR_INVALID_VALUE, as on the driver), not memory from a
+	 * pool, which belongs to no context */
+	CUdeviceptr gone = 0, pooled = 0;
+	CUcontext owner = NULL;
+	unsigned long long id = 0, pool_id = 0;
+	check("pointer_attributes",
+	      cuCtxCreate(&mine, 0, 0) == CUDA_SUCCESS && cuMemAlloc(&gone, 64 << 20) == CUDA_SUCCESS &&
+		      cuMemAllocAsync(&pooled, 64 << 20, NULL) == CUDA_SUCCESS &&
+		      cuPointerGetAttribute(&owner, CU_POINTER_ATTRIBUTE_CONTEXT, gone) == CUDA_SUCCESS && owner == mine &&
+		      cuPointerGetAttribute(&id, CU_POINTER_ATTRIBUTE_BUFFER_ID, gone) == CUDA_SUCCESS && id != 0 &&
+		      cuPointerGetAttribute(&pool_id, CU_POINTER_ATTRIBUTE_BUFFER_ID, pooled) == CUDA_SUCCESS &&
+		      pool_id != id && cuMemGetInfo(&free0, &total) == CUDA_SUCCESS);
+	check("destroy_keeps_pool_memory",
+	      cuCtxDestroy(mine) == CUDA_SUCCESS &&
+		      cuPointerGetAttribute(&owner, CU_POINTER_ATTRIBUTE_CONTEXT, gone) == CUDA_ERROR_INVALID_VALUE &&
+		      cuPointerGetAttribute(&id, CU_POINTER_ATTRIBUTE_BUFFER_ID, gone) == CUDA_ERROR_INVALID_VALUE &&
+		      cuPointerGetAttribute(&id, CU_POINTER_ATTRIBUTE_BUFFER_ID, pooled) == CUDA_SUCCESS && id == pool_id &&
+		      cuMemGetInfo(&free1, &total) == CUDA_SUCCESS && free1 == free0 + (64 << 20) &&
+		      cuMemFreeAsync(pooled, NULL) == CUDA_SUCCESS && cuMemGetInfo(&free2, &total) == CUDA_SUCCESS &&
+		      free2 == free1 + (64 << 20));
 	check("invalid_free", cuMemFree(0x1000) == CUDA_ERROR_INVALID_VALUE);
 
 	/* streams, events, host functions: accepted, synchronous */
@@ -140,7 +162,14 @@ int main(void)
 	check("teardown", cuEventDestroy(e0) == CUDA_SUCCESS && cuEventDestroy(e1) == CUDA_SUCCESS &&
 				  cuStreamDestroy(s) == CUDA_SUCCESS && cuStreamSynchronize(s) == CUDA_ERROR_INVALID_HANDLE);
 
-	/* primary release and reset give the primary context's memory back */
+	/* primary release and reset give the primary context's memory back,
+	 * not pool memory */
+	check("reset_keeps_pool_memory",
+	      cuCtxSetCurrent(prim) == CUDA_SUCCESS && cuMemAllocAsync(&pooled, 64 << 20, NULL) == CUDA_SUCCESS &&
+		      cuMemAlloc(&gone, 64 << 20) == CUDA_SUCCESS && cuMemGetInfo(&free0, &total) == CUDA_SUCCESS &&
+		      cuDevicePrimaryCtxReset(0) == CUDA_SUCCESS && cuMemGetInfo(&free1, &total) == CUDA_SUCCESS &&
+		      free1 == free0 + (64 << 20) && cuMemFree(gone) == CUDA_ERROR_INVALID_VALUE &&
+		      cuMemFreeAsync(pooled, NULL) == CUDA_SUCCESS);
 	CUdeviceptr q;
 	check("release", cuCtxSetCurrent(prim) == CUDA_SUCCESS && cuMemAlloc(&q, 1 << 30) == CUDA_SUCCESS &&
 				 cuDevicePrimaryCtxRelease(0) == CUDA_SUCCESS && cuDevicePrimaryCtxRelease(0) == CUDA_SUCCESS &&
