@@ -427,6 +427,9 @@ func allocBench(o options, d *daemon, r *results) error {
 		}
 	}
 	// Honesty check: the preloaded runs must have been charged to the session.
+	// (A fresh deadline: the runs above take about half a minute.)
+	ctx, cancel = context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
 	s, err := d.cl.GetSession(ctx, id)
 	if err != nil {
 		return err
