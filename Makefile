@@ -17,6 +17,10 @@ CC      ?= gcc
 CWARN   := -Wall -Wextra -Werror
 CFLAGS_COMMON := -O2 -g $(CWARN) -fstack-protector-strong -D_FORTIFY_SOURCE=2 -D_GNU_SOURCE -fPIC -pthread
 LDFLAGS_COMMON := -Wl,-z,relro -Wl,-z,now -pthread
+# Shared libraries loaded into other people's processes (the interceptor,
+# fakecuda) must load on older glibc too: native/include/glibc_compat.h.
+GLIBC_COMPAT_CFLAGS := -include $(ROOT)/native/include/glibc_compat.h
+GLIBC_COMPAT_LIBS := -Wl,--no-as-needed -l:libdl.so.2 -l:libpthread.so.0
 # Go programs: position-independent, RELRO, immediate binding (as the C parts).
 GO_BUILDFLAGS := -trimpath -buildmode=pie
 GO_HARDEN_LDFLAGS := -bindnow

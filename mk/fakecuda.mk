@@ -9,11 +9,11 @@ FC_EXDIR  := native/examples
 FC_GEN    := $(BUILD)/gen/fakecuda
 FC_OBJ    := $(BUILD)/obj/fakecuda
 FC_TESTS  := $(BUILD)/tests/fakecuda
-FC_CFLAGS := $(CFLAGS_COMMON) -std=gnu11 -fvisibility=hidden -fno-ipa-icf -Inative/include -I$(FC_DIR) -I$(FC_GEN)
+FC_CFLAGS := $(CFLAGS_COMMON) $(GLIBC_COMPAT_CFLAGS) -std=gnu11 -fvisibility=hidden -fno-ipa-icf -Inative/include -I$(FC_DIR) -I$(FC_GEN)
 FC_HDRS   := $(wildcard native/include/*.h) $(wildcard $(FC_DIR)/*.h)
 # -z nodelete: the libraries keep process-wide state (thread caches, atfork and
 # thread-exit handlers, the mapped node state) that must outlive a dlclose.
-FC_SOLINK := -shared $(LDFLAGS_COMMON) -Wl,--no-undefined -Wl,-Bsymbolic -Wl,-z,nodelete
+FC_SOLINK := -shared $(LDFLAGS_COMMON) -Wl,--no-undefined -Wl,-Bsymbolic -Wl,-z,nodelete $(GLIBC_COMPAT_LIBS)
 
 FC_COMMON   := config state
 FC_DRIVER   := init getproc ctx alloc copy pool array vmm misc

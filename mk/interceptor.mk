@@ -12,7 +12,7 @@ GS_SRCS     := $(wildcard $(GS_DIR)/*.c)
 GS_OBJS     := $(patsubst $(GS_DIR)/%.c,$(GS_OBJDIR)/%.o,$(GS_SRCS))
 GS_HDRS     := $(wildcard $(GS_DIR)/*.h) $(GS_DIR)/hooks.def \
                $(wildcard $(ROOT)/native/include/*.h)
-GS_CFLAGS   := $(CFLAGS_COMMON) -fvisibility=hidden -I$(ROOT)/native/include -I$(GS_DIR)
+GS_CFLAGS   := $(CFLAGS_COMMON) $(GLIBC_COMPAT_CFLAGS) -DGLIBC_COMPAT_DEFINES_DLSYM -fvisibility=hidden -I$(ROOT)/native/include -I$(GS_DIR)
 GS_T_SRCS   := $(wildcard $(GS_DIR)/tests/*.c)
 GS_T_BINS   := $(patsubst $(GS_DIR)/tests/%.c,$(GS_TESTBIN)/%,$(GS_T_SRCS))
 GS_T_CFLAGS := $(CFLAGS_COMMON) -I$(ROOT)/native/include
@@ -32,7 +32,7 @@ $(GS_MAP): $(GS_DIR)/exports.map.in $(GS_DIR)/hooks.def
 $(GS_LIBSO): $(GS_OBJS) $(GS_MAP)
 	@mkdir -p $(@D)
 	$(CC) -shared -o $@ $(GS_OBJS) $(LDFLAGS_COMMON) -Wl,--version-script=$(GS_MAP) \
-		-Wl,-soname,libgpuslice.so -Wl,--no-undefined
+		-Wl,-soname,libgpuslice.so -Wl,--no-undefined $(GLIBC_COMPAT_LIBS)
 
 # Small C programs the suites run (against fakecuda's libcuda.so.1).
 interceptor-tests: $(GS_T_BINS)
@@ -44,5 +44,5 @@ $(GS_TESTBIN)/%: $(GS_DIR)/tests/%.c $(wildcard $(ROOT)/native/include/*.h) | fa
 test-interceptor: fakecuda-libs interceptor interceptor-tests ## interceptor library tests (fake peer, exports, dlsym)
 	$(GO) test -count=1 ./tests/interceptor/...
 
-test-core: fakecuda-libs fakecuda-examples interceptor interceptor-tests go-build ## cross-component tests: gpusliced + interceptor + fakecuda
+test-core: fakecuda-libs fakecuda-examples interceptor interceptor-tests go-build old-glibc ## cross-component tests: gpusliced + interceptor + fakecuda
 	$(GO) test -count=1 -timeout 20m ./tests/core/...
