@@ -235,66 +235,40 @@ static void take_all(struct victims *vs, CUcontext ctx)
 	take_arrays(vs, ctx);
 }
 
-#define GS_CTX_DESTROY(sym)                                                  \
-	CUresult sym(CUcontext ctx)                                          \
+/*
+ * One shape for the three: take the context's allocations out (ctx_expr
+ * names the context, NULL when there is none to take from), call the
+ * driver, settle (gone_expr says whether the context's arrays went with
+ * it; r is the driver's result).
+ */
+#define GS_CTX_TEARDOWN(sym, type, arg, ctx_expr, gone_expr)                  \
+	CUresult sym(type arg)                                               \
 	{                                                                    \
 		gs_pfn_##sym real = GS_REAL(sym);                            \
 		if (GS_UNLIKELY(real == NULL))                               \
 			return CUDA_ERROR_NOT_INITIALIZED;                   \
 		if (gs_state() != GS_ST_ACTIVE)                              \
-			return real(ctx);                                    \
+			return real(arg);                                    \
 		struct victims vs = {0};                                     \
 		pthread_mutex_lock(&gs_ctx_mu);                              \
-		take_all(&vs, ctx);                                          \
-		CUresult r = real(ctx);                                      \
-		settle(&vs, r == CUDA_SUCCESS, #sym);                        \
+		take_all(&vs, (ctx_expr));                                   \
+		CUresult r = real(arg);                                      \
+		settle(&vs, (gone_expr), #sym);                              \
 		pthread_mutex_unlock(&gs_ctx_mu);                            \
 		return r;                                                    \
 	}
 
-GS_CTX_DESTROY(cuCtxDestroy_v2)
-GS_CTX_DESTROY(cuCtxDestroy)
+GS_CTX_TEARDOWN(cuCtxDestroy_v2, CUcontext, ctx, ctx, r == CUDA_SUCCESS)
+GS_CTX_TEARDOWN(cuCtxDestroy, CUcontext, ctx, ctx, r == CUDA_SUCCESS)
 
 /* Reset frees the primary context's memory whatever its reference count. */
-#define GS_PRIMARY_RESET(sym)                                                \
-	CUresult sym(CUdevice dev)                                           \
-	{                                                                    \
-		gs_pfn_##sym real = GS_REAL(sym);                            \
-		if (GS_UNLIKELY(real == NULL))                               \
-			return CUDA_ERROR_NOT_INITIALIZED;                   \
-		if (gs_state() != GS_ST_ACTIVE)                              \
-			return real(dev);                                    \
-		struct victims vs = {0};                                     \
-		pthread_mutex_lock(&gs_ctx_mu);                              \
-		take_all(&vs, primary_of(dev));                              \
-		CUresult r = real(dev);                                      \
-		settle(&vs, r == CUDA_SUCCESS, #sym);                        \
-		pthread_mutex_unlock(&gs_ctx_mu);                            \
-		return r;                                                    \
-	}
-
-GS_PRIMARY_RESET(cuDevicePrimaryCtxReset_v2)
-GS_PRIMARY_RESET(cuDevicePrimaryCtxReset)
+GS_CTX_TEARDOWN(cuDevicePrimaryCtxReset_v2, CUdevice, dev, primary_of(dev), r == CUDA_SUCCESS)
+GS_CTX_TEARDOWN(cuDevicePrimaryCtxReset, CUdevice, dev, primary_of(dev), r == CUDA_SUCCESS)
 
 /* A release frees the memory only when it dropped the last reference: the
  * primary context is inactive afterwards. Pointers are asked one by one
  * either way. */
-#define GS_PRIMARY_RELEASE(sym)                                                    \
-	CUresult sym(CUdevice dev)                                                 \
-	{                                                                          \
-		gs_pfn_##sym real = GS_REAL(sym);                                  \
-		if (GS_UNLIKELY(real == NULL))                                     \
-			return CUDA_ERROR_NOT_INITIALIZED;                         \
-		if (gs_state() != GS_ST_ACTIVE)                                    \
-			return real(dev);                                          \
-		struct victims vs = {0};                                           \
-		pthread_mutex_lock(&gs_ctx_mu);                                    \
-		take_all(&vs, primary_of(dev));                                    \
-		CUresult r = real(dev);                                            \
-		settle(&vs, r == CUDA_SUCCESS && primary_inactive(dev), #sym);     \
-		pthread_mutex_unlock(&gs_ctx_mu);                                  \
-		return r;                                                          \
-	}
-
-GS_PRIMARY_RELEASE(cuDevicePrimaryCtxRelease_v2)
-GS_PRIMARY_RELEASE(cuDevicePrimaryCtxRelease)
+GS_CTX_TEARDOWN(cuDevicePrimaryCtxRelease_v2, CUdevice, dev, primary_of(dev),
+		r == CUDA_SUCCESS && primary_inactive(dev))
+GS_CTX_TEARDOWN(cuDevicePrimaryCtxRelease, CUdevice, dev, primary_of(dev),
+		r == CUDA_SUCCESS && primary_inactive(dev))
