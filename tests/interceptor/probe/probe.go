@@ -41,14 +41,21 @@ type Step struct {
 // Get returns the value of key (or "").
 func (s Step) Get(key string) string { return s.KV[key] }
 
-// Int returns the value of key as an integer; it fails the test when the
-// key is missing or not a number.
-func (s Step) Int(t testing.TB, key string) int64 {
+// need returns the value of key; it fails the test when the key is missing.
+func (s Step) need(t testing.TB, key string) string {
 	t.Helper()
 	v, ok := s.KV[key]
 	if !ok {
 		t.Fatalf("line %q has no %s=", s.Line, key)
 	}
+	return v
+}
+
+// Int returns the value of key as an integer; it fails the test when the
+// key is missing or not a number.
+func (s Step) Int(t testing.TB, key string) int64 {
+	t.Helper()
+	v := s.need(t, key)
 	n, err := strconv.ParseInt(v, 10, 64)
 	if err != nil {
 		t.Fatalf("line %q: %s=%q is not a number", s.Line, key, v)
@@ -59,10 +66,7 @@ func (s Step) Int(t testing.TB, key string) int64 {
 // Uint is Int for unsigned values.
 func (s Step) Uint(t testing.TB, key string) uint64 {
 	t.Helper()
-	v, ok := s.KV[key]
-	if !ok {
-		t.Fatalf("line %q has no %s=", s.Line, key)
-	}
+	v := s.need(t, key)
 	n, err := strconv.ParseUint(v, 10, 64)
 	if err != nil {
 		t.Fatalf("line %q: %s=%q is not a number", s.Line, key, v)
