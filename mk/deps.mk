@@ -1,7 +1,9 @@
 # deps: install what builds and tests need. Debian packages via apt-get when
 # running as root; Go modules through the module proxy.
 DEB_PKGS := gcc make libc6-dev pkg-config libslurm-dev slurmd slurmctld slurm-client munge \
-            rpm lintian prometheus systemd passwd procps
+            rpm lintian prometheus systemd passwd procps \
+            lua5.1 slurmdbd mariadb-server iproute2 tmux debootstrap ffmpeg \
+            python3 python3-numpy python3-pytools python3-platformdirs
 
 .PHONY: deps
 deps: ## install build/test dependencies (apt-get as root, go mod download)
