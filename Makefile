@@ -32,6 +32,7 @@ include mk/interceptor.mk
 include mk/go.mk
 include mk/spank.mk
 include mk/packaging.mk
+include mk/nvidia.mk
 
 .PHONY: help build native test demo bench clean fmt vet
 
