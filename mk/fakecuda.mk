@@ -16,9 +16,9 @@ FC_HDRS   := $(wildcard native/include/*.h) $(wildcard $(FC_DIR)/*.h)
 FC_SOLINK := -shared $(LDFLAGS_COMMON) -Wl,--no-undefined -Wl,-Bsymbolic -Wl,-z,nodelete $(GLIBC_COMPAT_LIBS)
 
 FC_COMMON   := config state
-FC_DRIVER   := init getproc ctx alloc copy pool array vmm misc
+FC_DRIVER   := init getproc ctx alloc copy pool array vmm misc profiler
 FC_CUDART   := cudart
-FC_NVML     := nvml
+FC_NVML     := nvml nvml_export nvml_events nvml_device
 
 FC_LIBS := $(LIB)/libcuda.so.1 $(LIB)/libcuda.so $(LIB)/libcudart.so.12 $(LIB)/libcudart.so \
            $(LIB)/libcudart_static.a $(LIB)/libnvidia-ml.so.1 $(LIB)/libnvidia-ml.so

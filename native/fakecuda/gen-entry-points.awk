@@ -7,7 +7,9 @@
 #                     with the symbol it resolves to and its per-thread symbol
 # Exported names: every default_symbol, every ptds_symbol that is not '-',
 # and the legacy names of the header notes (the base_name of each renamed row
-# plus the extra names listed in the note on __CUDA_API_VERSION_INTERNAL).
+# plus the extra names listed in the note on __CUDA_API_VERSION_INTERNAL), and
+# the names of the note on names the 535 driver exports that no header declares
+# (exported as NOT_SUPPORTED stubs, no cuGetProcAddress entry).
 # Version i (1-based, ascending, per-thread-only 7000 excluded) of base B
 # resolves to B for i = 1 and B_v<i> otherwise; the one exception is
 # cuGraphInstantiate at 11040, which resolves to cuGraphInstantiateWithFlags.
@@ -23,6 +25,15 @@ function export_name(s) {
 	# the note listing exported names that have no row of their own
 	if ($0 ~ /Exported names declared only in/) innote = 1
 	else if (innote && $0 ~ /^#   - /) innote = 0
+	if ($0 ~ /declared in no header/) { innohdr = 1; next }
+	else if (innohdr && $0 !~ /^#     /) innohdr = 0
+	if (innohdr) {
+		line = $0
+		while (match(line, /cu[A-Za-z][A-Za-z0-9_]*/)) {
+			extra[++nextra] = substr(line, RSTART, RLENGTH)
+			line = substr(line, RSTART + RLENGTH)
+		}
+	}
 	if (innote) {
 		line = $0
 		sub(/^#[^:]*\)\:/, "", line)          # drop the note's lead-in up to "...):"

@@ -8,6 +8,7 @@
 #include "nvml.h"
 
 #include "fc_internal.h"
+#include "nvml_fc.h"
 
 #include <pthread.h>
 #include <stdio.h>
@@ -383,4 +384,30 @@ FC_API nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t device,
 							    nvmlProcessInfo_t *infos)
 {
 	return procs(device, infoCount, infos, put_v2);
+}
+
+FC_HIDDEN bool fc_nvml_ready(void)
+{
+	return ready();
+}
+
+FC_HIDDEN struct fc_shm_dev *fc_nvml_dev(nvmlDevice_t device)
+{
+	return ready() ? dev_of(device) : NULL;
+}
+
+FC_HIDDEN nvmlDevice_t fc_nvml_handle(unsigned idx)
+{
+	return ready() && idx < fc_shm->ndev ? &handles[idx] : NULL;
+}
+
+FC_HIDDEN unsigned fc_nvml_index(nvmlDevice_t device)
+{
+	return device->idx;
+}
+
+FC_HIDDEN unsigned fc_nvml_procs(unsigned idx, unsigned cap, void (*put)(void *, unsigned, uint32_t, uint64_t),
+				 void *arr)
+{
+	return list_procs(idx, cap, put, arr);
 }
