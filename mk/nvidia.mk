@@ -21,10 +21,17 @@ NVIDIA_APT    := -o Dir::Etc::SourceList=$(NVIDIA)/apt/sources.list -o Dir::Etc:
                  -o Dir::State::Lists=$(NVIDIA)/apt/lists -o Dir::Cache=$(NVIDIA)/apt/cache \
                  -o APT::Sandbox::User=root
 
-.PHONY: nvidia-debs
+.PHONY: nvidia-debs nvidia-force
 nvidia-debs: $(NVIDIA)/.stamp ## fetch NVIDIA's CUDA runtime, cuBLAS, nvidia-smi, pycuda from Debian contrib/non-free into build/nvidia
 
-$(NVIDIA)/.stamp: mk/nvidia.mk
+# Fetch again when the package selection changes (not on every edit of this file).
+NVIDIA_SEL_STAMP := $(BUILD)/obj/nvidia/selection
+NVIDIA_SELECTION := $(NVIDIA_SUITE) $(NVIDIA_PKGS) hdr: $(NVIDIA_HDR_PKGS)
+$(NVIDIA_SEL_STAMP): nvidia-force
+	@mkdir -p $(@D)
+	@[ "$$(cat $@ 2>/dev/null)" = "$(NVIDIA_SELECTION)" ] || echo "$(NVIDIA_SELECTION)" > $@
+
+$(NVIDIA)/.stamp: $(NVIDIA_SEL_STAMP)
 	@rm -rf $(NVIDIA)
 	@mkdir -p $(NVIDIA)/apt/lists/partial $(NVIDIA)/apt/cache/archives/partial $(NVIDIA)/debs $(NVIDIA_ROOT)
 	@echo "deb http://deb.debian.org/debian $(NVIDIA_SUITE) main contrib non-free" > $(NVIDIA)/apt/sources.list
@@ -39,3 +46,4 @@ $(NVIDIA)/.stamp: mk/nvidia.mk
 	@rm -f $(NVIDIA)/debs/nvidia-cuda-dev_*.deb
 	@! find $(NVIDIA_ROOT) -name 'libcuda.so*' -o -name 'libnvidia-ml.so*' | grep -q . || { echo "nvidia-debs: a real libcuda/NVML was unpacked" >&2; exit 1; }
 	@touch $@
+
