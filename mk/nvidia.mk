@@ -47,3 +47,18 @@ $(NVIDIA)/.stamp: $(NVIDIA_SEL_STAMP)
 	@! find $(NVIDIA_ROOT) -name 'libcuda.so*' -o -name 'libnvidia-ml.so*' | grep -q . || { echo "nvidia-debs: a real libcuda/NVML was unpacked" >&2; exit 1; }
 	@touch $@
 
+# ---- real programs on fakecuda: nvidia-smi, pycuda, ffmpeg, slurmd -G ----
+# Each test records one row per program in build/compat/tools.jsonl; `make
+# compat` renders every build/compat/*.jsonl into docs/compatibility.md.
+NVIDIA_TOOLS_TESTS := TestNvidiaSMI|TestPycuda|TestFFmpegCUDA|TestSlurmdAutoDetectNVML
+COMPAT_DIR    := $(BUILD)/compat
+# The suites whose results make compat renders (each writes $(COMPAT_DIR)/<suite>.jsonl).
+COMPAT_SUITES := test-nvidia-tools
+
+.PHONY: test-nvidia-tools compat
+test-nvidia-tools: nvidia-debs fakecuda interceptor go-build ## run nvidia-smi, pycuda, ffmpeg and slurmd -G on fakecuda (tests/nvidia)
+	@mkdir -p $(COMPAT_DIR) && rm -f $(COMPAT_DIR)/tools.jsonl
+	GPUSLICE_BUILD_DIR=$(BUILD) $(GO) test -count=1 -run '^($(NVIDIA_TOOLS_TESTS))$$' ./tests/nvidia/
+
+compat: $(COMPAT_SUITES) ## run the real-program suites and regenerate docs/compatibility.md from their results
+	$(GO) run ./cmd/compatdoc -o docs/compatibility.md $(sort $(wildcard $(COMPAT_DIR)/*.jsonl))
