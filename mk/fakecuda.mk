@@ -18,7 +18,7 @@ FC_SOLINK := -shared $(LDFLAGS_COMMON) -Wl,--no-undefined -Wl,-Bsymbolic -Wl,-z,
 FC_COMMON   := config state
 FC_DRIVER   := init getproc ctx ctx_detach alloc copy pool array vmm misc profiler
 FC_CUDART   := cudart
-FC_NVML     := nvml nvml_export nvml_events nvml_device
+FC_NVML     := nvml nvml_procs nvml_export nvml_events nvml_device
 
 FC_LIBS := $(LIB)/libcuda.so.1 $(LIB)/libcuda.so $(LIB)/libcudart.so.12 $(LIB)/libcudart.so \
            $(LIB)/libcudart_static.a $(LIB)/libnvidia-ml.so.1 $(LIB)/libnvidia-ml.so

@@ -315,77 +315,6 @@ FC_API nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvmlMemory_v
 	return NVML_SUCCESS;
 }
 
-/* Fills up to cap entries via put(); returns how many processes there are. */
-static unsigned list_procs(unsigned idx, unsigned cap, void (*put)(void *, unsigned, uint32_t, uint64_t), void *arr)
-{
-	(void)fc_state_sweep();
-	unsigned n = 0;
-	for (unsigned i = 0; i < fc_shm->nslots && i < FC_SHM_SLOTS; i++) {
-		struct fc_shm_slot *s = &fc_shm->slot[i];
-		uint32_t pid = atomic_load(&s->pid);
-		if (pid == 0 || pid == FC_PID_CLAIMED)
-			continue;
-		uint64_t used = atomic_load(&s->used[idx]);
-		if (used == 0 && !(atomic_load(&s->ctxmask) & (1ULL << idx)))
-			continue;
-		if (n < cap)
-			put(arr, n, pid, used);
-		n++;
-	}
-	return n;
-}
-
-static void put_v1(void *arr, unsigned i, uint32_t pid, uint64_t used)
-{
-	nvmlProcessInfo_v1_t *p = arr;
-	p[i].pid = pid;
-	p[i].usedGpuMemory = used;
-}
-
-static void put_v2(void *arr, unsigned i, uint32_t pid, uint64_t used)
-{
-	nvmlProcessInfo_v2_t *p = arr;
-	p[i].pid = pid;
-	p[i].usedGpuMemory = used;
-	p[i].gpuInstanceId = 0xFFFFFFFFu;
-	p[i].computeInstanceId = 0xFFFFFFFFu;
-}
-
-static nvmlReturn_t procs(nvmlDevice_t device, unsigned int *infoCount, void *infos,
-			 void (*put)(void *, unsigned, uint32_t, uint64_t))
-{
-	CHECK_DEV(device, info);
-	(void)info;
-	if (infoCount == NULL || (*infoCount > 0 && infos == NULL))
-		return NVML_ERROR_INVALID_ARGUMENT;
-	unsigned cap = infos ? *infoCount : 0;
-	unsigned n = list_procs(device->idx, cap, put, infos);
-	if (n > cap) {
-		*infoCount = n;
-		return NVML_ERROR_INSUFFICIENT_SIZE;
-	}
-	*infoCount = n;
-	return NVML_SUCCESS;
-}
-
-FC_API nvmlReturn_t nvmlDeviceGetComputeRunningProcesses(nvmlDevice_t device, unsigned int *infoCount,
-							 nvmlProcessInfo_v1_t *infos)
-{
-	return procs(device, infoCount, infos, put_v1);
-}
-
-FC_API nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v2(nvmlDevice_t device, unsigned int *infoCount,
-							    nvmlProcessInfo_v2_t *infos)
-{
-	return procs(device, infoCount, infos, put_v2);
-}
-
-FC_API nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t device, unsigned int *infoCount,
-							    nvmlProcessInfo_t *infos)
-{
-	return procs(device, infoCount, infos, put_v2);
-}
-
 FC_HIDDEN bool fc_nvml_ready(void)
 {
 	return ready();
@@ -404,10 +333,4 @@ FC_HIDDEN nvmlDevice_t fc_nvml_handle(unsigned idx)
 FC_HIDDEN unsigned fc_nvml_index(nvmlDevice_t device)
 {
 	return device->idx;
-}
-
-FC_HIDDEN unsigned fc_nvml_procs(unsigned idx, unsigned cap, void (*put)(void *, unsigned, uint32_t, uint64_t),
-				 void *arr)
-{
-	return list_procs(idx, cap, put, arr);
 }

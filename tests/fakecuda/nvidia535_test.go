@@ -5,10 +5,10 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"testing"
 
-	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/gpuslice/gpuslice/internal/testenv"
 )
 
@@ -58,61 +58,27 @@ func TestExportsCoverNVIDIA535(t *testing.T) {
 	}
 }
 
-// The NVML queries Slurm's gpu/nvml plugin and older NVML clients make:
+// The NVML queries Slurm's gpu/nvml plugin and older NVML clients make
+// (fc_nvml_topo, a child process: NVML maps one node state per process):
 // CPU affinity (every online CPU: a fakecuda GPU is local to no socket), the
 // v1 PCI record, no MIG, the default compute mode, event sets that never fire.
 func TestNVMLDeviceTopologyQueries(t *testing.T) {
 	n := newNode(t, "2x1GiB")
-	t.Setenv("FAKECUDA_DEVICES", n.devices)
-	t.Setenv("FAKECUDA_STATE", n.state)
-	lib := nvml.New(nvml.WithLibraryPath(filepath.Join(n.lib(), "libnvidia-ml.so.1")))
-	if ret := lib.Init(); ret != nvml.SUCCESS {
-		t.Fatalf("Init: %v", ret)
+	r := n.run(nil, "fc_nvml_topo").ok(t)
+	want := map[string]map[string]string{
+		"pci_v1":       {"ret": "0", "busid": "0000:11:00.0", "bus": "17", "devid": "0x20b210de", "v3_ret": "0", "v3_bus": "17", "reserved": "0"},
+		"affinity":     {"ret": "0", "cpus": strconv.Itoa(runtime.NumCPU())},
+		"mig":          {"ret": "0", "is_mig": "0", "max_ret": "0", "max": "0"},
+		"compute_mode": {"ret": "0", "mode": "0"},
+		// 10 = NVML_ERROR_TIMEOUT
+		"events": {"create": "0", "supported": "0", "types": "0", "register": "0", "wait": "10", "free": "0"},
 	}
-	defer lib.Shutdown()
-	d, ret := lib.DeviceGetHandleByIndex(1)
-	if ret != nvml.SUCCESS {
-		t.Fatalf("DeviceGetHandleByIndex(1): %v", ret)
-	}
-	words := (runtime.NumCPU() + 63) / 64
-	aff, ret := d.GetCpuAffinity(words)
-	if ret != nvml.SUCCESS {
-		t.Fatalf("GetCpuAffinity: %v", ret)
-	}
-	online := 0
-	for _, w := range aff {
-		for ; w != 0; w &= w - 1 {
-			online++
+	for kind, kv := range want {
+		e := r.one(t, kind)
+		for k, v := range kv {
+			if e[k] != v {
+				t.Errorf("%s %s=%q, want %q (%v)", kind, k, e[k], v, e)
+			}
 		}
-	}
-	if online != runtime.NumCPU() {
-		t.Errorf("GetCpuAffinity %x: %d CPUs, want the %d online", aff, online, runtime.NumCPU())
-	}
-	pci, ret := d.GetPciInfo()
-	if ret != nvml.SUCCESS || pci.Bus != 0x11 {
-		t.Errorf("GetPciInfo: %+v %v, want bus 0x11", pci, ret)
-	}
-	if mig, ret := d.IsMigDeviceHandle(); ret != nvml.SUCCESS || mig {
-		t.Errorf("IsMigDeviceHandle: %v %v", mig, ret)
-	}
-	if m, ret := d.GetComputeMode(); ret != nvml.SUCCESS || m != nvml.COMPUTEMODE_DEFAULT {
-		t.Errorf("GetComputeMode: %v %v", m, ret)
-	}
-	set, ret := lib.EventSetCreate()
-	if ret != nvml.SUCCESS {
-		t.Fatalf("EventSetCreate: %v", ret)
-	}
-	if _, ret := set.Wait(1); ret != nvml.ERROR_TIMEOUT {
-		t.Errorf("EventSet.Wait: %v, want TIMEOUT (a fakecuda GPU raises no events)", ret)
-	}
-	if ret := set.Free(); ret != nvml.SUCCESS {
-		t.Errorf("EventSet.Free: %v", ret)
-	}
-
-	// The v1 PCI record (nvmlDeviceGetPciInfo, no suffix): 16-byte bus id.
-	r := n.run(nil, "fc_nvml_pci_v1").ok(t)
-	e := r.one(t, "pci_v1")
-	if e["busid"] != "0000:10:00.0" || e["bus"] != "16" || e["v3_bus"] != "16" || e["devid"] != "0x20b210de" {
-		t.Errorf("nvmlDeviceGetPciInfo (v1): %v", e)
 	}
 }

@@ -1,0 +1,83 @@
+/*
+ * NVML's process lists: the processes that hold memory or a context on a
+ * device, with the bytes each holds, from the node-wide state's per-process
+ * slots (dead processes swept first, as the kernel driver frees their memory).
+ */
+#define __NVML_API_VERSION_INTERNAL 1
+#include "nvml.h"
+
+#include "fc_internal.h"
+#include "nvml_fc.h"
+
+FC_HIDDEN unsigned fc_nvml_procs(unsigned idx, unsigned cap, void (*put)(void *, unsigned, uint32_t, uint64_t),
+				 void *arr)
+{
+	(void)fc_state_sweep();
+	unsigned n = 0;
+	for (unsigned i = 0; i < fc_shm->nslots && i < FC_SHM_SLOTS; i++) {
+		struct fc_shm_slot *s = &fc_shm->slot[i];
+		uint32_t pid = atomic_load(&s->pid);
+		if (pid == 0 || pid == FC_PID_CLAIMED)
+			continue;
+		uint64_t used = atomic_load(&s->used[idx]);
+		if (used == 0 && !(atomic_load(&s->ctxmask) & (1ULL << idx)))
+			continue;
+		if (n < cap)
+			put(arr, n, pid, used);
+		n++;
+	}
+	return n;
+}
+
+static void put_v1(void *arr, unsigned i, uint32_t pid, uint64_t used)
+{
+	nvmlProcessInfo_v1_t *p = arr;
+	p[i].pid = pid;
+	p[i].usedGpuMemory = used;
+}
+
+static void put_v2(void *arr, unsigned i, uint32_t pid, uint64_t used)
+{
+	nvmlProcessInfo_v2_t *p = arr;
+	p[i].pid = pid;
+	p[i].usedGpuMemory = used;
+	p[i].gpuInstanceId = 0xFFFFFFFFu;
+	p[i].computeInstanceId = 0xFFFFFFFFu;
+}
+
+static nvmlReturn_t procs(nvmlDevice_t device, unsigned int *infoCount, void *infos,
+			 void (*put)(void *, unsigned, uint32_t, uint64_t))
+{
+	if (!fc_nvml_ready())
+		return NVML_ERROR_UNINITIALIZED;
+	if (fc_nvml_dev(device) == NULL)
+		return NVML_ERROR_INVALID_ARGUMENT;
+	if (infoCount == NULL || (*infoCount > 0 && infos == NULL))
+		return NVML_ERROR_INVALID_ARGUMENT;
+	unsigned cap = infos ? *infoCount : 0;
+	unsigned n = fc_nvml_procs(fc_nvml_index(device), cap, put, infos);
+	if (n > cap) {
+		*infoCount = n;
+		return NVML_ERROR_INSUFFICIENT_SIZE;
+	}
+	*infoCount = n;
+	return NVML_SUCCESS;
+}
+
+FC_API nvmlReturn_t nvmlDeviceGetComputeRunningProcesses(nvmlDevice_t device, unsigned int *infoCount,
+							 nvmlProcessInfo_v1_t *infos)
+{
+	return procs(device, infoCount, infos, put_v1);
+}
+
+FC_API nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v2(nvmlDevice_t device, unsigned int *infoCount,
+							    nvmlProcessInfo_v2_t *infos)
+{
+	return procs(device, infoCount, infos, put_v2);
+}
+
+FC_API nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t device, unsigned int *infoCount,
+							    nvmlProcessInfo_t *infos)
+{
+	return procs(device, infoCount, infos, put_v2);
+}
