@@ -5,6 +5,7 @@ package main
 
 import (
 	"bytes"
+	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -16,6 +17,10 @@ func run() error {
 	out := flag.String("o", "", "output file (default: standard output)")
 	flag.Parse()
 	suites, err := compat.Load(flag.Args())
+	if errors.Is(err, compat.ErrNoResults) {
+		return fmt.Errorf("%w: the suites recorded nothing (skipped? see build/nvidia/UNREACHABLE); "+
+			"docs/compatibility.md is left as it was", err)
+	}
 	if err != nil {
 		return err
 	}
