@@ -12,7 +12,8 @@ import (
 const smiPath = "usr/lib/nvidia/current/nvidia-smi"
 
 // nvidia-smi 535 (NVIDIA's binary from Debian's nvidia-smi package) runs on
-// fakecuda's NVML: its default view, -L, --query-gpu and -q show the node's
+// fakecuda's NVML: its default view, -L, --query-gpu, --query-compute-apps
+// and -q show the node's
 // devices, their memory and the processes holding it; inside a gpuslice
 // session it shows the quota as the total and the session's usage.
 func TestNvidiaSMI(t *testing.T) {
@@ -78,6 +79,12 @@ func smiViews(t *testing.T, smi string) {
 		if len(f) != 5 || f[0] != "NVIDIA fakecuda GPU 16 GiB" || !uuids[f[1]] || strings.Join(f[2:], ", ") != want {
 			t.Errorf("nvidia-smi --query-gpu device %d: %q, want memory %q", i, csv[i+1], want)
 		}
+	}
+
+	// --query-compute-apps: the process, its bytes and its executable
+	r = toolsExec(t, n.env(), smi, "--query-compute-apps=pid,used_memory,process_name", "--format=csv,noheader").ok(t)
+	if app := strings.TrimSpace(r.stdout); !regexp.MustCompile(`^` + pid + `, 1024 MiB, \S*/target_app$`).MatchString(app) {
+		t.Errorf("nvidia-smi --query-compute-apps: %q, want pid %s with 1024 MiB", app, pid)
 	}
 
 	// -q: the full report, with the FB memory section and the process
