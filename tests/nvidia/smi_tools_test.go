@@ -13,9 +13,9 @@ const smiPath = "usr/lib/nvidia/current/nvidia-smi"
 
 // nvidia-smi 535 (NVIDIA's binary from Debian's nvidia-smi package) runs on
 // fakecuda's NVML: its default view, -L, --query-gpu, --query-compute-apps
-// and -q show the node's
-// devices, their memory and the processes holding it; inside a gpuslice
-// session it shows the quota as the total and the session's usage.
+// and -q show the node's devices, their memory and the processes holding it;
+// inside a gpuslice session it shows the quota as the total and the
+// session's usage.
 func TestNvidiaSMI(t *testing.T) {
 	root := toolsRoot(t)
 	smi := toolsFile(t, root, smiPath)
@@ -24,7 +24,7 @@ func TestNvidiaSMI(t *testing.T) {
 
 	row.Runs = t.Run("views", func(t *testing.T) { smiViews(t, smi) })
 	row.QueriesShowQuota = t.Run("session", func(t *testing.T) { smiSession(t, smi) })
-	row.Note = "default view, -L, --query-gpu, -q; processes come from NVML's internal export table " +
+	row.Note = "default view, -L, --query-gpu, --query-compute-apps, -q; processes come from NVML's internal export table " +
 		"(slots found by experiment); in a session total = quota, used = the session's bytes. " +
 		"nvidia-smi allocates nothing, so there is no quota to enforce on it"
 }
