@@ -30,6 +30,7 @@ include mk/deps.mk
 include mk/fakecuda.mk
 include mk/interceptor.mk
 include mk/go.mk
+include mk/trixie.mk
 include mk/spank.mk
 include mk/packaging.mk
 include mk/nvidia.mk
