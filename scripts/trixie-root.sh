@@ -10,6 +10,9 @@
 #                 the root (GUEST is created), e.g. the repository read-only
 #   TRIXIE_ENV    blank-separated NAME=VALUE pairs given to CMD (CMD otherwise
 #                 gets a clean environment: PATH, HOME, LANG)
+#   TRIXIE_OVERLAY  a scratch directory: ROOT is seen through an overlay whose
+#                 changes (packages installed, users added) go there and ROOT
+#                 itself stays as built
 #
 # Every mount is made in a private mount namespace (unshare --mount): the
 # mounts vanish with the namespace when the command ends, however it ends
@@ -17,13 +20,14 @@
 # unmounts on exit are belt and braces.
 #
 # The cache holds one tarball of a finished root per key; the key hashes the
-# suite, the mirror, the package list and this script, so changing any of
-# them builds afresh. Exit status 3 from build means the archive could not
+# suite, the mirror, the package list and LAYOUT, so changing any of them
+# builds afresh. Bump LAYOUT when build() changes what a root holds. Exit status 3 from build means the archive could not
 # be reached; ROOT/../UNREACHABLE then holds the reason.
 set -euo pipefail
 
 SUITE=${TRIXIE_SUITE:-trixie}
 MIRROR=${TRIXIE_MIRROR:-http://deb.debian.org/debian}
+LAYOUT=1
 log() { printf 'trixie-root: %s\n' "$*" >&2; }
 die() { log "$*"; exit 1; }
 
@@ -33,6 +37,12 @@ inside() {
 	[ -d "$root" ] || die "no root at $root"
 	unshare --mount --propagation private -- /bin/bash -euc '
 		root=$1; shift
+		if [ -n "${TRIXIE_OVERLAY:-}" ]; then
+			ov=$TRIXIE_OVERLAY
+			mkdir -p "$ov/upper" "$ov/work" "$ov/merged"
+			mount -t overlay overlay -o "lowerdir=$root,upperdir=$ov/upper,workdir=$ov/work" "$ov/merged"
+			root=$ov/merged
+		fi
 		cleanup() {
 			for b in ${TRIXIE_BINDS:-}; do
 				IFS=: read -r _ dst _ <<<"$b"
@@ -41,6 +51,7 @@ inside() {
 			for m in dev/pts dev/shm dev sys proc; do
 				mountpoint -q "$root/$m" && umount -l "$root/$m" || true
 			done
+			[ -z "${TRIXIE_OVERLAY:-}" ] || umount -l "$root" || true
 		}
 		trap cleanup EXIT
 		mount -t proc proc "$root/proc"
@@ -69,7 +80,7 @@ inside() {
 }
 
 cache_key() {
-	{ echo "$SUITE $MIRROR $*"; cat "$0"; } | sha256sum | cut -c1-16
+	echo "$SUITE $MIRROR $LAYOUT $*" | sha256sum | cut -c1-16
 }
 
 build() {
