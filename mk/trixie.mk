@@ -9,8 +9,9 @@
 # package list and scripts/trixie-root.sh: a change to either builds afresh.
 #
 # When the archive cannot be reached the target still succeeds but writes
-# build/trixie/UNREACHABLE with debootstrap's message; what needs the root
-# skips with that message. Needs root (debootstrap, chroot, mounts).
+# build/trixie/UNREACHABLE with debootstrap's message (and tries again next
+# time); what needs the root skips with that message. Needs root
+# (debootstrap, chroot, mounts).
 TRIXIE        := $(BUILD)/trixie
 TRIXIE_ROOT   := $(TRIXIE)/root
 TRIXIE_CACHE  ?= $(BUILD)/cache/trixie
@@ -28,8 +29,7 @@ $(TRIXIE_STAMP): mk/trixie.mk scripts/trixie-root.sh
 	@mkdir -p $(TRIXIE)
 	@rc=0; $(ROOT)/scripts/trixie-root.sh build $(TRIXIE_ROOT) $(TRIXIE_CACHE) $(TRIXIE_PKGS) || rc=$$?; \
 	if [ $$rc = 3 ]; then echo "trixie-root: archive unreachable; what needs Debian 13 will skip" >&2; \
-	elif [ $$rc != 0 ]; then exit $$rc; fi
-	@touch $@
+	elif [ $$rc = 0 ]; then touch $@; else exit $$rc; fi
 
 trixie-clean: ## remove the Debian 13 root (the cache in TRIXIE_CACHE stays)
 	rm -rf $(TRIXIE)

@@ -85,6 +85,8 @@ cache_key() {
 
 build() {
 	local root=$1 cache=$2; shift 2
+	# What run takes from the environment has no place in a build.
+	unset TRIXIE_BINDS TRIXIE_ENV TRIXIE_OVERLAY
 	local pkgs=("$@")
 	local top key tarball work
 	top=$(dirname "$root")
