@@ -21,8 +21,10 @@
 #
 # The cache holds one tarball of a finished root per key; the key hashes the
 # suite, the mirror, the package list and LAYOUT, so changing any of them
-# builds afresh. Bump LAYOUT when build() changes what a root holds. Exit status 3 from build means the archive could not
-# be reached; ROOT/../UNREACHABLE then holds the reason.
+# builds afresh. Bump LAYOUT when build() changes what a root holds.
+#
+# Exit status 3 from build means the archive could not be reached;
+# ROOT/../UNREACHABLE then holds the reason.
 set -euo pipefail
 
 SUITE=${TRIXIE_SUITE:-trixie}

@@ -74,9 +74,27 @@ func TestSrunQuota(t *testing.T) {
 		t.Fatalf("no job id in srun -v output: %s", r)
 	}
 	id := m[1]
-	var allowed, denied int
-	var total string
-	for _, e := range events(r.stdout) {
+	total, allowed, denied := appCounts(r.stdout)
+	if total != strconv.FormatUint(64*MiB, 10) {
+		t.Errorf("total memory seen by the job %q, want %d (64 MiB)\n%s", total, 64*MiB, r.stdout)
+	}
+	if allowed != 4 || denied != 1 {
+		t.Errorf("allowed %d denied %d, want 4 and 1 (16 MiB steps under 64 MiB)\n%s", allowed, denied, r.stdout)
+	}
+	// The Epilog (24.11's slurmd) reclaimed the session.
+	c.waitReleased(t, id)
+	cmd := c.cmd(nil, c.bin("gpuslice"), "report", id)
+	cmd.Env = append(cmd.Env, "GPUSLICE_ADMIN_SOCK="+c.admSock)
+	rep := run(ctxFor(t, 30*time.Second), cmd)
+	if rep.code != 0 || !strings.Contains(rep.stdout, id) {
+		t.Errorf("gpuslice report %s: %s", id, rep)
+	}
+}
+
+// appCounts reads target_app's output: the total memory it saw first, and
+// its allowed and denied allocations.
+func appCounts(out string) (total string, allowed, denied int) {
+	for _, e := range events(out) {
 		switch {
 		case e["event"] == "meminfo" && e["when"] == "before":
 			total = e["total"]
@@ -86,13 +104,13 @@ func TestSrunQuota(t *testing.T) {
 			denied++
 		}
 	}
-	if total != strconv.FormatUint(64*MiB, 10) {
-		t.Errorf("total memory seen by the job %q, want %d (64 MiB)\n%s", total, 64*MiB, r.stdout)
-	}
-	if allowed != 4 || denied != 1 {
-		t.Errorf("allowed %d denied %d, want 4 and 1 (16 MiB steps under 64 MiB)\n%s", allowed, denied, r.stdout)
-	}
-	// The Epilog (24.11's slurmd) reclaimed the session.
+	return total, allowed, denied
+}
+
+// waitReleased waits until gpusliced no longer holds job id's session and
+// the GPU has nothing committed.
+func (c *cluster) waitReleased(t *testing.T, id string) {
+	t.Helper()
 	if err := waitFor(30*time.Second, func() error {
 		if _, err := c.session(id); !errors.Is(err, client.ErrNotFound) {
 			return fmt.Errorf("session %s still there (%v)", id, err)
@@ -110,12 +128,49 @@ func TestSrunQuota(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	cmd := c.cmd(nil, c.bin("gpuslice"), "report", id)
-	cmd.Env = append(cmd.Env, "GPUSLICE_ADMIN_SOCK="+c.admSock)
-	rep := run(ctxFor(t, 30*time.Second), cmd)
-	if rep.code != 0 || !strings.Contains(rep.stdout, id) {
-		t.Errorf("gpuslice report %s: %s", id, rep)
+}
+
+// sbatch --gpu-mem=64M: the quota reaches 24.11's Prolog through the job
+// control environment and the batch step's tasks through the plugin.
+func TestSbatchQuota(t *testing.T) {
+	c := needCluster(t)
+	u := c.users["gsltest1"]
+	out := u.dir + "/sbatch-%j.out"
+	r := run(ctxFor(t, time.Minute), c.cmd(u, "sbatch", "--parsable", "--gpu-mem=64M", "--output="+out,
+		"--wrap", c.bin("target_app")+" --step 16M --count 5"))
+	if r.code != 0 {
+		t.Fatalf("sbatch: %s", r)
 	}
+	id := strings.TrimSpace(r.stdout)
+	if _, err := strconv.Atoi(id); err != nil {
+		t.Fatalf("sbatch --parsable printed %q", r.stdout)
+	}
+	var state string
+	if err := waitFor(time.Minute, func() error {
+		r := run(ctxFor(t, 30*time.Second), c.cmd(nil, "scontrol", "-o", "show", "job", id))
+		m := regexp.MustCompile(`JobState=(\S+)`).FindStringSubmatch(r.stdout)
+		if m == nil {
+			return fmt.Errorf("scontrol show job %s: %s", id, r)
+		}
+		if state = m[1]; state == "PENDING" || state == "RUNNING" || state == "COMPLETING" || state == "CONFIGURING" {
+			return fmt.Errorf("job %s is %s", id, state)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(strings.ReplaceAll(out, "%j", id))
+	if err != nil {
+		t.Fatalf("job %s (%s): %v", id, state, err)
+	}
+	if state != "COMPLETED" {
+		t.Fatalf("job %s ended %s:\n%s", id, state, b)
+	}
+	total, allowed, denied := appCounts(string(b))
+	if total != strconv.FormatUint(64*MiB, 10) || allowed != 4 || denied != 1 {
+		t.Errorf("batch job: total %q allowed %d denied %d, want 64 MiB, 4 and 1\n%s", total, allowed, denied, b)
+	}
+	c.waitReleased(t, id)
 }
 
 // jobCount is the number of jobs slurmctld knows.
