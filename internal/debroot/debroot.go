@@ -20,7 +20,9 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"syscall"
 )
 
 const (
@@ -95,8 +97,10 @@ func RunTests(o Options) (int, error) {
 		return 0, fmt.Errorf("debroot: own executable: %w", err)
 	}
 	// A private directory in the root's /tmp: the binary and whatever the
-	// suite keeps there.
-	work, err := os.MkdirTemp(filepath.Join(root, "tmp"), "gs13-")
+	// suite keeps there. Its name carries this process's pid, so that one
+	// left by a run that was killed can be told from one in use.
+	removeStale(filepath.Join(root, "tmp"))
+	work, err := os.MkdirTemp(filepath.Join(root, "tmp"), fmt.Sprintf("gs13-%d-", os.Getpid()))
 	if err != nil {
 		return 0, fmt.Errorf("debroot: %w", err)
 	}
@@ -126,6 +130,19 @@ func RunTests(o Options) (int, error) {
 		return 0, fmt.Errorf("debroot: run in %s: %w", root, err)
 	}
 	return 0, nil
+}
+
+// removeStale removes the run directories of test processes that no longer
+// exist.
+func removeStale(tmp string) {
+	dirs, _ := filepath.Glob(filepath.Join(tmp, "gs13-*-*"))
+	for _, d := range dirs {
+		pid, err := strconv.Atoi(strings.SplitN(filepath.Base(d), "-", 3)[1])
+		if err != nil || pid <= 0 || syscall.Kill(pid, 0) == nil {
+			continue
+		}
+		_ = os.RemoveAll(d)
+	}
 }
 
 func copyFile(src, dst string, mode os.FileMode) error {
