@@ -30,6 +30,7 @@ include mk/deps.mk
 include mk/fakecuda.mk
 include mk/interceptor.mk
 include mk/go.mk
+include mk/trixie.mk
 include mk/spank.mk
 include mk/packaging.mk
 include mk/nvidia.mk
@@ -37,11 +38,11 @@ include mk/nvidia.mk
 .PHONY: help build native test demo bench clean fmt vet
 
 help: ## list targets
-	@grep -hE '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN{FS=":.*?## "}{printf "  %-16s %s\n",$$1,$$2}'
+	@grep -hE '^[a-zA-Z0-9_.-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN{FS=":.*?## "}{printf "  %-16s %s\n",$$1,$$2}'
 
 build: fakecuda interceptor go-build spank ## build everything into build/
 
-test: deps build test-go test-fakecuda test-interceptor test-core test-slurm test-packages test-nvidia-tools ## run every test suite (what CI runs)
+test: deps build test-go test-fakecuda test-interceptor test-core test-slurm test-slurm24 test-packages test-nvidia-tools ## run every test suite (what CI runs)
 
 demo: deps build ## run the demo: gpusliced on a private socket + fakecuda, target_app under a 128 MiB quota
 	@bash scripts/demo.sh

@@ -10,7 +10,10 @@
 PKG_VERSION   := $(shell $(ROOT)/packaging/version.sh '$(VERSION)')
 DIST          ?= $(ROOT)/dist
 VERSION_STAMP := $(BUILD)/.version
-PKG_FORMATS   ?= deb rpm
+# deb: Debian 12 (Slurm 22.05), deb13: Debian 13 (Slurm 24.11, the plugin of
+# make spank-24.11; left out with a warning when the Debian archive could not
+# be reached for the Debian 13 root), rpm: EL.
+PKG_FORMATS   ?= deb deb13 rpm
 
 # Programs that embed the version are rebuilt when it changes (go.mk has its
 # own stamp for gpusliced and gpuslice; this one also covers the Prolog/Epilog).
@@ -95,9 +98,15 @@ ifeq ($(VERSION),$(PKG_VERSION))
 install: build ## install under PREFIX (/usr/local) into DESTDIR: daemon, CLI, interceptor, SPANK plugin, Prolog/Epilog, unit, configs
 	$(install-recipe)
 
-packages: build ## build .deb and .rpm packages (gpuslice, gpuslice-fakecuda) into dist/
+packages: build $(SPANK_DIR)/slurm-version $(if $(filter deb13,$(PKG_FORMATS)),spank-24.11) ## build .deb (Debian 12 and 13) and .rpm packages (gpuslice, gpuslice-fakecuda) into dist/
 	$(check-pkg-version)
-	BUILD='$(BUILD)' GO='$(GO)' $(ROOT)/packaging/build-packages.sh '$(PKG_VERSION)' '$(DIST)' $(PKG_FORMATS)
+	@formats='$(PKG_FORMATS)'; \
+	if [ -e '$(TRIXIE)/UNREACHABLE' ] && [ -n "$$(echo " $$formats " | grep ' deb13 ')" ]; then \
+	  echo "packages: no Debian 13 package: $$(cat '$(TRIXIE)/UNREACHABLE')" >&2; \
+	  formats=$$(echo " $$formats " | sed 's/ deb13 / /'); \
+	fi; \
+	echo "BUILD='$(BUILD)' packaging/build-packages.sh '$(PKG_VERSION)' '$(DIST)' $$formats"; \
+	BUILD='$(BUILD)' GO='$(GO)' $(ROOT)/packaging/build-packages.sh '$(PKG_VERSION)' '$(DIST)' $$formats
 else
 install packages:
 	$(check-pkg-version)

@@ -27,3 +27,31 @@ $(BIN)/gpuslice-prolog $(BIN)/gpuslice-epilog: $(BIN)/gpuslice-%: $(PROLOG_GO)
 test-slurm: spank go-build fakecuda interceptor ## Prolog/Epilog and plugin size-parser unit tests; end-to-end suite on a real Slurm (root)
 	GPUSLICE_BUILD_DIR=$(BUILD) $(GO) test -count=1 -timeout 5m ./prolog/... ./spank/...
 	GPUSLICE_BUILD_DIR=$(BUILD) $(GO) test -count=1 -timeout 20m ./tests/slurm/...
+
+# ---- The plugin for Slurm 24.11 (Debian 13) -----------------------------------
+# Built from the same sources inside the Debian 13 root (mk/trixie.mk) with
+# its gcc, against its Slurm 24.11 headers and its C library: the plugin is
+# loaded by that root's srun and slurmstepd, and nothing from this machine's
+# /usr/include (Slurm 22.05, glibc 2.36) can leak into it. spank/compat.h
+# holds what differs between releases. slurm-version next to each plugin
+# records the SLURM_VERSION_NUMBER it was built for (the packages' Depends
+# come from it). When the Debian archive was unreachable (build/trixie/
+# UNREACHABLE) nothing is built and a warning says why.
+SPANK24_DIR  := $(BUILD)/spank-24.11
+SPANK24_SO   := $(SPANK24_DIR)/gpuslice.so
+SLURM_VERSION_CMD := sed -n 's/^\#define SLURM_VERSION_NUMBER[[:space:]]*//p'
+
+.PHONY: spank-24.11
+spank-24.11: $(TRIXIE_STAMP) $(SPANK_DIR)/slurm-version ## build the SPANK plugin for Slurm 24.11 in the Debian 13 root (build/spank-24.11)
+	@if [ -e $(TRIXIE)/UNREACHABLE ]; then \
+	  echo "spank-24.11: not built: $$(cat $(TRIXIE)/UNREACHABLE)" >&2; \
+	else $(MAKE) --no-print-directory $(SPANK24_SO); fi
+
+$(SPANK_DIR)/slurm-version: $(SPANK_SO)
+	$(SLURM_VERSION_CMD) /usr/include/slurm/slurm_version.h >$@
+
+$(SPANK24_SO): $(SPANK_SRCS) $(SPANK_HDRS) $(SPANK_MAP) $(TRIXIE_STAMP)
+	@mkdir -p $(@D)
+	TRIXIE_BINDS='$(ROOT):/mnt/gpuslice:ro $(@D):/mnt/gpuslice-out' $(TRIXIE_RUN) \
+	  /bin/sh -c 'cd /mnt/gpuslice && gcc $(SPANK_CFLAGS) $(SPANK_LDFLAGS) -o /mnt/gpuslice-out/gpuslice.so $(SPANK_SRCS)'
+	$(SLURM_VERSION_CMD) $(TRIXIE_ROOT)/usr/include/slurm/slurm_version.h >$(@D)/slurm-version

@@ -5,7 +5,15 @@
 # Usage: packaging/build-packages.sh VERSION OUTDIR [FORMAT...]
 #   VERSION  package version, already valid for dpkg and rpm (packaging/version.sh)
 #   OUTDIR   where the packages go (created; older gpuslice packages removed)
-#   FORMAT   deb and/or rpm (default: both)
+#   FORMAT   deb, deb13 and/or rpm (default: deb rpm)
+#            deb    Debian 12: gpuslice_<v>-1 and gpuslice-fakecuda_<v>-1, the
+#                   plugin of build/spank (Slurm 22.05 there)
+#            deb13  Debian 13: gpuslice_<v>-1+deb13 only (gpuslice-fakecuda is
+#                   the same for both), the plugin of build/spank-24.11
+#            rpm    EL: the plugin of build/spank
+# Each plugin directory holds slurm-version, the SLURM_VERSION_NUMBER of the
+# headers the plugin was built against; the .deb depends on that Slurm
+# release (slurm-wlm-basic-plugins, which every Debian Slurm program needs).
 # Environment:
 #   BUILD                    build directory (default: <repo>/build)
 #   GO                       go command (default: go)
@@ -30,8 +38,8 @@ GO=${GO:-go}
 
 for f in $formats; do
 	case $f in
-	deb | rpm) ;;
-	*) echo "build-packages: unknown package format '$f' (want deb or rpm)" >&2; exit 2 ;;
+	deb | deb13 | rpm) ;;
+	*) echo "build-packages: unknown package format '$f' (want deb, deb13 or rpm)" >&2; exit 2 ;;
 	esac
 done
 if ! printf '%s\n' "$version" | grep -Eq '^[0-9][0-9A-Za-z.+~]*$'; then
@@ -52,6 +60,13 @@ for f in etc/gpusliced.yaml etc/plugstack.conf.d/gpuslice.conf etc/slurm/slurm.c
 	[ -f "$root/$f" ] || missing="$missing $root/$f"
 done
 [ -d "$build/examples" ] || missing="$missing $build/examples/"
+plugin_dirs=spank
+case " $formats " in *" deb13 "*) plugin_dirs="$plugin_dirs spank-24.11" ;; esac
+for d in $plugin_dirs; do
+	for f in $d/gpuslice.so $d/slurm-version; do
+		[ -f "$build/$f" ] || missing="$missing $build/$f"
+	done
+done
 if [ -n "$missing" ]; then
 	echo "build-packages: missing inputs (run make build):" >&2
 	for f in $missing; do echo "  $f" >&2; done
@@ -72,17 +87,35 @@ glibc_min() {
 	echo "${v:-2.17}"
 }
 
+# slurm_depends DIR: the Slurm release the plugin in DIR was built for, as
+# GPUSLICE_SLURM_MIN (e.g. 24.11) and GPUSLICE_SLURM_NEXT (24.12): a plugin
+# loads only into the major.minor release it was built for.
+slurm_depends() {
+	n=$(cat "$build/$1/slurm-version")
+	case $n in
+	0x[0-9a-fA-F]*) ;;
+	*) echo "build-packages: $build/$1/slurm-version: '$n' is not a SLURM_VERSION_NUMBER" >&2; exit 1 ;;
+	esac
+	major=$(( (n >> 16) & 255 ))
+	minor=$(( (n >> 8) & 255 ))
+	GPUSLICE_SLURM_MIN=$(printf '%d.%02d' "$major" "$minor")
+	GPUSLICE_SLURM_NEXT=$(printf '%d.%02d' "$major" $((minor + 1)))
+	export GPUSLICE_SLURM_MIN GPUSLICE_SLURM_NEXT
+}
+
 # Debian changelog entry for this build (lintian wants one per package).
 changelog() {
 	pkg=$1
-	mkdir -p "$work/$pkg"
+	dir=$2
+	rev=$3
+	mkdir -p "$work/$dir"
 	{
-		printf '%s (%s-1) unstable; urgency=medium\n\n' "$pkg" "$version"
+		printf '%s (%s-%s) unstable; urgency=medium\n\n' "$pkg" "$version" "$rev"
 		printf '  * Package of gpuslice %s.\n\n' "$version"
 		printf ' -- %s  %s\n' "$GPUSLICE_PKG_MAINTAINER" \
 			"$(LC_ALL=C date -u -R -d "@$SOURCE_DATE_EPOCH")"
-	} >"$work/$pkg/changelog.Debian"
-	gzip -9n "$work/$pkg/changelog.Debian"
+	} >"$work/$dir/changelog.Debian"
+	gzip -9n "$work/$dir/changelog.Debian"
 }
 
 # Manual pages, compressed as both formats expect.
@@ -158,7 +191,6 @@ export GPUSLICE_PKG_ARCH GPUSLICE_DEB_MULTIARCH
 export GPUSLICE_PKG_MAINTAINER
 export GPUSLICE_PKG_VERSION="$version"
 stage=$work/stage
-export GPUSLICE_BUILD="$stage"
 export GPUSLICE_PKG_WORK="$work"
 
 # Example programs: the executables in build/examples.
@@ -167,11 +199,24 @@ if [ -z "$example_elf" ]; then
 	echo "build-packages: no example programs in $build/examples" >&2
 	exit 1
 fi
-changelog gpuslice
-changelog gpuslice-fakecuda
+changelog gpuslice gpuslice 1
+changelog gpuslice-fakecuda gpuslice-fakecuda 1
+changelog gpuslice gpuslice-deb13 1+deb13
 manpages
 third_party_licenses
 stage $gpuslice_elf $fakecuda_elf $example_elf
+
+# Debian 13's gpuslice: the same staged files with the plugin built for
+# its Slurm (hard links, no copies).
+case " $formats " in
+*" deb13 "*)
+	stage13=$work/stage-deb13
+	cp -al "$stage" "$stage13"
+	rm "$stage13/spank/gpuslice.so"
+	cp "$build/spank-24.11/gpuslice.so" "$stage13/spank/gpuslice.so"
+	strip --remove-section=.comment --remove-section=.note --strip-unneeded "$stage13/spank/gpuslice.so"
+	;;
+esac
 
 mkdir -p "$outdir"
 outdir=$(cd "$outdir" && pwd)
@@ -181,19 +226,39 @@ for pkg in gpuslice gpuslice-fakecuda; do
 	gpuslice) elf=$gpuslice_elf ;;
 	*) elf="$fakecuda_elf $example_elf" ;;
 	esac
-	GPUSLICE_GLIBC_MIN=$(glibc_min $elf)
-	export GPUSLICE_GLIBC_MIN
 	for fmt in $formats; do
+		# Defaults: Debian 12 / EL.
+		GPUSLICE_BUILD=$stage
+		GPUSLICE_PKG_RELEASE=1
+		GPUSLICE_DEB_CHANGELOG=$work/$pkg/changelog.Debian.gz
+		GPUSLICE_GLIBC_MIN=$(glibc_min $elf)
+		slurm_depends spank
+		packager=$fmt
 		case $fmt in
-		deb) rm -f "$outdir/${pkg}_"*.deb ;;
+		deb)
+			for f in "$outdir/${pkg}_"*.deb; do
+				case $f in *+deb13_*) ;; *) rm -f "$f" ;; esac
+			done
+			;;
+		deb13)
+			[ "$pkg" = gpuslice ] || continue
+			rm -f "$outdir/${pkg}_"*+deb13_*.deb
+			packager=deb
+			GPUSLICE_BUILD=$stage13
+			GPUSLICE_PKG_RELEASE=1+deb13
+			GPUSLICE_DEB_CHANGELOG=$work/gpuslice-deb13/changelog.Debian.gz
+			GPUSLICE_GLIBC_MIN=$(glibc_min $(echo "$elf" | sed 's|spank/gpuslice.so|spank-24.11/gpuslice.so|'))
+			slurm_depends spank-24.11
+			;;
 		rpm) rm -f "$outdir/$pkg-"[0-9]*.rpm ;;
 		esac
+		export GPUSLICE_BUILD GPUSLICE_PKG_RELEASE GPUSLICE_DEB_CHANGELOG GPUSLICE_GLIBC_MIN
 		"$GO" tool -modfile="$root/tools/go.mod" nfpm package --config "packaging/nfpm/$pkg.yaml" \
-			--packager "$fmt" --target "$outdir/" >"$work/nfpm.log" 2>&1 || {
+			--packager "$packager" --target "$outdir/" >"$work/nfpm.log" 2>&1 || {
 			cat "$work/nfpm.log" >&2
 			echo "build-packages: nfpm failed for $pkg ($fmt)" >&2
 			exit 1
 		}
 	done
 done
-ls -1 "$outdir"/gpuslice*_"$version"-1_*.deb "$outdir"/gpuslice*-"$version"-1.*.rpm 2>/dev/null || true
+ls -1 "$outdir"/gpuslice*_"$version"-1*_*.deb "$outdir"/gpuslice*-"$version"-1.*.rpm 2>/dev/null || true

@@ -15,6 +15,7 @@
 
 #include <slurm/spank.h>
 
+#include "compat.h"
 #include "size.h"
 
 #define GS_PLUGIN "gpuslice"

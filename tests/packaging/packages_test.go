@@ -47,6 +47,7 @@ type pkgSet struct {
 	Version      string // upstream version (without the -1 revision)
 	Deb, FakeDeb string
 	RPM, FakeRPM string
+	Deb13        string // Debian 13's gpuslice ("" when not built)
 	dir          string
 }
 
@@ -127,7 +128,11 @@ func packages(t *testing.T) pkgSet {
 				return
 			}
 			dir, ownDist = tmp, tmp
-			if err := buildPackages(root, build, version, dir, "deb", "rpm"); err != nil {
+			formats := []string{"deb", "rpm"}
+			if _, err := os.Stat(filepath.Join(build, "spank-24.11", "gpuslice.so")); err == nil {
+				formats = append(formats, "deb13")
+			}
+			if err := buildPackages(root, build, version, dir, formats...); err != nil {
 				mainPkgsErr = err
 				return
 			}
@@ -161,6 +166,7 @@ func findPackages(dir, version string) (pkgSet, error) {
 		&s.FakeDeb: "gpuslice-fakecuda_" + version + "-1_" + debArch + ".deb",
 		&s.RPM:     "gpuslice-" + version + "-1." + rpmArch + ".rpm",
 		&s.FakeRPM: "gpuslice-fakecuda-" + version + "-1." + rpmArch + ".rpm",
+		&s.Deb13:   "gpuslice_" + version + "-1+deb13_" + debArch + ".deb",
 	}
 	for p, name := range want {
 		path := filepath.Join(dir, name)

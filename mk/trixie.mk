@@ -1,0 +1,42 @@
+# trixie: a Debian 13 root (build/trixie/root) with Slurm 24.11, munge, Lua
+# and a C toolchain, made by debootstrap from deb.debian.org. The 24.11 SPANK
+# plugin is built against its headers, the Slurm 24.11 suite runs its daemons
+# inside it, the package test installs the Debian 13 .deb into it.
+#
+# A finished root is kept as a tarball in TRIXIE_CACHE (default under build/,
+# so `make clean` drops it; point it elsewhere to keep it across cleans, e.g.
+# TRIXIE_CACHE=/var/cache/gpuslice-trixie). The tarball is keyed by the
+# package list and scripts/trixie-root.sh: a change to either builds afresh.
+#
+# When the archive cannot be reached the target still succeeds but writes
+# build/trixie/UNREACHABLE with debootstrap's message (and tries again next
+# time); what needs the root skips with that message. Needs root
+# (debootstrap, chroot, mounts).
+TRIXIE        := $(BUILD)/trixie
+TRIXIE_ROOT   := $(TRIXIE)/root
+TRIXIE_CACHE  ?= $(BUILD)/cache/trixie
+TRIXIE_STAMP  := $(TRIXIE)/.stamp
+# Slurm 24.11's job_submit_lua.so links liblua5.1 in Debian 13, as in 12.
+TRIXIE_PKGS   := slurmctld slurmd slurm-client libslurm-dev slurm-wlm-basic-plugins munge \
+                 lua5.1 gcc make libc6-dev procps
+TRIXIE_RUN    := $(ROOT)/scripts/trixie-root.sh run $(TRIXIE_ROOT)
+
+.PHONY: trixie-root trixie-clean
+trixie-root: $(TRIXIE_STAMP) ## Debian 13 root with Slurm 24.11 in build/trixie/root (debootstrap; cached in TRIXIE_CACHE)
+
+$(TRIXIE_STAMP): mk/trixie.mk scripts/trixie-root.sh
+	@rm -f $@ $(TRIXIE)/UNREACHABLE
+	@mkdir -p $(TRIXIE)
+	@rc=0; $(ROOT)/scripts/trixie-root.sh build $(TRIXIE_ROOT) $(TRIXIE_CACHE) $(TRIXIE_PKGS) || rc=$$?; \
+	if [ $$rc = 3 ]; then echo "trixie-root: archive unreachable; what needs Debian 13 will skip" >&2; \
+	elif [ $$rc = 0 ]; then touch $@; else exit $$rc; fi
+
+trixie-clean: ## remove the Debian 13 root (the cache in TRIXIE_CACHE stays)
+	rm -rf $(TRIXIE)
+
+# Smoke test on Slurm 24.11: the test binary runs itself inside the root
+# (tests/slurm24, internal/debroot). Part of `make test`: with the root
+# cached it takes seconds, a first root build under a minute.
+.PHONY: test-slurm24
+test-slurm24: trixie-root spank-24.11 go-build fakecuda interceptor ## Slurm 24.11 smoke test in the Debian 13 root (root; skips when the archive is unreachable)
+	GPUSLICE_BUILD_DIR=$(BUILD) $(GO) test -count=1 -timeout 10m ./tests/slurm24/...

@@ -1,0 +1,146 @@
+#!/bin/bash
+# trixie-root.sh: a Debian 13 (trixie) root with Slurm 24.11, munge, Lua and a
+# C toolchain, made with debootstrap; and a way to run commands inside it.
+#
+#   trixie-root.sh build ROOT CACHE PKG...   make ROOT (reuse CACHE's copy when its key matches)
+#   trixie-root.sh run ROOT CMD [ARG...]     run CMD chrooted in ROOT with /proc, /sys, /dev
+#
+# run reads from the environment:
+#   TRIXIE_BINDS  blank-separated HOST:GUEST[:ro] directories bind-mounted into
+#                 the root (GUEST is created), e.g. the repository read-only
+#   TRIXIE_ENV    blank-separated NAME=VALUE pairs given to CMD (CMD otherwise
+#                 gets a clean environment: PATH, HOME, LANG)
+#   TRIXIE_OVERLAY  a scratch directory: ROOT is seen through an overlay whose
+#                 changes (packages installed, users added) go there and ROOT
+#                 itself stays as built
+#
+# Every mount is made in a private mount namespace (unshare --mount): the
+# mounts vanish with the namespace when the command ends, however it ends
+# (error, signal, SIGKILL), and are never seen by the host. The explicit
+# unmounts on exit are belt and braces.
+#
+# The cache holds one tarball of a finished root per key; the key hashes the
+# suite, the mirror, the package list and LAYOUT, so changing any of them
+# builds afresh. Bump LAYOUT when build() changes what a root holds.
+#
+# Exit status 3 from build means the archive could not be reached;
+# ROOT/../UNREACHABLE then holds the reason.
+set -euo pipefail
+
+SUITE=${TRIXIE_SUITE:-trixie}
+MIRROR=${TRIXIE_MIRROR:-http://deb.debian.org/debian}
+LAYOUT=1
+log() { printf 'trixie-root: %s\n' "$*" >&2; }
+die() { log "$*"; exit 1; }
+
+# inside ROOT CMD...: run CMD in ROOT in a private mount namespace.
+inside() {
+	local root=$1; shift
+	[ -d "$root" ] || die "no root at $root"
+	unshare --mount --propagation private -- /bin/bash -euc '
+		root=$1; shift
+		if [ -n "${TRIXIE_OVERLAY:-}" ]; then
+			ov=$TRIXIE_OVERLAY
+			mkdir -p "$ov/upper" "$ov/work" "$ov/merged"
+			mount -t overlay overlay -o "lowerdir=$root,upperdir=$ov/upper,workdir=$ov/work" "$ov/merged"
+			root=$ov/merged
+		fi
+		cleanup() {
+			for b in ${TRIXIE_BINDS:-}; do
+				IFS=: read -r _ dst _ <<<"$b"
+				mountpoint -q "$root$dst" && umount -l "$root$dst" || true
+			done
+			for m in dev/pts dev/shm dev sys proc; do
+				mountpoint -q "$root/$m" && umount -l "$root/$m" || true
+			done
+			[ -z "${TRIXIE_OVERLAY:-}" ] || umount -l "$root" || true
+		}
+		trap cleanup EXIT
+		mount -t proc proc "$root/proc"
+		mount --bind /sys "$root/sys" && mount -o remount,bind,ro "$root/sys"
+		mount -t tmpfs -o mode=0755,nosuid tmpfs "$root/dev"
+		for d in null zero full random urandom tty; do
+			touch "$root/dev/$d" && mount --bind "/dev/$d" "$root/dev/$d"
+		done
+		mkdir -p "$root/dev/pts" "$root/dev/shm"
+		mount -t devpts -o newinstance,ptmxmode=0666,mode=0620 devpts "$root/dev/pts"
+		ln -sf pts/ptmx "$root/dev/ptmx"
+		mount -t tmpfs -o mode=1777,nosuid,nodev tmpfs "$root/dev/shm"
+		ln -sf /proc/self/fd "$root/dev/fd"
+		for b in ${TRIXIE_BINDS:-}; do
+			IFS=: read -r src dst opt <<<"$b"
+			mkdir -p "$root$dst"
+			mount --bind "$src" "$root$dst"
+			[ "$opt" != ro ] || mount -o remount,bind,ro "$root$dst"
+		done
+		rc=0
+		env -i PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
+			HOME=/root LANG=C.UTF-8 DEBIAN_FRONTEND=noninteractive ${TERM:+TERM=$TERM} \
+			${TRIXIE_ENV:-} chroot "$root" "$@" || rc=$?
+		exit $rc
+	' inside "$root" "$@"
+}
+
+cache_key() {
+	echo "$SUITE $MIRROR $LAYOUT $*" | sha256sum | cut -c1-16
+}
+
+build() {
+	local root=$1 cache=$2; shift 2
+	# What run takes from the environment has no place in a build.
+	unset TRIXIE_BINDS TRIXIE_ENV TRIXIE_OVERLAY
+	local pkgs=("$@")
+	local top key tarball work
+	top=$(dirname "$root")
+	key=$(cache_key "${pkgs[@]}")
+	tarball=$cache/trixie-root-$key.tar.zst
+	rm -f "$top/UNREACHABLE"
+
+	if [ -f "$tarball" ]; then
+		log "unpacking cached root $tarball"
+		rm -rf "$root.tmp" && mkdir -p "$root.tmp"
+		tar --zstd -xpf "$tarball" -C "$root.tmp" --numeric-owner
+		rm -rf "$root" && mv "$root.tmp" "$root"
+		return 0
+	fi
+
+	work=$root.tmp
+	rm -rf "$work" && mkdir -p "$work" "$top"
+	log "debootstrap $SUITE (minbase) from $MIRROR"
+	local out
+	if ! out=$(debootstrap --variant=minbase --components=main "$SUITE" "$work" "$MIRROR" 2>&1); then
+		printf '%s\n' "$out" | tail -n 20 >&2
+		if grep -qiE 'Failed getting release file|Couldn.t download|unable to resolve|Temporary failure|Could not resolve|Connection (refused|timed out)|Network is unreachable' <<<"$out"; then
+			printf 'Debian archive %s unreachable for %s: %s\n' "$MIRROR" "$SUITE" \
+				"$(grep -iE 'Failed|download|resolve|refused|timed out|unreachable' <<<"$out" | head -n 3 | tr '\n' ' ')" \
+				>"$top/UNREACHABLE"
+			rm -rf "$work"
+			exit 3
+		fi
+		rm -rf "$work"
+		die "debootstrap failed"
+	fi
+
+	# No service may start while packages are installed into the root.
+	printf '#!/bin/sh\nexit 101\n' >"$work/usr/sbin/policy-rc.d"
+	chmod 0755 "$work/usr/sbin/policy-rc.d"
+	log "installing ${pkgs[*]}"
+	inside "$work" apt-get -qq update
+	inside "$work" apt-get -qq -o Dpkg::Use-Pty=0 install --no-install-recommends -y "${pkgs[@]}" >/dev/null
+	inside "$work" apt-get -qq clean
+	rm -rf "$work"/var/lib/apt/lists/* "$work"/var/cache/apt/*.bin "$work"/var/log/*.log "$work"/var/log/apt/*
+
+	mkdir -p "$cache"
+	log "saving $tarball"
+	tar --zstd -cpf "$tarball.tmp" -C "$work" --numeric-owner --one-file-system .
+	mv "$tarball.tmp" "$tarball"
+	# Older keys are of no further use.
+	find "$cache" -maxdepth 1 -name 'trixie-root-*.tar.zst' ! -name "$(basename "$tarball")" -delete
+	rm -rf "$root" && mv "$work" "$root"
+}
+
+case ${1:-} in
+build) shift; [ $# -ge 3 ] || die "usage: $0 build ROOT CACHE PKG..."; build "$@" ;;
+run) shift; [ $# -ge 2 ] || die "usage: $0 run ROOT CMD [ARG...]"; inside "$@" ;;
+*) die "usage: $0 build ROOT CACHE PKG... | run ROOT CMD [ARG...]" ;;
+esac
