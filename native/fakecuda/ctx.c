@@ -3,6 +3,7 @@
  * and created contexts, with a per-thread context stack.
  */
 #include "drv.h"
+#include "exporttable.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -71,6 +72,7 @@ FC_API CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev)
 
 static void primary_teardown(CUdevice dev)
 {
+	fc_cls_ctx_teardown(&primary[dev]);
 	/* memory of the primary context goes with it, as on the real driver */
 	fc_free_ctx_allocs(&primary[dev]);
 }
@@ -177,6 +179,7 @@ FC_API CUresult cuCtxDestroy_v2(CUcontext ctx)
 	FC_CHECK_INIT();
 	if (!fc_ctx_valid(ctx) || ctx->primary)
 		return CUDA_ERROR_INVALID_CONTEXT;
+	fc_cls_ctx_teardown(ctx);
 	fc_free_ctx_allocs(ctx);
 	/* drop it from this thread's stack; other threads find the magic gone */
 	int w = 0;
@@ -361,5 +364,22 @@ FC_API CUresult cuCtxGetStreamPriorityRange(int *leastPriority, int *greatestPri
 		*leastPriority = 0;
 	if (greatestPriority)
 		*greatestPriority = -5;
+	return CUDA_SUCCESS;
+}
+
+/* For the runtime's private table (exporttable.c): the primary context's
+ * handle exists from cuInit on, retained or not, as on the real driver. */
+CUresult fc_primary_ctx_peek(CUcontext *pctx, CUdevice dev)
+{
+	FC_CHECK_INIT();
+	if (pctx == NULL)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (!fc_valid_dev(dev))
+		return CUDA_ERROR_INVALID_DEVICE;
+	pthread_mutex_lock(&ctx_lock);
+	if (primary[dev].magic != FC_MAGIC_CTX)
+		ctx_init(&primary[dev], dev, primary_flags[dev], true);
+	pthread_mutex_unlock(&ctx_lock);
+	*pctx = &primary[dev];
 	return CUDA_SUCCESS;
 }
