@@ -24,7 +24,17 @@ NVIDIA_APT    := -o Dir::Etc::SourceList=$(NVIDIA)/apt/sources.list -o Dir::Etc:
 .PHONY: nvidia-debs
 nvidia-debs: $(NVIDIA)/.stamp ## fetch NVIDIA's CUDA runtime, cuBLAS, nvidia-smi, pycuda from Debian contrib/non-free into build/nvidia
 
-$(NVIDIA)/.stamp: mk/nvidia.mk
+# Fetched again only when the package list changes, not on every edit of this file.
+NVIDIA_LIST   := $(BUILD)/nvidia-packages.list
+$(NVIDIA_LIST): FORCE
+	@mkdir -p $(@D)
+	@echo '$(NVIDIA_SUITE) $(NVIDIA_PKGS) / $(NVIDIA_HDR_PKGS)' | cmp -s - $@ || \
+	  echo '$(NVIDIA_SUITE) $(NVIDIA_PKGS) / $(NVIDIA_HDR_PKGS)' > $@
+
+.PHONY: FORCE
+FORCE:
+
+$(NVIDIA)/.stamp: $(NVIDIA_LIST)
 	@rm -rf $(NVIDIA)
 	@mkdir -p $(NVIDIA)/apt/lists/partial $(NVIDIA)/apt/cache/archives/partial $(NVIDIA)/debs $(NVIDIA_ROOT)
 	@echo "deb http://deb.debian.org/debian $(NVIDIA_SUITE) main contrib non-free" > $(NVIDIA)/apt/sources.list
@@ -39,3 +49,28 @@ $(NVIDIA)/.stamp: mk/nvidia.mk
 	@rm -f $(NVIDIA)/debs/nvidia-cuda-dev_*.deb
 	@! find $(NVIDIA_ROOT) -name 'libcuda.so*' -o -name 'libnvidia-ml.so*' | grep -q . || { echo "nvidia-debs: a real libcuda/NVML was unpacked" >&2; exit 1; }
 	@touch $@
+
+# ---- programs built against NVIDIA's runtime, and their tests ----
+# native/nvidia/*.c are compiled with gcc against NVIDIA's headers and linked
+# to NVIDIA's libcudart.so.11.0 (and libcublas.so.11), with a runpath to
+# build/nvidia/root; the driver they load is whatever libcuda.so.1 the
+# loader finds: fakecuda's, through LD_LIBRARY_PATH=build/lib.
+NV_TESTS   := $(BUILD)/tests/nvidia
+NV_LIBDIR  := $(NVIDIA_ROOT)/usr/lib/x86_64-linux-gnu
+NV_PROBES  := $(addprefix $(NV_TESTS)/,$(basename $(notdir $(wildcard native/nvidia/*.c))))
+NV_CFLAGS  := -O2 -g $(CWARN) -std=gnu11 -D_GNU_SOURCE -isystem $(NVIDIA_ROOT)/usr/include
+NV_LINK    := $(LDFLAGS_COMMON) -L$(NV_LIBDIR) -Wl,-rpath,'$$ORIGIN/../../nvidia/root/usr/lib/x86_64-linux-gnu'
+NV_LIBS_cudart_probe := -l:libcudart.so.11.0
+NV_LIBS_cublas_probe := -l:libcublas.so.11 -l:libcudart.so.11.0
+
+$(NV_TESTS)/%: native/nvidia/%.c $(NVIDIA)/.stamp
+	@mkdir -p $(@D)
+	$(CC) $(NV_CFLAGS) -o $@ $< $(NV_LINK) $(NV_LIBS_$*)
+
+.PHONY: nvidia-probes test-nvidia-runtime
+nvidia-probes: nvidia-debs ## build the programs linked to NVIDIA's CUDA runtime (build/tests/nvidia)
+	@if [ -e $(NVIDIA)/UNREACHABLE ]; then echo "nvidia-probes: archive unreachable, not built"; \
+	else $(MAKE) --no-print-directory $(NV_PROBES); fi
+
+test-nvidia-runtime: nvidia-debs nvidia-probes fakecuda interceptor go-build ## NVIDIA's CUDA runtime 11.8 and cuBLAS on fakecuda, with and without a quota
+	GPUSLICE_BUILD_DIR=$(BUILD) $(GO) test -count=1 -run 'Runtime' ./tests/nvidia/...
