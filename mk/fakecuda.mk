@@ -39,9 +39,10 @@ test-fakecuda: fakecuda ## run the fakecuda test suite
 	GPUSLICE_BUILD_DIR=$(BUILD) $(GO) test -count=1 ./tests/fakecuda/...
 
 # ---- generated driver surface ----
-$(FC_GEN)/.stamp: $(FC_DIR)/entry-points.tsv $(FC_DIR)/gen-entry-points.awk
+FC_ENTRY_POINTS := $(FC_DIR)/entry-points.tsv $(FC_DIR)/entry-points-interop.tsv
+$(FC_GEN)/.stamp: $(FC_ENTRY_POINTS) $(FC_DIR)/gen-entry-points.awk
 	@mkdir -p $(FC_GEN)
-	awk -v out=$(FC_GEN) -f $(FC_DIR)/gen-entry-points.awk $(FC_DIR)/entry-points.tsv
+	awk -v out=$(FC_GEN) -f $(FC_DIR)/gen-entry-points.awk $(FC_ENTRY_POINTS)
 	LC_ALL=C sort -o $(FC_GEN)/exports.txt $(FC_GEN)/exports.txt
 	@touch $@
 

@@ -13,18 +13,26 @@ import (
 	"github.com/gpuslice/gpuslice/internal/testenv"
 )
 
-// expectedDriverExports reads native/fakecuda/entry-points.tsv: every
-// default_symbol, every ptds_symbol that is not "-", the base name of every
-// renamed row, and the legacy names listed in the header note on
-// __CUDA_API_VERSION_INTERNAL.
+// expectedDriverExports reads native/fakecuda/entry-points.tsv and
+// entry-points-interop.tsv: every default_symbol, every ptds_symbol that is
+// not "-", the base name of every renamed row, and the legacy names listed in
+// the header note on __CUDA_API_VERSION_INTERNAL. It returns the rows of
+// entry-points.tsv.
 func expectedDriverExports(t *testing.T) (map[string]bool, int) {
 	t.Helper()
-	f, err := os.Open(filepath.Join(testenv.RepoRoot(t), "native", "fakecuda", "entry-points.tsv"))
+	want := map[string]bool{}
+	rows := readEntryPoints(t, "entry-points.tsv", want)
+	readEntryPoints(t, "entry-points-interop.tsv", want)
+	return want, rows
+}
+
+func readEntryPoints(t *testing.T, file string, want map[string]bool) int {
+	t.Helper()
+	f, err := os.Open(filepath.Join(testenv.RepoRoot(t), "native", "fakecuda", file))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	want := map[string]bool{}
 	rows, inNote := 0, false
 	name := regexp.MustCompile(`cu[A-Z][A-Za-z0-9_]*`)
 	sc := bufio.NewScanner(f)
@@ -61,7 +69,7 @@ func expectedDriverExports(t *testing.T) (map[string]bool, int) {
 	if err := sc.Err(); err != nil {
 		t.Fatal(err)
 	}
-	return want, rows
+	return rows
 }
 
 func definedDynamicSymbols(t *testing.T, lib string) map[string]bool {
@@ -91,7 +99,7 @@ func diff(a, b map[string]bool) []string {
 	return d
 }
 
-// libcuda.so.1 exports exactly the names entry-points.tsv lists: no more, no fewer.
+// libcuda.so.1 exports exactly the names the entry-point lists list: no more, no fewer.
 func TestDriverExportsMatchEntryPoints(t *testing.T) {
 	want, rows := expectedDriverExports(t)
 	if rows != 442 {
