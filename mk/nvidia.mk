@@ -62,6 +62,7 @@ NV_CFLAGS  := -O2 -g $(CWARN) -std=gnu11 -D_GNU_SOURCE -isystem $(NVIDIA_ROOT)/u
 NV_LINK    := $(LDFLAGS_COMMON) -L$(NV_LIBDIR) -Wl,-rpath,'$$ORIGIN/../../nvidia/root/usr/lib/x86_64-linux-gnu'
 NV_LIBS_cudart_probe := -l:libcudart.so.11.0
 NV_LIBS_cublas_probe := -l:libcublas.so.11 -l:libcudart.so.11.0
+NV_LIBS_procaddr_replay := -ldl
 
 $(NV_TESTS)/%: native/nvidia/%.c $(NVIDIA)/.stamp
 	@mkdir -p $(@D)
