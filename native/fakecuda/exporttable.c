@@ -9,8 +9,11 @@
  *   tools TLS           42d85a81-23f6-cb47-8298-f6e78a3aecdc,  4 slots
  *   tools callbacks     a094798c-2e74-2e74-93f2-0800200c0a66,  7 slots
  *   context storage     c693336e-1121-df11-a8c3-68f355d89593,  3 slots
- *   context bypass      0ca50b8c-1004-929a-89a7-d0df10e77286,  2 slots
  *   driver check        d4082055-bde6-704b-8d34-ba123c66e1f2,  3 slots
+ *
+ * (cuBLASLt's GEMM path also asks for 21318c60-9714-3248-8ca6-41ff7324c8f2,
+ * a context table of some 90 slots few of which are known; it is not served,
+ * so cuBLAS answers CUBLAS_STATUS_NOT_SUPPORTED there: no kernel runs here.)
  *
  * Tables whose first slot is a size hold their length in bytes there. Slots
  * whose purpose is unknown hold a function that answers
@@ -161,17 +164,6 @@ static const union fc_slot context_storage[3] = {
 	SLOT(fc_cls_get),
 };
 
-/* ---- creating a context past the runtime's own bookkeeping ---- */
-static CUresult bypass_ctx_create(CUcontext *pctx, unsigned flags, CUdevice dev)
-{
-	return cuCtxCreate_v2(pctx, flags, dev);
-}
-
-static const union fc_slot ctx_bypass[2] = {
-	SIZE_SLOT(2),
-	SLOT(bypass_ctx_create),
-};
-
 /* ---- the runtime's check of the driver (integrity.c) ---- */
 static CUresult check_driver(uint32_t runtime_version, uint64_t seconds, uint64_t out[2]);
 
@@ -228,8 +220,6 @@ static const struct table_id tables[] = {
 	  tools_callbacks },
 	{ { 0xc6, 0x93, 0x33, 0x6e, 0x11, 0x21, 0xdf, 0x11, 0xa8, 0xc3, 0x68, 0xf3, 0x55, 0xd8, 0x95, 0x93 },
 	  context_storage },
-	{ { 0x0c, 0xa5, 0x0b, 0x8c, 0x10, 0x04, 0x92, 0x9a, 0x89, 0xa7, 0xd0, 0xdf, 0x10, 0xe7, 0x72, 0x86 },
-	  ctx_bypass },
 	{ { 0xd4, 0x08, 0x20, 0x55, 0xbd, 0xe6, 0x70, 0x4b, 0x8d, 0x34, 0xba, 0x12, 0x3c, 0x66, 0xe1, 0xf2 },
 	  driver_check },
 };

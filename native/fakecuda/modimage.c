@@ -153,7 +153,8 @@ static unsigned char *fatbin_elf(const struct fatbin_header *h, size_t *len)
 	const struct fatbin_entry *best = NULL;
 	while ((size_t)(end - p) >= sizeof(struct fatbin_entry)) {
 		const struct fatbin_entry *e = (const void *)p;
-		if (e->header_size < sizeof(*e) || (size_t)(end - p) - e->header_size < e->padded_size)
+		if (e->header_size < sizeof(*e) || e->header_size > (size_t)(end - p) ||
+		    (size_t)(end - p) - e->header_size < e->padded_size)
 			break;
 		if (e->kind == FATBIN_KIND_ELF) {
 			bool better = best == NULL || (e->sm <= FC_DEVICE_SM && (best->sm > FC_DEVICE_SM || e->sm > best->sm));
@@ -260,11 +261,13 @@ static struct global *new_global(const struct fc_modimage *m, const char *name, 
 		goto fail;
 	memset(g->mem, 0, size);
 	g->size = s->st_size;
+	/* the symbol's place in its section: st_value is an address (0-based in a cubin) */
 	const Elf64_Shdr *sh = s->st_shndx < SHN_LORESERVE ? section(m, s->st_shndx) : NULL;
-	if (sh != NULL && sh->sh_type == SHT_PROGBITS && s->st_value <= sh->sh_size &&
-	    sh->sh_offset <= m->len && m->len - sh->sh_offset >= sh->sh_size) {
-		size_t n = sh->sh_size - s->st_value < s->st_size ? sh->sh_size - s->st_value : s->st_size;
-		memcpy(g->mem, m->elf + sh->sh_offset + s->st_value, n);
+	if (sh != NULL && sh->sh_type == SHT_PROGBITS && s->st_value >= sh->sh_addr &&
+	    s->st_value - sh->sh_addr <= sh->sh_size && sh->sh_offset <= m->len && m->len - sh->sh_offset >= sh->sh_size) {
+		size_t at = s->st_value - sh->sh_addr;
+		size_t n = sh->sh_size - at < s->st_size ? sh->sh_size - at : s->st_size;
+		memcpy(g->mem, m->elf + sh->sh_offset + at, n);
 	}
 	return g;
 fail:
