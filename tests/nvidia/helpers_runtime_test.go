@@ -214,12 +214,12 @@ func rtRecord(t *testing.T, row rtCompatRow) {
 func rtRecordSkip(t *testing.T, why string) {
 	rtCompat.skipped.Do(func() {
 		for _, p := range rtPrograms {
-			rtRecord(t, rtCompatRow{Program: p, Note: "not run: NVIDIA's packages could not be fetched: " + firstLine(why)})
+			rtRecord(t, rtCompatRow{Program: p, Note: "not run: NVIDIA's packages could not be fetched: " + rtFirstLine(why)})
 		}
 	})
 }
 
-func firstLine(s string) string {
+func rtFirstLine(s string) string {
 	s, _, _ = strings.Cut(s, "\n")
 	return s
 }
