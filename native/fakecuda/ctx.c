@@ -35,7 +35,8 @@ void fc_mark_ctx_on_device(unsigned phys)
 	atomic_fetch_or(&fc_slot()->ctxmask, 1ULL << phys);
 }
 
-static void ctx_init(struct CUctx_st *c, CUdevice dev, unsigned flags, bool prim)
+/* A context's fields, without counting it as one the process holds. */
+static void ctx_fill(struct CUctx_st *c, CUdevice dev, unsigned flags, bool prim)
 {
 	memset(c, 0, sizeof(*c));
 	c->ordinal = dev;
@@ -51,6 +52,11 @@ static void ctx_init(struct CUctx_st *c, CUdevice dev, unsigned flags, bool prim
 	c->limits[CU_LIMIT_MAX_L2_FETCH_GRANULARITY] = 64;
 	atomic_thread_fence(memory_order_release);
 	c->magic = FC_MAGIC_CTX;
+}
+
+static void ctx_init(struct CUctx_st *c, CUdevice dev, unsigned flags, bool prim)
+{
+	ctx_fill(c, dev, flags, prim);
 	fc_mark_ctx_on_device(c->phys);
 }
 
@@ -368,7 +374,8 @@ FC_API CUresult cuCtxGetStreamPriorityRange(int *leastPriority, int *greatestPri
 }
 
 /* For the runtime's private table (exporttable.c): the primary context's
- * handle exists from cuInit on, retained or not, as on the real driver. */
+ * handle exists from cuInit on, retained or not, as on the real driver; the
+ * process holds a context (NVML lists it) once it retains it. */
 CUresult fc_primary_ctx_peek(CUcontext *pctx, CUdevice dev)
 {
 	FC_CHECK_INIT();
@@ -378,7 +385,7 @@ CUresult fc_primary_ctx_peek(CUcontext *pctx, CUdevice dev)
 		return CUDA_ERROR_INVALID_DEVICE;
 	pthread_mutex_lock(&ctx_lock);
 	if (primary[dev].magic != FC_MAGIC_CTX)
-		ctx_init(&primary[dev], dev, primary_flags[dev], true);
+		ctx_fill(&primary[dev], dev, primary_flags[dev], true);
 	pthread_mutex_unlock(&ctx_lock);
 	*pctx = &primary[dev];
 	return CUDA_SUCCESS;

@@ -4,6 +4,7 @@
  * property; event=integrity carries the driver check's inputs and output for
  * the test to recompute.
  */
+#include <dlfcn.h>
 #include <pthread.h>
 #include <unistd.h>
 
@@ -43,6 +44,46 @@ static void *const *table(const unsigned char id[16])
 static int table_slots(void *const *t, size_t n)
 {
 	return t != NULL && (uintptr_t)t[0] == n * sizeof(void *);
+}
+
+/* Whether NVML lists this process on physical device 0 (it holds a context there). */
+static int listed_by_nvml(void)
+{
+	static void *nvml;
+	if (nvml == NULL)
+		nvml = dlopen("libnvidia-ml.so.1", RTLD_NOW);
+	int (*init)(void) = nvml ? (int (*)(void))dlsym(nvml, "nvmlInit_v2") : NULL;
+	int (*handle)(unsigned, void **) = nvml ? (int (*)(unsigned, void **))dlsym(nvml, "nvmlDeviceGetHandleByIndex_v2") : NULL;
+	int (*procs)(void *, unsigned *, void *) =
+		nvml ? (int (*)(void *, unsigned *, void *))dlsym(nvml, "nvmlDeviceGetComputeRunningProcesses") : NULL;
+	struct {
+		unsigned pid;
+		unsigned long long used;
+	} info[64];
+	unsigned n = 64;
+	void *d = NULL;
+	if (init == NULL || handle == NULL || procs == NULL || init() != 0 || handle(0, &d) != 0 || procs(d, &n, info) != 0)
+		return -1;
+	for (unsigned i = 0; i < n; i++)
+		if (info[i].pid == (unsigned)getpid())
+			return 1;
+	return 0;
+}
+
+/* The runtime takes the primary context's handle before it retains it: a
+ * handle it may make current, which the process does not hold until retained. */
+static void primary_before_retain(CUdevice dev)
+{
+	void *const *rt = table(runtime_id);
+	CUcontext peek = NULL, p = NULL;
+	check("runtime_primary_ctx",
+	      rt != NULL && ((CUresult(*)(CUcontext *, CUdevice))rt[2])(&peek, dev) == CUDA_SUCCESS && peek != NULL);
+	check("primary_peek_not_held", listed_by_nvml() == 0);
+	check("primary_set_current_before_retain", cuCtxSetCurrent(peek) == CUDA_SUCCESS);
+	check("primary_retain_same", cuDevicePrimaryCtxRetain(&p, dev) == CUDA_SUCCESS && p == peek);
+	check("primary_retained_held", listed_by_nvml() == 1);
+	check("primary_release_first", cuDevicePrimaryCtxRelease(dev) == CUDA_SUCCESS);
+	cuCtxSetCurrent(NULL);
 }
 
 /* ---- context-local storage ---- */
@@ -95,12 +136,8 @@ static void context_storage(CUdevice dev)
 	      dtor_calls == 1 && dtor_ctx == c && dtor_key == &k1 && dtor_value == &v3);
 
 	/* the primary context: its storage goes with a reset */
-	void *const *rt = table(runtime_id);
-	CUcontext peek = NULL, p = NULL;
-	check("runtime_primary_ctx",
-	      rt != NULL && ((CUresult(*)(CUcontext *, CUdevice))rt[2])(&peek, dev) == CUDA_SUCCESS && peek != NULL);
-	check("primary_set_current_before_retain", cuCtxSetCurrent(peek) == CUDA_SUCCESS);
-	check("primary_retain_same", cuDevicePrimaryCtxRetain(&p, dev) == CUDA_SUCCESS && p == peek);
+	CUcontext p = NULL;
+	check("primary_retain", cuDevicePrimaryCtxRetain(&p, dev) == CUDA_SUCCESS && cuCtxSetCurrent(p) == CUDA_SUCCESS);
 	check("primary_insert", insert(p, &k1, &v1, record_dtor) == CUDA_SUCCESS);
 	dtor_calls = 0;
 	check("primary_reset", cuDevicePrimaryCtxReset(dev) == CUDA_SUCCESS);
@@ -285,6 +322,7 @@ int main(void)
 	check("runtime_table", table_slots(table(runtime_id), 10));
 	check("tls_table", table_slots(table(tls_id), 4));
 	check("hooks_table", table_slots(table(hooks_id), 7));
+	primary_before_retain(dev);
 	void *const *hooks = table(hooks_id);
 	if (hooks != NULL) {
 		void *area = NULL;
