@@ -69,13 +69,19 @@ static CUresult load_fatbin_header(CUmodule *module, const void *header)
 	return cuModuleLoadFatBinary(module, header);
 }
 
+/* A wrapper of version 1 points at one fat binary; one of version 2 (code
+ * linked from several objects) at a NULL-terminated array of them, of which
+ * the first is read for globals. */
 static CUresult load_fatbin_wrapper(CUmodule *module, const struct fatbinc_wrapper *w)
 {
 	if (module == NULL || w == NULL)
 		return CUDA_ERROR_INVALID_VALUE;
-	if (w->magic != FATBINC_MAGIC)
+	if (w->magic != FATBINC_MAGIC || (w->version != 1 && w->version != 2))
 		return CUDA_ERROR_INVALID_IMAGE;
-	return load_fatbin_header(module, w->data);
+	const void *header = w->data;
+	if (w->version == 2 && w->filename_or_fatbins != NULL)
+		header = *(const void *const *)w->filename_or_fatbins;
+	return load_fatbin_header(module, header);
 }
 
 static CUresult rt_module_from_fatbinc(CUmodule *module, const struct fatbinc_wrapper *w)
