@@ -174,38 +174,45 @@ type rtCompatRow struct {
 
 var rtCompat struct {
 	sync.Mutex
-	started bool
 	skipped sync.Once
 }
 
-// rtRecord appends row to build/compat/runtime.jsonl; the first row of a test
-// run replaces the file, so it always holds the latest run's results.
+// rtRecord writes row to build/compat/runtime.jsonl in place of the row of
+// the same program, keeping the other programs' rows: the file holds each
+// program's latest result, whichever tests a run selected.
 func rtRecord(t *testing.T, row rtCompatRow) {
 	t.Helper()
 	rtCompat.Lock()
 	defer rtCompat.Unlock()
 	dir := filepath.Join(testenv.BuildDir(t), "compat")
+	path := filepath.Join(dir, "runtime.jsonl")
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Errorf("compat rows: %v", err)
 		return
 	}
-	flags := os.O_CREATE | os.O_WRONLY | os.O_APPEND
-	if !rtCompat.started {
-		flags |= os.O_TRUNC
-		rtCompat.started = true
+	var out bytes.Buffer
+	if old, err := os.ReadFile(path); err == nil {
+		sc := bufio.NewScanner(bytes.NewReader(old))
+		for sc.Scan() {
+			var r rtCompatRow
+			if json.Unmarshal(sc.Bytes(), &r) != nil || r.Program == row.Program {
+				continue
+			}
+			out.Write(append(bytes.TrimSpace(sc.Bytes()), '\n'))
+		}
 	}
-	f, err := os.OpenFile(filepath.Join(dir, "runtime.jsonl"), flags, 0o644)
-	if err != nil {
-		t.Errorf("compat rows: %v", err)
-		return
-	}
-	defer f.Close()
 	b, err := json.Marshal(row)
 	if err != nil {
 		t.Errorf("compat rows: %v", err)
 		return
 	}
-	if _, err := f.Write(append(b, '\n')); err != nil {
+	out.Write(append(b, '\n'))
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, out.Bytes(), 0o644); err != nil {
+		t.Errorf("compat rows: %v", err)
+		return
+	}
+	if err := os.Rename(tmp, path); err != nil {
 		t.Errorf("compat rows: %v", err)
 	}
 }
