@@ -46,8 +46,9 @@ static CUresult unknown_slot(void)
 
 /* ---- runtime interface ---- */
 
-/* The runtime's fat binaries are loaded as modules; fakecuda's modules hold
- * no code, so any well-formed wrapper gives a module. */
+/* The runtime's fat binaries are loaded as modules: fakecuda's modules hold
+ * no code, so any well-formed wrapper gives one, which knows the globals of
+ * the fat binary's cubin (modimage.c). */
 #define FATBINC_MAGIC 0x466243b1u
 #define FATBIN_MAGIC 0xba55ed50u
 
