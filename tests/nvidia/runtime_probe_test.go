@@ -50,6 +50,21 @@ func TestRuntimeProbe(t *testing.T) {
 		}
 	})
 
+	// Several GPUs, renumbered by CUDA_VISIBLE_DEVICES: the runtime's check of
+	// the driver covers every visible device, and device 0 is physical 2.
+	t.Run("visible devices", func(t *testing.T) {
+		env := append(rtPlainEnv(t, "2x80GiB,40GiB"), "CUDA_VISIBLE_DEVICES=2,0")
+		r := rtRun(t, env, probe, size)
+		rtCheckLoaded(t, r)
+		if got := r.get("device_count"); got != "2" {
+			t.Errorf("cudaGetDeviceCount = %s with CUDA_VISIBLE_DEVICES=2,0, want 2", got)
+		}
+		if got := r.uint(t, "prop_total"); got != 40*rtGiB {
+			t.Errorf("device 0 (physical 2) totalGlobalMem = %d, want 40 GiB", got)
+		}
+		rtCheckRuns(t, r, 40*rtGiB)
+	})
+
 	t.Run("quota", func(t *testing.T) {
 		d := testenv.StartDaemon(t, testenv.DaemonOptions{Devices: "80GiB"})
 		r := rtGpuslice(t, d, fmt.Sprintf("%dM", rtQuota/rtMiB), probe, size)
