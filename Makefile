@@ -42,7 +42,7 @@ help: ## list targets
 
 build: fakecuda interceptor go-build spank ## build everything into build/
 
-test: deps build test-go test-fakecuda test-interceptor test-core test-slurm test-slurm24 test-packages test-nvidia-tools ## run every test suite (what CI runs)
+test: deps build test-go test-fakecuda test-interceptor test-core test-slurm test-slurm24 test-packages test-nvidia-runtime test-nvidia-tools ## run every test suite (what CI runs)
 
 demo: deps build ## run the demo: gpusliced on a private socket + fakecuda, target_app under a 128 MiB quota
 	@bash scripts/demo.sh

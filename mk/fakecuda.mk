@@ -16,7 +16,8 @@ FC_HDRS   := $(wildcard native/include/*.h) $(wildcard $(FC_DIR)/*.h)
 FC_SOLINK := -shared $(LDFLAGS_COMMON) -Wl,--no-undefined -Wl,-Bsymbolic -Wl,-z,nodelete $(GLIBC_COMPAT_LIBS)
 
 FC_COMMON   := config state
-FC_DRIVER   := init getproc ctx ctx_detach alloc copy pool array vmm misc profiler
+FC_DRIVER   := init getproc ctx ctx_detach alloc copy pool array vmm misc profiler \
+               exporttable ctxstorage integrity rtsupport modimage
 FC_CUDART   := cudart
 FC_NVML     := nvml nvml_procs nvml_export nvml_events nvml_device
 
@@ -39,9 +40,10 @@ test-fakecuda: fakecuda ## run the fakecuda test suite
 	GPUSLICE_BUILD_DIR=$(BUILD) $(GO) test -count=1 ./tests/fakecuda/...
 
 # ---- generated driver surface ----
-$(FC_GEN)/.stamp: $(FC_DIR)/entry-points.tsv $(FC_DIR)/gen-entry-points.awk
+FC_ENTRY_POINTS := $(FC_DIR)/entry-points.tsv
+$(FC_GEN)/.stamp: $(FC_ENTRY_POINTS) $(FC_DIR)/gen-entry-points.awk
 	@mkdir -p $(FC_GEN)
-	awk -v out=$(FC_GEN) -f $(FC_DIR)/gen-entry-points.awk $(FC_DIR)/entry-points.tsv
+	awk -v out=$(FC_GEN) -f $(FC_DIR)/gen-entry-points.awk $(FC_ENTRY_POINTS)
 	LC_ALL=C sort -o $(FC_GEN)/exports.txt $(FC_GEN)/exports.txt
 	@touch $@
 

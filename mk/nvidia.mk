@@ -47,13 +47,39 @@ $(NVIDIA)/.stamp: $(NVIDIA_SEL_STAMP)
 	@! find $(NVIDIA_ROOT) -name 'libcuda.so*' -o -name 'libnvidia-ml.so*' | grep -q . || { echo "nvidia-debs: a real libcuda/NVML was unpacked" >&2; exit 1; }
 	@touch $@
 
+# ---- programs built against NVIDIA's runtime, and their tests ----
+# native/nvidia/*.c are compiled with gcc against NVIDIA's headers and linked
+# to NVIDIA's libcudart.so.11.0 (and libcublas.so.11), with a runpath to
+# build/nvidia/root; the driver they load is whatever libcuda.so.1 the
+# loader finds: fakecuda's, through LD_LIBRARY_PATH=build/lib.
+NV_TESTS   := $(BUILD)/tests/nvidia
+NV_LIBDIR  := $(NVIDIA_ROOT)/usr/lib/x86_64-linux-gnu
+NV_PROBES  := $(addprefix $(NV_TESTS)/,$(basename $(notdir $(wildcard native/nvidia/*.c))))
+NV_CFLAGS  := -O2 -g $(CWARN) -std=gnu11 -D_GNU_SOURCE -isystem $(NVIDIA_ROOT)/usr/include
+NV_LINK    := $(LDFLAGS_COMMON) -L$(NV_LIBDIR) -Wl,-rpath,'$$ORIGIN/../../nvidia/root/usr/lib/x86_64-linux-gnu'
+NV_LIBS_cudart_probe := -l:libcudart.so.11.0
+NV_LIBS_cublas_probe := -l:libcublas.so.11 -l:libcudart.so.11.0
+NV_LIBS_procaddr_replay := -ldl
+
+$(NV_TESTS)/%: native/nvidia/%.c $(NVIDIA)/.stamp
+	@mkdir -p $(@D)
+	$(CC) $(NV_CFLAGS) -o $@ $< $(NV_LINK) $(NV_LIBS_$*)
+
+.PHONY: nvidia-probes test-nvidia-runtime
+nvidia-probes: nvidia-debs ## build the programs linked to NVIDIA's CUDA runtime (build/tests/nvidia)
+	@if [ -e $(NVIDIA)/UNREACHABLE ]; then echo "nvidia-probes: archive unreachable, not built"; \
+	else $(MAKE) --no-print-directory $(NV_PROBES); fi
+
+test-nvidia-runtime: nvidia-debs nvidia-probes fakecuda interceptor go-build ## NVIDIA's CUDA runtime 11.8 and cuBLAS on fakecuda, with and without a quota
+	GPUSLICE_BUILD_DIR=$(BUILD) $(GO) test -count=1 -run 'Runtime' ./tests/nvidia/...
+
 # ---- real programs on fakecuda: nvidia-smi, pycuda, ffmpeg, slurmd -G ----
 # Each test records one row per program in build/compat/tools.jsonl; `make
 # compat` renders every build/compat/*.jsonl into docs/compatibility.md.
 NVIDIA_TOOLS_TESTS := TestNvidiaSMI|TestPycuda|TestFFmpegCUDA|TestSlurmdAutoDetectNVML
 COMPAT_DIR    := $(BUILD)/compat
 # The suites whose results make compat renders (each writes $(COMPAT_DIR)/<suite>.jsonl).
-COMPAT_SUITES := test-nvidia-tools
+COMPAT_SUITES := test-nvidia-runtime test-nvidia-tools
 
 .PHONY: test-nvidia-tools compat
 test-nvidia-tools: nvidia-debs fakecuda interceptor go-build ## run nvidia-smi, pycuda, ffmpeg and slurmd -G on fakecuda (tests/nvidia)

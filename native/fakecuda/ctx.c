@@ -3,6 +3,7 @@
  * and created contexts, with a per-thread context stack.
  */
 #include "drv.h"
+#include "exporttable.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -34,7 +35,8 @@ void fc_mark_ctx_on_device(unsigned phys)
 	atomic_fetch_or(&fc_slot()->ctxmask, 1ULL << phys);
 }
 
-static void ctx_init(struct CUctx_st *c, CUdevice dev, unsigned flags, bool prim)
+/* A context's fields, without counting it as one the process holds. */
+static void ctx_fill(struct CUctx_st *c, CUdevice dev, unsigned flags, bool prim)
 {
 	memset(c, 0, sizeof(*c));
 	c->ordinal = dev;
@@ -50,6 +52,11 @@ static void ctx_init(struct CUctx_st *c, CUdevice dev, unsigned flags, bool prim
 	c->limits[CU_LIMIT_MAX_L2_FETCH_GRANULARITY] = 64;
 	atomic_thread_fence(memory_order_release);
 	c->magic = FC_MAGIC_CTX;
+}
+
+static void ctx_init(struct CUctx_st *c, CUdevice dev, unsigned flags, bool prim)
+{
+	ctx_fill(c, dev, flags, prim);
 	fc_mark_ctx_on_device(c->phys);
 }
 
@@ -71,6 +78,7 @@ FC_API CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev)
 
 static void primary_teardown(CUdevice dev)
 {
+	fc_cls_ctx_teardown(&primary[dev]);
 	/* memory of the primary context goes with it, as on the real driver */
 	fc_free_ctx_allocs(&primary[dev]);
 }
@@ -177,6 +185,7 @@ FC_API CUresult cuCtxDestroy_v2(CUcontext ctx)
 	FC_CHECK_INIT();
 	if (!fc_ctx_valid(ctx) || ctx->primary)
 		return CUDA_ERROR_INVALID_CONTEXT;
+	fc_cls_ctx_teardown(ctx);
 	fc_free_ctx_allocs(ctx);
 	/* drop it from this thread's stack; other threads find the magic gone */
 	int w = 0;
@@ -361,5 +370,23 @@ FC_API CUresult cuCtxGetStreamPriorityRange(int *leastPriority, int *greatestPri
 		*leastPriority = 0;
 	if (greatestPriority)
 		*greatestPriority = -5;
+	return CUDA_SUCCESS;
+}
+
+/* For the runtime's private table (exporttable.c): the primary context's
+ * handle exists from cuInit on, retained or not, as on the real driver; the
+ * process holds a context (NVML lists it) once it retains it. */
+CUresult fc_primary_ctx_peek(CUcontext *pctx, CUdevice dev)
+{
+	FC_CHECK_INIT();
+	if (pctx == NULL)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (!fc_valid_dev(dev))
+		return CUDA_ERROR_INVALID_DEVICE;
+	pthread_mutex_lock(&ctx_lock);
+	if (primary[dev].magic != FC_MAGIC_CTX)
+		ctx_fill(&primary[dev], dev, primary_flags[dev], true);
+	pthread_mutex_unlock(&ctx_lock);
+	*pctx = &primary[dev];
 	return CUDA_SUCCESS;
 }

@@ -1,4 +1,5 @@
-# Generates fakecuda's driver surface from entry-points.tsv (run by make):
+# Generates fakecuda's driver surface from entry-points.tsv (run by make; a
+# base name seen before is skipped):
 #   OUT/exports.txt   every exported symbol, one per line (sorted by make)
 #   OUT/libcuda.map   linker version script exporting exactly those names
 #   OUT/stubs.c       a weak CUDA_ERROR_NOT_SUPPORTED definition of each name;
@@ -46,6 +47,8 @@ function export_name(s) {
 }
 $1 == "base_name" { next }
 NF >= 4 {
+	if ($1 in seenbase) next
+	seenbase[$1] = 1
 	nrows++
 	base[nrows] = $1; vers[nrows] = $2; def[nrows] = $3; pt[nrows] = $4
 	export_name($3); export_name($4)

@@ -4,6 +4,7 @@
  * run at once, and kernels are accepted without running any code.
  */
 #include "drv.h"
+#include "modimage.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -30,6 +31,7 @@ struct CUevent_st {
 struct CUmod_st {
 	uint32_t magic;
 	CUcontext ctx;
+	struct fc_modimage *image; /* its globals (NULL: none known) */
 };
 
 struct CUfunc_st {
@@ -281,7 +283,7 @@ FC_API CUresult cuEventElapsedTime(float *pMilliseconds, CUevent hStart, CUevent
 }
 
 /* ---- modules and functions ---- */
-static CUresult new_module(CUmodule *module)
+static CUresult new_module(CUmodule *module, const void *image)
 {
 	FC_REQUIRE_CTX(c);
 	if (module == NULL)
@@ -290,6 +292,7 @@ static CUresult new_module(CUmodule *module)
 	if (m == NULL)
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	m->ctx = c;
+	m->image = fc_modimage_load(image);
 	m->magic = FC_MAGIC_MODULE;
 	*module = m;
 	return CUDA_SUCCESS;
@@ -302,7 +305,7 @@ FC_API CUresult cuModuleLoad(CUmodule *module, const char *fname)
 		return CUDA_ERROR_INVALID_VALUE;
 	if (access(fname, R_OK) != 0)
 		return CUDA_ERROR_FILE_NOT_FOUND;
-	return new_module(module);
+	return new_module(module, NULL);
 }
 
 FC_API CUresult cuModuleLoadData(CUmodule *module, const void *image)
@@ -310,7 +313,7 @@ FC_API CUresult cuModuleLoadData(CUmodule *module, const void *image)
 	FC_CHECK_INIT();
 	if (image == NULL)
 		return CUDA_ERROR_INVALID_VALUE;
-	return new_module(module);
+	return new_module(module, image);
 }
 
 FC_API CUresult cuModuleLoadDataEx(CUmodule *module, const void *image, unsigned int numOptions, CUjit_option *options,
@@ -319,7 +322,7 @@ FC_API CUresult cuModuleLoadDataEx(CUmodule *module, const void *image, unsigned
 	FC_CHECK_INIT();
 	if (image == NULL || (numOptions && (options == NULL || optionValues == NULL)))
 		return CUDA_ERROR_INVALID_VALUE;
-	return new_module(module);
+	return new_module(module, image);
 }
 
 FC_API CUresult cuModuleLoadFatBinary(CUmodule *module, const void *fatCubin)
@@ -327,7 +330,7 @@ FC_API CUresult cuModuleLoadFatBinary(CUmodule *module, const void *fatCubin)
 	FC_CHECK_INIT();
 	if (fatCubin == NULL)
 		return CUDA_ERROR_INVALID_VALUE;
-	return new_module(module);
+	return new_module(module, fatCubin);
 }
 
 static bool module_valid(CUmodule m)
@@ -341,6 +344,8 @@ FC_API CUresult cuModuleUnload(CUmodule hmod)
 	if (!module_valid(hmod))
 		return CUDA_ERROR_INVALID_HANDLE;
 	hmod->magic = FC_MAGIC_DEAD;
+	fc_modimage_free(hmod->image);
+	hmod->image = NULL;
 	return CUDA_SUCCESS;
 }
 
@@ -370,13 +375,11 @@ FC_API CUresult cuModuleGetFunction(CUfunction *hfunc, CUmodule hmod, const char
 FC_API CUresult cuModuleGetGlobal_v2(CUdeviceptr *dptr, size_t *bytes, CUmodule hmod, const char *name)
 {
 	FC_CHECK_INIT();
-	(void)dptr;
-	(void)bytes;
 	if (name == NULL)
 		return CUDA_ERROR_INVALID_VALUE;
 	if (!module_valid(hmod))
 		return CUDA_ERROR_INVALID_HANDLE;
-	return CUDA_ERROR_NOT_FOUND; /* modules carry no globals here */
+	return fc_modimage_global(hmod->image, name, dptr, bytes);
 }
 
 static bool func_valid(CUfunction f)
