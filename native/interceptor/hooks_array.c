@@ -107,13 +107,13 @@ static unsigned char array_full_warned;
  * handle the driver just handed out belongs to an array that is gone
  * (taken down with a context the process had no record for): its bytes
  * are given back first. */
-static void array_created(struct charge *c, CUresult r, int kind, uint64_t key)
+static CUresult array_created(struct charge *c, CUresult r, int kind, uint64_t key)
 {
 	if (!c->active)
-		return;
+		return r;
 	if (r != CUDA_SUCCESS) {
 		gs_unreserve(c->g, c->n);
-		return;
+		return r;
 	}
 	struct gs_xent *old = gs_xtab_find(kind, key);
 	if (old != NULL) {
@@ -125,10 +125,22 @@ static void array_created(struct charge *c, CUresult r, int kind, uint64_t key)
 	CUcontext ctx = NULL;
 	if (getcur == NULL || getcur(&ctx) != CUDA_SUCCESS)
 		ctx = NULL;
-	if (gs_xtab_insert(kind, key, gs_val_pack(c->g, c->n), (uint64_t)(uintptr_t)ctx) == NULL &&
-	    !__atomic_exchange_n(&array_full_warned, 1, __ATOMIC_RELAXED))
-		gs_log("array table full: %llu bytes stay charged until the process exits",
-		       (unsigned long long)c->n);
+	if (gs_xtab_insert(kind, key, gs_val_pack(c->g, c->n), (uint64_t)(uintptr_t)ctx) != NULL)
+		return CUDA_SUCCESS;
+	/* the table is full: the array is destroyed and refused */
+	if (kind == GS_XTAB_ARRAY) {
+		gs_pfn_cuArrayDestroy d = GS_REAL(cuArrayDestroy);
+		if (d != NULL)
+			d((CUarray)(uintptr_t)key);
+	} else {
+		gs_pfn_cuMipmappedArrayDestroy d = GS_REAL(cuMipmappedArrayDestroy);
+		if (d != NULL)
+			d((CUmipmappedArray)(uintptr_t)key);
+	}
+	gs_unreserve(c->g, c->n);
+	if (!__atomic_exchange_n(&array_full_warned, 1, __ATOMIC_RELAXED))
+		gs_log("array table full: new arrays are refused until some are destroyed");
+	return CUDA_ERROR_OUT_OF_MEMORY;
 }
 
 #define GS_ARRAY_CREATE(sym, params, call_args, out, bytes, kind)                                   \
@@ -145,7 +157,9 @@ static void array_created(struct charge *c, CUresult r, int kind, uint64_t key)
 		CUresult r = charge_ctx(&c, st, (bytes));                                           \
 		if (r == CUDA_SUCCESS) {                                                            \
 			r = real call_args;                                                         \
-			array_created(&c, r, kind, r == CUDA_SUCCESS ? (uint64_t)(uintptr_t)*(out) : 0); \
+			r = array_created(&c, r, kind, r == CUDA_SUCCESS ? (uint64_t)(uintptr_t)*(out) : 0); \
+			if (r != CUDA_SUCCESS && out != NULL)                                       \
+				*(out) = NULL;                                                      \
 		}                                                                                   \
 		pthread_mutex_unlock(&gs_ctx_mu);                                                   \
 		return r;                                                                           \

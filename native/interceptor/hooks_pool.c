@@ -4,6 +4,14 @@
  */
 #include "gs.h"
 
+static unsigned char pool_full_warned;
+
+static void pool_table_full(void)
+{
+	if (!__atomic_exchange_n(&pool_full_warned, 1, __ATOMIC_RELAXED))
+		gs_log("memory pool table full: new pools are refused until some are destroyed");
+}
+
 /* Where a pool lives, remembered for cuMemAllocFromPoolAsync. */
 static int pool_location(const CUmemPoolProps *props)
 {
@@ -27,8 +35,17 @@ CUresult cuMemPoolCreate(CUmemoryPool *pool, const CUmemPoolProps *poolProps)
 	if (GS_UNLIKELY(real == NULL))
 		return CUDA_ERROR_NOT_INITIALIZED;
 	CUresult r = real(pool, poolProps);
-	if (r == CUDA_SUCCESS && gs_state() != GS_ST_INERT)
-		gs_pool_set((uint64_t)(uintptr_t)*pool, pool_location(poolProps));
+	if (r == CUDA_SUCCESS && gs_state() != GS_ST_INERT &&
+	    gs_pool_set((uint64_t)(uintptr_t)*pool, pool_location(poolProps)) < 0) {
+		/* the table is full: a pool whose device is not known cannot be
+		 * charged right, so it is not handed out */
+		gs_pfn_cuMemPoolDestroy destroy = GS_REAL(cuMemPoolDestroy);
+		if (destroy != NULL)
+			destroy(*pool);
+		*pool = NULL;
+		pool_table_full();
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	}
 	return r;
 }
 
@@ -50,8 +67,11 @@ CUresult cuMemPoolDestroy(CUmemoryPool pool)
 		if (GS_UNLIKELY(real == NULL))                                        \
 			return CUDA_ERROR_NOT_INITIALIZED;                            \
 		CUresult r = real(pool, dev);                                         \
-		if (r == CUDA_SUCCESS && gs_state() != GS_ST_INERT)                   \
-			gs_pool_set((uint64_t)(uintptr_t)*pool, dev);                 \
+		if (r == CUDA_SUCCESS && gs_state() != GS_ST_INERT &&                 \
+		    gs_pool_set((uint64_t)(uintptr_t)*pool, dev) < 0) {               \
+			pool_table_full();                                            \
+			return CUDA_ERROR_OUT_OF_MEMORY;                              \
+		}                                                                     \
 		return r;                                                             \
 	}
 

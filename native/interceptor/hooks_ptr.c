@@ -68,18 +68,32 @@ static CUresult charge_pool(struct charge *c, int st, CUmemoryPool pool, CUstrea
 	return charge_stream(c, st, s, n);
 }
 
-GS_INLINE void finish(struct charge *c, CUresult r, int kind, uint64_t key)
+/* After the real allocator: give the bytes back when it failed, else
+ * record key. -1 when the table is full: the caller frees the allocation
+ * and refuses it (the table fails closed: memory the process holds is never
+ * left uncounted, nor its release lost). */
+GS_INLINE int finish(struct charge *c, CUresult r, int kind, uint64_t key)
 {
 	if (!c->active)
-		return;
+		return 0;
 	if (r != CUDA_SUCCESS) {
 		gs_unreserve(c->g, c->n);
-		return;
+		return 0;
 	}
-	if (GS_UNLIKELY(gs_tab_insert(kind, key, c->g, c->n) < 0) &&
-	    !__atomic_exchange_n(&table_full_warned, 1, __ATOMIC_RELAXED))
-		gs_log("allocation table full: %llu bytes stay charged until the process exits",
-		       (unsigned long long)c->n);
+	if (GS_LIKELY(gs_tab_insert(kind, key, c->g, c->n) == 0))
+		return 0;
+	return -1;
+}
+
+/* The allocation could not be recorded: free it (undo is the real free),
+ * give the bytes back, refuse. */
+static __attribute__((noinline, cold)) CUresult refuse_unrecorded(struct charge *c, CUdeviceptr *dptr)
+{
+	gs_unreserve(c->g, c->n);
+	if (!__atomic_exchange_n(&table_full_warned, 1, __ATOMIC_RELAXED))
+		gs_log("allocation table full: allocations are refused until some are freed");
+	*dptr = 0;
+	return CUDA_ERROR_OUT_OF_MEMORY;
 }
 
 /* Take key out of the table: its packed (GPU, bytes), 0 when this process
@@ -104,13 +118,15 @@ static inline void released(CUresult r, int kind, uint64_t key, uint64_t v)
  *
  * GS_CHARGED_CREATE: pass through when inert; otherwise reserve with `reserve`
  * (an expression on `struct charge c` and `st`), call the real entry point
- * and record `key` (evaluated only when it succeeded) under table `kind`.
+ * and record `key` (evaluated only when it succeeded) under table `kind`;
+ * when the table is full, `undo` (the real free of *dptr) runs and the
+ * allocation is refused.
  *
  * GS_RELEASE: take `key` out of table `kind`, call the real entry point,
  * give the bytes back (or put the entry back when the call failed). Keys
  * this process never charged pass straight through.
  */
-#define GS_CHARGED_CREATE(sym, params, call_args, reserve, kind, key)           \
+#define GS_CHARGED_CREATE(sym, params, call_args, reserve, kind, key, undo)     \
 	CUresult sym params                                                     \
 	{                                                                       \
 		gs_pfn_##sym real = GS_REAL(sym);                               \
@@ -124,7 +140,11 @@ static inline void released(CUresult r, int kind, uint64_t key, uint64_t v)
 		if (r != CUDA_SUCCESS)                                          \
 			return r;                                               \
 		r = real call_args;                                             \
-		finish(&c, r, kind, r == CUDA_SUCCESS ? (uint64_t)(key) : 0);   \
+		if (GS_UNLIKELY(finish(&c, r, kind,                             \
+				       r == CUDA_SUCCESS ? (uint64_t)(key) : 0) < 0)) { \
+			undo;                                                   \
+			return refuse_unrecorded(&c, dptr);                     \
+		}                                                               \
 		return r;                                                       \
 	}
 
@@ -147,24 +167,42 @@ static inline void released(CUresult r, int kind, uint64_t key, uint64_t v)
 
 #define GS_CHARGED_PTR_ALLOC(sym, call_args, ...)                                              \
 	GS_CHARGED_CREATE(sym, (CUdeviceptr * dptr, size_t bytesize, ##__VA_ARGS__), call_args, \
-			  charge_ctx(&c, st, bytesize), GS_TAB_PTR, *dptr)
+			  charge_ctx(&c, st, bytesize), GS_TAB_PTR, *dptr, undo_free(*dptr))
+
+static __attribute__((noinline, cold)) void undo_free(CUdeviceptr p)
+{
+	gs_pfn_cuMemFree_v2 fr = GS_REAL(cuMemFree_v2);
+	if (fr != NULL)
+		fr(p);
+}
 
 GS_CHARGED_PTR_ALLOC(cuMemAlloc_v2, (dptr, bytesize))
 GS_CHARGED_PTR_ALLOC(cuMemAllocManaged, (dptr, bytesize, flags), unsigned int flags)
 
 /* stream-ordered: the stream's device, or the pool's */
-#define GS_CHARGED_ASYNC_ALLOC(sym, call_args, reserve, ...)                                    \
+#define GS_CHARGED_ASYNC_ALLOC(sym, call_args, reserve, freesym, ...)                            \
 	GS_CHARGED_CREATE(sym, (CUdeviceptr * dptr, size_t bytesize, __VA_ARGS__), call_args, \
-			  reserve, GS_TAB_PTR, *dptr)
+			  reserve, GS_TAB_PTR, *dptr, undo_free_async(GS_R_##freesym, *dptr, stream))
+
+typedef CUresult (*free_async_fn)(CUdeviceptr, CUstream);
+
+static __attribute__((noinline, cold)) void undo_free_async(int ridx, CUdeviceptr p, CUstream s)
+{
+	free_async_fn fr = (free_async_fn)gs_real_get(ridx);
+	if (fr != NULL)
+		fr(p, s);
+}
 
 GS_CHARGED_ASYNC_ALLOC(cuMemAllocAsync, (dptr, bytesize, stream), charge_stream(&c, st, stream, bytesize),
-		       CUstream stream)
+		       cuMemFreeAsync, CUstream stream)
 GS_CHARGED_ASYNC_ALLOC(cuMemAllocAsync_ptsz, (dptr, bytesize, stream), charge_stream(&c, st, stream, bytesize),
-		       CUstream stream)
+		       cuMemFreeAsync_ptsz, CUstream stream)
 GS_CHARGED_ASYNC_ALLOC(cuMemAllocFromPoolAsync, (dptr, bytesize, pool, stream),
-		       charge_pool(&c, st, pool, stream, bytesize), CUmemoryPool pool, CUstream stream)
+		       charge_pool(&c, st, pool, stream, bytesize), cuMemFreeAsync, CUmemoryPool pool,
+		       CUstream stream)
 GS_CHARGED_ASYNC_ALLOC(cuMemAllocFromPoolAsync_ptsz, (dptr, bytesize, pool, stream),
-		       charge_pool(&c, st, pool, stream, bytesize), CUmemoryPool pool, CUstream stream)
+		       charge_pool(&c, st, pool, stream, bytesize), cuMemFreeAsync_ptsz, CUmemoryPool pool,
+		       CUstream stream)
 /* Charged as pitch * height, the size the driver actually handed out:
  * width * height is reserved first, the padding once the pitch is known. */
 CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pitch, size_t width, size_t height,
@@ -197,7 +235,10 @@ CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pitch, size_t width, size
 		}
 		c.n = actual;
 	}
-	finish(&c, r, GS_TAB_PTR, r == CUDA_SUCCESS ? *dptr : 0);
+	if (GS_UNLIKELY(finish(&c, r, GS_TAB_PTR, r == CUDA_SUCCESS ? *dptr : 0) < 0)) {
+		undo_free(*dptr);
+		return refuse_unrecorded(&c, dptr);
+	}
 	return r;
 }
 

@@ -18,11 +18,11 @@
 
 static unsigned char vmm_full_warned;
 
-static void vmm_table_full(uint64_t bytes)
+/* A VMM table is full: the handle or mapping is undone and refused. */
+static void vmm_table_full(void)
 {
 	if (!__atomic_exchange_n(&vmm_full_warned, 1, __ATOMIC_RELAXED))
-		gs_log("VMM table full: %llu bytes stay charged until the process exits",
-		       (unsigned long long)bytes);
+		gs_log("VMM table full: new handles and mappings are refused until some are released");
 }
 
 /* One more reference on a charged handle; -1 when it has none left. */
@@ -97,8 +97,7 @@ static void drop_mappings(uint64_t lo, uint64_t size)
 
 /* After a successful cuMemMap at ptr (gs_map_mu held). A mapping still
  * recorded at ptr is gone (the driver just mapped there; it was taken down
- * without cuMemUnmap): forget it first. -1 when the table is full (the handle
- * then keeps this mapping's reference until the process exits). */
+ * without cuMemUnmap): forget it first. -1 when the table is full. */
 static int map_record(uint64_t ptr, uint64_t handle, uint64_t size)
 {
 	struct gs_xent *old = gs_xtab_find(GS_XTAB_MAP, ptr);
@@ -135,8 +134,15 @@ CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size, const CU
 		gs_unreserve(c.g, c.n);
 		return r;
 	}
-	if (GS_UNLIKELY(gs_xtab_insert(GS_XTAB_HANDLE, *handle, gs_val_pack(c.g, c.n), 1) == NULL))
-		vmm_table_full(c.n);
+	if (GS_UNLIKELY(gs_xtab_insert(GS_XTAB_HANDLE, *handle, gs_val_pack(c.g, c.n), 1) == NULL)) {
+		gs_pfn_cuMemRelease rel = GS_REAL(cuMemRelease);
+		if (rel != NULL)
+			rel(*handle);
+		gs_unreserve(c.g, c.n);
+		*handle = 0;
+		vmm_table_full();
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	}
 	return r;
 }
 
@@ -181,10 +187,17 @@ CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAlloc
 		r = real(ptr, size, offset, handle, flags); /* released meanwhile: the driver decides */
 	} else {
 		r = real(ptr, size, offset, handle, flags);
-		if (r != CUDA_SUCCESS)
+		if (r != CUDA_SUCCESS) {
 			handle_unref(e, handle);
-		else if (map_record(ptr, handle, size) < 0)
-			vmm_table_full(gs_val_bytes(__atomic_load_n(&e->a, __ATOMIC_RELAXED)));
+		} else if (map_record(ptr, handle, size) < 0) {
+			/* unrecorded, its unmap could not be seen: undone */
+			gs_pfn_cuMemUnmap unmap = GS_REAL(cuMemUnmap);
+			if (unmap != NULL)
+				unmap(ptr, size);
+			handle_unref(e, handle);
+			vmm_table_full();
+			r = CUDA_ERROR_OUT_OF_MEMORY;
+		}
 	}
 	pthread_mutex_unlock(&gs_map_mu);
 	return r;

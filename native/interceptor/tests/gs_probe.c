@@ -22,6 +22,7 @@
  *   stream:N           create a stream on device N's primary context (then restore the
  *                      current context); the async steps below use the newest one
  *   mkpool:N           cuMemPoolCreate on device N      devpool:N  cuDeviceGetMemPool(N)
+ *   mkpools:N:COUNT    COUNT cuMemPoolCreate on device N (kept; the newest is the one used)
  *   sasync:S           cuMemAllocAsync on that stream
  *   spool:S            cuMemAllocFromPoolAsync from the newest pool on that stream
  *                      (the NULL stream when none was created)
@@ -333,6 +334,24 @@ static void step(char *arg)
 			r = cuMemPoolCreate(&ppool, &props);
 		}
 		printf("%s rc=%d dev=%s\n", cmd, r, f[1]);
+	} else if (strcmp(cmd, "mkpools") == 0 && nf >= 3) {
+		CUdevice d;
+		long made = 0, count = atol(f[2]);
+		r = cuDeviceGet(&d, atoi(f[1]));
+		for (long k = 0; r == CUDA_SUCCESS && k < count; k++) {
+			CUmemPoolProps props;
+			memset(&props, 0, sizeof(props));
+			props.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
+			props.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+			props.location.id = d;
+			CUmemoryPool pl;
+			r = cuMemPoolCreate(&pl, &props);
+			if (r == CUDA_SUCCESS) {
+				ppool = pl;
+				made++;
+			}
+		}
+		printf("mkpools rc=%d dev=%s made=%ld\n", r, f[1], made);
 	} else if ((strcmp(cmd, "sasync") == 0 || strcmp(cmd, "spool") == 0) && nf >= 2) {
 		uint64_t n = parse_size(f[1]);
 		CUdeviceptr p = 0;
