@@ -106,6 +106,7 @@ void gs_tab_drop(void)
 	pthread_mutex_init(&gs_ctx_mu, NULL);
 	gs_nmapped = 0;
 	pool_drop();
+	gs_ctxcost_drop();
 }
 
 int gs_tab_insert_slow(struct gs_tab *t, uint64_t key, uint64_t val)

@@ -22,6 +22,12 @@
  *   stream:N           create a stream on device N's primary context (then restore the
  *                      current context); the async steps below use the newest one
  *   mkpool:N           cuMemPoolCreate on device N      devpool:N  cuDeviceGetMemPool(N)
+ *   ctx:N:V            create a context on device N with cuCtxCreate (V=1), _v2, _v3 or
+ *                      _v4 (it becomes current)
+ *   ctxdestroy         cuCtxDestroy_v2 the newest created context  ctxdetach  cuCtxDetach it
+ *   ctxattach          cuCtxAttach on the current context
+ *   pretain:N          cuDevicePrimaryCtxRetain(N) (not made current)
+ *   prelease:N         cuDevicePrimaryCtxRelease_v2(N)   preset:N  cuDevicePrimaryCtxReset_v2(N)
  *   mkpools:N:COUNT    COUNT cuMemPoolCreate on device N (kept; the newest is the one used)
  *   sasync:S           cuMemAllocAsync on that stream
  *   spool:S            cuMemAllocFromPoolAsync from the newest pool on that stream
@@ -58,6 +64,7 @@
 #include <unistd.h>
 
 #include "cuda.h"
+#include "cuda_ext.h"
 #include "nvml.h"
 
 enum kind { K_PTR, K_ASYNC, K_VMM, K_ARRAY, K_MIPMAP };
@@ -159,6 +166,11 @@ struct vmap {
 };
 static struct vmap vmaps[256];
 static size_t nvmaps;
+
+static CUcontext made[64];
+static int nmade;
+
+typedef CUresult (*pfn_ctx_create1)(CUcontext *, unsigned int, CUdevice);
 
 static CUstream pstream;
 static CUmemoryPool ppool;
@@ -333,6 +345,52 @@ static void step(char *arg)
 			props.location.id = d;
 			r = cuMemPoolCreate(&ppool, &props);
 		}
+		printf("%s rc=%d dev=%s\n", cmd, r, f[1]);
+	} else if (strcmp(cmd, "ctx") == 0 && nf >= 3) {
+		CUdevice d;
+		CUcontext c = NULL;
+		int v = atoi(f[2]);
+		r = cuDeviceGet(&d, atoi(f[1]));
+		if (r == CUDA_SUCCESS) {
+			if (v == 1) {
+				pfn_ctx_create1 fn = (pfn_ctx_create1)dlsym(RTLD_DEFAULT, "cuCtxCreate");
+				r = fn != NULL ? fn(&c, 0, d) : CUDA_ERROR_NOT_FOUND;
+			} else if (v == 2) {
+				r = cuCtxCreate_v2(&c, 0, d);
+			} else if (v == 3) {
+				r = cuCtxCreate_v3(&c, NULL, 0, 0, d);
+			} else {
+				CUctxCreateParams params;
+				memset(&params, 0, sizeof(params));
+				r = cuCtxCreate_v4(&c, &params, 0, d);
+			}
+		}
+		if (r == CUDA_SUCCESS && nmade < 64)
+			made[nmade++] = c;
+		printf("ctx rc=%d dev=%s ver=%d\n", r, f[1], v);
+	} else if (strcmp(cmd, "ctxdestroy") == 0 || strcmp(cmd, "ctxdetach") == 0) {
+		r = CUDA_ERROR_INVALID_CONTEXT;
+		if (nmade > 0) {
+			CUcontext c = made[nmade - 1];
+			unsigned int v;
+			r = strcmp(cmd, "ctxdestroy") == 0 ? cuCtxDestroy_v2(c) : cuCtxDetach(c);
+			if (r == CUDA_SUCCESS && cuCtxGetApiVersion(c, &v) != CUDA_SUCCESS)
+				nmade--; /* gone */
+		}
+		printf("%s rc=%d\n", cmd, r);
+	} else if (strcmp(cmd, "ctxattach") == 0) {
+		CUcontext c = NULL;
+		r = cuCtxAttach(&c, 0);
+		printf("ctxattach rc=%d\n", r);
+	} else if ((strcmp(cmd, "pretain") == 0 || strcmp(cmd, "prelease") == 0 || strcmp(cmd, "preset") == 0) &&
+		   nf >= 2) {
+		CUdevice d;
+		CUcontext c = NULL;
+		r = cuDeviceGet(&d, atoi(f[1]));
+		if (r == CUDA_SUCCESS)
+			r = strcmp(cmd, "pretain") == 0	   ? cuDevicePrimaryCtxRetain(&c, d)
+			    : strcmp(cmd, "prelease") == 0 ? cuDevicePrimaryCtxRelease_v2(d)
+							   : cuDevicePrimaryCtxReset_v2(d);
 		printf("%s rc=%d dev=%s\n", cmd, r, f[1]);
 	} else if (strcmp(cmd, "mkpools") == 0 && nf >= 3) {
 		CUdevice d;
