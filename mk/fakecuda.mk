@@ -16,7 +16,7 @@ FC_HDRS   := $(wildcard native/include/*.h) $(wildcard $(FC_DIR)/*.h)
 FC_SOLINK := -shared $(LDFLAGS_COMMON) -Wl,--no-undefined -Wl,-Bsymbolic -Wl,-z,nodelete $(GLIBC_COMPAT_LIBS)
 
 FC_COMMON   := config state
-FC_DRIVER   := init getproc ctx alloc copy pool array vmm misc
+FC_DRIVER   := init getproc ctx alloc copy pool array vmm misc graph ipcmem
 FC_CUDART   := cudart
 FC_NVML     := nvml
 
