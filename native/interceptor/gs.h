@@ -72,6 +72,8 @@
 	X(CU, cuPointerGetAttribute, CUresult, (void *data, CUpointer_attribute attribute, CUdeviceptr ptr)) \
 	X(CU, cuDevicePrimaryCtxGetState, CUresult, (CUdevice dev, unsigned int *flags, int *active)) \
 	X(CU, cuCtxGetApiVersion, CUresult, (CUcontext ctx, unsigned int *version))   \
+	X(CU, cuDeviceGetGraphMemAttribute, CUresult, (CUdevice device, CUgraphMem_attribute attr, void *value)) \
+	X(CU, cuDeviceGetCount, CUresult, (int *count))                               \
 	X(NVML, nvmlDeviceGetUUID, nvmlReturn_t, (nvmlDevice_t device, char *uuid, unsigned int length)) \
 	X(NVML, nvmlInit_v2, nvmlReturn_t, (void))                                      \
 	X(NVML, nvmlDeviceGetHandleByUUID, nvmlReturn_t, (const char *uuid, nvmlDevice_t *device)) \
@@ -248,8 +250,9 @@ enum gs_tab_kind { GS_TAB_PTR, GS_NTAB };
 /* VMM: physical handle -> (GPU, bytes, references); mapped address ->
  * (handle, size). Arrays and mipmapped arrays: handle -> ((GPU, bytes),
  * context they were created in), kept apart because their values can
- * collide. */
-enum gs_xtab_kind { GS_XTAB_HANDLE, GS_XTAB_MAP, GS_XTAB_ARRAY, GS_XTAB_MIPMAP, GS_NXTAB };
+ * collide. Graphs and executable graphs -> (device and bytes of their
+ * memory allocation nodes, flags): hooks_graph.c. */
+enum gs_xtab_kind { GS_XTAB_HANDLE, GS_XTAB_MAP, GS_XTAB_ARRAY, GS_XTAB_MIPMAP, GS_XTAB_GRAPH, GS_XTAB_GEXEC, GS_NXTAB };
 int gs_tab_init(void);
 void gs_tab_drop(void);
 
@@ -276,6 +279,8 @@ int gs_ctxcost_primary_charged(CUdevice dev);
 void gs_ctxcost_primary_set(const struct gs_ctxcharge *c);
 void gs_ctxcost_primary_release(CUdevice dev);
 void gs_ctxcost_drop(void);
+void gs_graph_drop(void); /* hooks_graph.c, after fork */
+void gs_vmm_import_ref(uint64_t handle); /* hooks_vmm.c */
 
 /* ---- logging (log.c) ---- */
 extern int gs_debug_on;

@@ -51,6 +51,16 @@ static void handle_unref(struct gs_xent *e, uint64_t handle)
 		gs_unreserve(gs_val_gpu(v), gs_val_bytes(v));
 }
 
+/* A handle the driver handed out again by an import: if this process
+ * charged it, the import holds one more reference (the driver's count went
+ * up too), so the bytes stay charged until the last release. */
+void gs_vmm_import_ref(uint64_t handle)
+{
+	struct gs_xent *e = gs_xtab_find(GS_XTAB_HANDLE, handle);
+	if (e != NULL)
+		handle_ref(e);
+}
+
 static void handle_unref_by_key(uint64_t handle)
 {
 	struct gs_xent *e = gs_xtab_find(GS_XTAB_HANDLE, handle);

@@ -31,6 +31,8 @@ static const unsigned gs_xtab_bits[GS_NXTAB] = {
 	[GS_XTAB_MAP] = 16,
 	[GS_XTAB_ARRAY] = 16,
 	[GS_XTAB_MIPMAP] = 14,
+	[GS_XTAB_GRAPH] = 12,
+	[GS_XTAB_GEXEC] = 12,
 };
 
 struct gs_tab gs_tabs[GS_NTAB];
@@ -107,6 +109,7 @@ void gs_tab_drop(void)
 	gs_nmapped = 0;
 	pool_drop();
 	gs_ctxcost_drop();
+	gs_graph_drop();
 }
 
 int gs_tab_insert_slow(struct gs_tab *t, uint64_t key, uint64_t val)

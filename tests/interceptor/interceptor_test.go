@@ -226,10 +226,14 @@ func TestHookListConsistency(t *testing.T) {
 					dlsymHooked[h.Symbol] = true
 				}
 			case "gpa", "gpa4":
-				// hooked when the driver resolved to a listed variant of this base
-				if h, ok := bySym[sym]; ok && h.Base == f[1] && lib == "libcuda.so.1" {
+				// hooked when the driver resolved to a hooked entry point
+				// (of this base, or another's: cuGraphInstantiate at 11040
+				// is cuGraphInstantiateWithFlags)
+				if h, ok := bySym[sym]; ok && h.Lib == "CU" && lib == "libcuda.so.1" {
 					want = "libgpuslice.so:" + h.Symbol
-					gpaHooked[h.Base+"/"+h.Symbol] = true
+					if h.Base == f[1] {
+						gpaHooked[h.Base+"/"+h.Symbol] = true
+					}
 				}
 			case "dlsymver":
 				want = "libgpuslice.so:cuMemAlloc_v2"

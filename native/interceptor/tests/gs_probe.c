@@ -28,6 +28,18 @@
  *   ctxattach          cuCtxAttach on the current context
  *   pretain:N          cuDevicePrimaryCtxRetain(N) (not made current)
  *   prelease:N         cuDevicePrimaryCtxRelease_v2(N)   preset:N  cuDevicePrimaryCtxReset_v2(N)
+ *   galloc:N:S:F       a graph with one allocation node of S on device N (F=free: and its
+ *                      free node; F=keep: none), instantiated (cuGraphInstantiateWithFlags;
+ *                      F=auto: AUTO_FREE_ON_LAUNCH)
+ *   glaunch            cuGraphLaunch the newest executable graph on the NULL stream
+ *   gexecdestroy       cuGraphExecDestroy it      gtrim:N  cuDeviceGraphMemTrim(N)
+ *   gmem:N             device N's graph memory: used and reserved (driver figures)
+ *   vmmexport:S        cuMemCreate S (POSIX fd shareable) on the current device and export
+ *                      it: prints the fd (the handle is held like vmm's)
+ *   vmmimport:PID:FD   import the fd FD of process PID (/proc/PID/fd/FD); held
+ *                      (vmmimport:self:last: the fd this process exported last)
+ *   ipcget             cuIpcGetMemHandle of the newest allocation: prints it in hex
+ *   ipcopen:HEX        cuIpcOpenMemHandle_v2 of that handle   ipcclose  close the newest
  *   mkpools:N:COUNT    COUNT cuMemPoolCreate on device N (kept; the newest is the one used)
  *   sasync:S           cuMemAllocAsync on that stream
  *   spool:S            cuMemAllocFromPoolAsync from the newest pool on that stream
@@ -55,6 +67,7 @@
  */
 #include <dirent.h>
 #include <dlfcn.h>
+#include <fcntl.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -166,6 +179,11 @@ struct vmap {
 };
 static struct vmap vmaps[256];
 static size_t nvmaps;
+
+static CUgraph pgraph;
+static CUgraphExec pexec;
+static CUdeviceptr ipcptr;
+static int lastfd = -1;
 
 static CUcontext made[64];
 static int nmade;
@@ -392,6 +410,94 @@ static void step(char *arg)
 			    : strcmp(cmd, "prelease") == 0 ? cuDevicePrimaryCtxRelease_v2(d)
 							   : cuDevicePrimaryCtxReset_v2(d);
 		printf("%s rc=%d dev=%s\n", cmd, r, f[1]);
+	} else if (strcmp(cmd, "galloc") == 0 && nf >= 4) {
+		CUgraphNode an = NULL, fn = NULL;
+		CUDA_MEM_ALLOC_NODE_PARAMS ap;
+		memset(&ap, 0, sizeof(ap));
+		ap.poolProps.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
+		ap.poolProps.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+		ap.poolProps.location.id = atoi(f[1]);
+		ap.bytesize = parse_size(f[2]);
+		r = cuGraphCreate(&pgraph, 0);
+		if (r == CUDA_SUCCESS)
+			r = cuGraphAddMemAllocNode(&an, pgraph, NULL, 0, &ap);
+		if (r == CUDA_SUCCESS && strcmp(f[3], "free") == 0)
+			r = cuGraphAddMemFreeNode(&fn, pgraph, &an, 1, ap.dptr);
+		if (r == CUDA_SUCCESS)
+			r = cuGraphInstantiateWithFlags(&pexec, pgraph,
+							strcmp(f[3], "auto") == 0
+								? CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH
+								: 0);
+		printf("galloc rc=%d\n", r);
+	} else if (strcmp(cmd, "glaunch") == 0) {
+		r = cuGraphLaunch(pexec, NULL);
+		printf("glaunch rc=%d\n", r);
+	} else if (strcmp(cmd, "gexecdestroy") == 0) {
+		r = cuGraphExecDestroy(pexec);
+		printf("gexecdestroy rc=%d\n", r);
+	} else if (strcmp(cmd, "gtrim") == 0 && nf >= 2) {
+		r = cuDeviceGraphMemTrim(atoi(f[1]));
+		printf("gtrim rc=%d\n", r);
+	} else if (strcmp(cmd, "gmem") == 0 && nf >= 2) {
+		cuuint64_t used = 0, resv = 0;
+		r = cuDeviceGetGraphMemAttribute(atoi(f[1]), CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT, &used);
+		if (r == CUDA_SUCCESS)
+			r = cuDeviceGetGraphMemAttribute(atoi(f[1]), CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT, &resv);
+		printf("gmem rc=%d used=%llu reserved=%llu\n", r, (unsigned long long)used, (unsigned long long)resv);
+	} else if (strcmp(cmd, "vmmexport") == 0 && nf >= 2) {
+		CUdevice d = 0;
+		CUmemGenericAllocationHandle h = 0;
+		uint64_t n = parse_size(f[1]);
+		int fd = -1;
+		CUmemAllocationProp prop;
+		memset(&prop, 0, sizeof(prop));
+		prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+		prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+		prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+		r = cuCtxGetDevice(&d);
+		prop.location.id = d;
+		if (r == CUDA_SUCCESS)
+			r = cuMemCreate(&h, n, &prop, 0);
+		if (r == CUDA_SUCCESS) {
+			push(K_VMM, h, n);
+			r = cuMemExportToShareableHandle(&fd, h, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
+		}
+		lastfd = fd;
+		printf("vmmexport rc=%d fd=%d pid=%d\n", r, fd, (int)getpid());
+	} else if (strcmp(cmd, "vmmimport") == 0 && nf >= 3) {
+		char path[64];
+		CUmemGenericAllocationHandle h = 0;
+		snprintf(path, sizeof(path), "/proc/%s/fd/%s", f[1], f[2]);
+		int fd = strcmp(f[1], "self") == 0 ? lastfd : open(path, O_RDONLY | O_CLOEXEC);
+		r = fd >= 0 ? cuMemImportFromShareableHandle(&h, (void *)(intptr_t)fd,
+							       CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR)
+			    : CUDA_ERROR_INVALID_VALUE;
+		int same = 0;
+		for (size_t k = 0; r == CUDA_SUCCESS && k < nheld; k++)
+			same |= held[k].kind == K_VMM && held[k].handle == h;
+		if (r == CUDA_SUCCESS)
+			push(K_VMM, h, 0);
+		printf("vmmimport rc=%d same=%d\n", r, same);
+	} else if (strcmp(cmd, "ipcget") == 0) {
+		CUipcMemHandle ih;
+		memset(&ih, 0, sizeof(ih));
+		r = nheld > 0 ? cuIpcGetMemHandle(&ih, held[nheld - 1].handle) : CUDA_ERROR_INVALID_VALUE;
+		printf("ipcget rc=%d handle=", r);
+		for (int k = 0; k < CU_IPC_HANDLE_SIZE; k++)
+			printf("%02x", (unsigned char)ih.reserved[k]);
+		printf("\n");
+	} else if (strcmp(cmd, "ipcopen") == 0 && nf >= 2) {
+		CUipcMemHandle ih;
+		memset(&ih, 0, sizeof(ih));
+		for (int k = 0; k < CU_IPC_HANDLE_SIZE && f[1][2 * k] && f[1][2 * k + 1]; k++) {
+			char b[3] = {f[1][2 * k], f[1][2 * k + 1], 0};
+			ih.reserved[k] = (char)strtoul(b, NULL, 16);
+		}
+		r = cuIpcOpenMemHandle_v2(&ipcptr, ih, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS);
+		printf("ipcopen rc=%d\n", r);
+	} else if (strcmp(cmd, "ipcclose") == 0) {
+		r = cuIpcCloseMemHandle(ipcptr);
+		printf("ipcclose rc=%d\n", r);
 	} else if (strcmp(cmd, "mkpools") == 0 && nf >= 3) {
 		CUdevice d;
 		long made = 0, count = atol(f[2]);
