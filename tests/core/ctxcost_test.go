@@ -98,3 +98,35 @@ func TestContextCostReleased(t *testing.T) {
 		}
 	}
 }
+
+// A program that only uses the runtime gets its context implicitly (the
+// runtime retains the primary context at first use): the cost is charged
+// all the same, by the runtime linked dynamically, statically, or through a
+// dlopened driver.
+func TestContextCostRuntime(t *testing.T) {
+	d := testenv.StartDaemon(t, testenv.DaemonOptions{CtxBytes: "64MiB"})
+	for _, tc := range []struct {
+		prog string
+		args []string
+	}{
+		{"target_app", []string{"--api", "runtime", "--step", "32MiB", "--count", "8"}},
+		{"target_app", []string{"--api", "driver", "--step", "32MiB", "--count", "8"}},
+		{"static_runtime", []string{"--step", "32MiB", "--count", "8"}},
+	} {
+		t.Run(tc.prog+" "+tc.args[1], func(t *testing.T) {
+			sess := newSession(t, d, client.SessionRequest{QuotaBytes: 128 * MiB})
+			l := openLedger(t, d, sess.ID)
+			r := probe.Run(t, sessionEnv(t, d, sess.ID), example(t, tc.prog), tc.args...)
+			if r.Err != nil {
+				t.Fatalf("%s: %v\n%s\n%s", tc.prog, r.Err, r.Stdout, r.Stderr)
+			}
+			// 64 MiB of context + 2 x 32 MiB fill the 128 MiB quota
+			if s := r.Find(t, "summary", 0); s.Get("allowed") != "2" {
+				t.Errorf("summary %s: want allowed=2 (the context's 64 MiB counted)\n%s", s.Line, r.Stdout)
+			}
+			if p := l.Peak(0); p != 128*MiB {
+				t.Errorf("peak %d MiB, want 128", p/MiB)
+			}
+		})
+	}
+}
