@@ -15,7 +15,9 @@
  * the executable graph at instantiation) beyond what the pool has free. A
  * launch that does not fit fails with CUDA_ERROR_OUT_OF_MEMORY before the
  * driver sees it. Graphs whose allocations were not seen (stream capture)
- * are charged after the launch. The graph and executable-graph tables fail
+ * are charged after the launch, on the current context's device (the
+ * capture's); a graph with allocation nodes on several devices settles
+ * every device after each launch. The graph and executable-graph tables fail
  * closed: a node or an instantiation that cannot be recorded is refused.
  */
 #include "charge.h"
@@ -71,6 +73,14 @@ static void sync_pool(CUdevice dev)
 		gs_unreserve(g, have - held);
 	pool_charged[dev].g = g;
 	pool_charged[dev].bytes = held;
+}
+
+/* The device of the calling thread's current context; -1 when none. */
+static CUdevice current_device(void)
+{
+	gs_pfn_cuCtxGetDevice getdev = GS_REAL(cuCtxGetDevice);
+	CUdevice d;
+	return getdev != NULL && getdev(&d) == CUDA_SUCCESS ? d : -1;
 }
 
 static void sync_all(void)
@@ -228,7 +238,7 @@ static int reserve_growth(CUdevice dev, uint64_t bytes)
 		pthread_mutex_lock(&graph_mu);                                        \
 		struct gs_xent *e = gs_xtab_find(GS_XTAB_GEXEC, (uint64_t)(uintptr_t)hGraphExec); \
 		uint64_t v = e != NULL ? __atomic_load_n(&e->a, __ATOMIC_RELAXED) : 0; \
-		int mixed = e == NULL || __atomic_load_n(&e->b, __ATOMIC_RELAXED) != 0; \
+		int mixed = e != NULL && __atomic_load_n(&e->b, __ATOMIC_RELAXED) != 0; \
 		CUresult r;                                                           \
 		if (!mixed && gs_val_bytes(v) != 0 &&                                 \
 		    reserve_growth(gs_val_gpu(v), gs_val_bytes(v)) < 0) {             \
@@ -238,6 +248,8 @@ static int reserve_growth(CUdevice dev, uint64_t bytes)
 		}                                                                     \
 		if (mixed)                                                            \
 			sync_all();                                                   \
+		else if (e == NULL) /* allocations not seen (stream capture) */       \
+			sync_pool(current_device());                                  \
 		else                                                                  \
 			sync_pool(gs_val_gpu(v));                                     \
 		pthread_mutex_unlock(&graph_mu);                                      \

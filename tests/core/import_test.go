@@ -33,8 +33,35 @@ func TestImportedMemoryChargedOnce(t *testing.T) {
 	}
 
 	t.Run("another process", func(t *testing.T) {
-		r := probe.Run(t, sessionEnv(t, d, imp.ID), probe.Bin(t, "gs_probe"), "dev:0",
-			"vmmimport:"+ex.Get("pid")+":"+ex.Get("fd"), "ipcopen:"+ipc.Get("handle"), "held", "pause", "free", "ipcclose")
+		b := probe.Start(t, sessionEnv(t, d, imp.ID), probe.Bin(t, "gs_probe"), "dev:0",
+			"vmmimport:"+ex.Get("pid")+":"+ex.Get("fd"), "ipcopen:"+ipc.Get("handle"), "pid", "pause", "free", "ipcclose")
+		bpid := b.Expect("pid").Get("pid")
+		b.Expect("paused")
+		// the driver's per-process figure (what the audit reads): the
+		// memory is the exporter's, not the importer's
+		q := probe.Run(t, d.Env(), example(t, "nvml_query"))
+		seen := false
+		for _, pr := range q.All("process") {
+			switch pr.Get("pid") {
+			case bpid:
+				if pr.Get("used") != "0" {
+					t.Errorf("NVML lists the importer with %s bytes", pr.Get("used"))
+				}
+			case ex.Get("pid"):
+				seen = true
+				if pr.Get("used") != "100663296" {
+					t.Errorf("NVML lists the exporter with %s bytes, want 96 MiB", pr.Get("used"))
+				}
+			}
+		}
+		if !seen {
+			t.Errorf("NVML does not list the exporter:\n%s", q.Stdout)
+		}
+		b.Send("")
+		if err := b.Wait(); err != nil {
+			t.Fatalf("importer: %v\n%s", err, b.Output())
+		}
+		r := b.Result()
 		for _, s := range []string{"vmmimport", "ipcopen", "free", "ipcclose"} {
 			if rc := r.Find(t, s, 0).Get("rc"); rc != "0" {
 				t.Errorf("%s: rc=%s\n%s", s, rc, r.Stdout)
