@@ -40,6 +40,8 @@
  *                      (vmmimport:self:last: the fd this process exported last)
  *   ipcget             cuIpcGetMemHandle of the newest allocation: prints it in hex
  *   ipcopen:HEX        cuIpcOpenMemHandle_v2 of that handle   ipcclose  close the newest
+ *   vmmfill:S:COUNT    up to COUNT cuMemCreate of S on the current device, held; stops at the
+ *                      first failure (prints how many were made and its rc)
  *   mkpools:N:COUNT    COUNT cuMemPoolCreate on device N (kept; the newest is the one used)
  *   sasync:S           cuMemAllocAsync on that stream
  *   spool:S            cuMemAllocFromPoolAsync from the newest pool on that stream
@@ -498,6 +500,24 @@ static void step(char *arg)
 	} else if (strcmp(cmd, "ipcclose") == 0) {
 		r = cuIpcCloseMemHandle(ipcptr);
 		printf("ipcclose rc=%d\n", r);
+	} else if (strcmp(cmd, "vmmfill") == 0 && nf >= 3) {
+		CUdevice d = 0;
+		uint64_t n = parse_size(f[1]);
+		long made = 0, count = atol(f[2]);
+		CUmemAllocationProp prop;
+		memset(&prop, 0, sizeof(prop));
+		prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+		prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+		r = cuCtxGetDevice(&d);
+		prop.location.id = d;
+		for (; r == CUDA_SUCCESS && made < count; made++) {
+			CUmemGenericAllocationHandle h = 0;
+			r = cuMemCreate(&h, n, &prop, 0);
+			if (r != CUDA_SUCCESS)
+				break;
+			push(K_VMM, h, n);
+		}
+		printf("vmmfill rc=%d made=%ld\n", r, made);
 	} else if (strcmp(cmd, "mkpools") == 0 && nf >= 3) {
 		CUdevice d;
 		long made = 0, count = atol(f[2]);
