@@ -14,7 +14,8 @@ cleanup() {
 trap cleanup EXIT
 
 export LD_LIBRARY_PATH="$BUILD/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-export FAKECUDA_DEVICES=80GiB FAKECUDA_STATE="demo-$$"
+# contexts cost no device memory here, so the steps below count allocations only
+export FAKECUDA_DEVICES=80GiB FAKECUDA_STATE="demo-$$" FAKECUDA_CTX_BYTES=0
 export GPUSLICE_IPC_SOCK="$work/ipc.sock" GPUSLICE_ADMIN_SOCK="$work/admin.sock"
 say() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
 

@@ -90,6 +90,10 @@ type DaemonOptions struct {
 	// Listen starts the TCP listener for /metrics and /healthz on loopback;
 	// the address is in Daemon.Listen.
 	Listen bool
+	// CtxBytes is FAKECUDA_CTX_BYTES, the device memory each CUDA context
+	// costs on the fake node; "" means "0" (no cost: tests count bytes
+	// under small quotas), "default" leaves fakecuda's realistic default.
+	CtxBytes string
 	// ExtraEnv and ExtraArgs are added to the daemon's environment and flags.
 	ExtraEnv  []string
 	ExtraArgs []string
@@ -225,6 +229,7 @@ func (d *Daemon) Args() []string {
 // DaemonEnv is the daemon's environment.
 func (d *Daemon) DaemonEnv() []string {
 	env := append(BaseEnv(), "FAKECUDA_DEVICES="+d.Devices, "FAKECUDA_STATE="+d.State)
+	env = append(env, d.ctxEnv()...)
 	if d.opts.Token != "" {
 		env = append(env, "GPUSLICE_IPC_TOKEN="+d.opts.Token, "GPUSLICE_IPC_TOKEN_REQUIRED=1")
 	}
@@ -278,14 +283,27 @@ func (d *Daemon) start() {
 
 // Env is the environment a child process of the test needs: the hermetic
 // base environment plus LD_LIBRARY_PATH=<build>/lib, FAKECUDA_DEVICES,
-// FAKECUDA_STATE and GPUSLICE_IPC_SOCK. Add GPUSLICE_SESSION, LD_PRELOAD...
+// FAKECUDA_STATE, FAKECUDA_CTX_BYTES (DaemonOptions.CtxBytes) and
+// GPUSLICE_IPC_SOCK. Add GPUSLICE_SESSION, LD_PRELOAD...
 func (d *Daemon) Env() []string {
-	return append(BaseEnv(),
+	env := append(BaseEnv(),
 		"LD_LIBRARY_PATH="+filepath.Join(d.Build, "lib"),
 		"FAKECUDA_DEVICES="+d.Devices,
 		"FAKECUDA_STATE="+d.State,
 		"GPUSLICE_IPC_SOCK="+d.IPCSock,
 	)
+	return append(env, d.ctxEnv()...)
+}
+
+// ctxEnv is FAKECUDA_CTX_BYTES as DaemonOptions.CtxBytes says.
+func (d *Daemon) ctxEnv() []string {
+	switch d.opts.CtxBytes {
+	case "":
+		return []string{"FAKECUDA_CTX_BYTES=0"}
+	case "default":
+		return nil
+	}
+	return []string{"FAKECUDA_CTX_BYTES=" + d.opts.CtxBytes}
 }
 
 // Client is an admin API client for this daemon.

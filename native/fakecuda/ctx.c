@@ -1,6 +1,14 @@
 /*
  * Contexts: one primary context per device (retain/release/flags/state/reset)
  * and created contexts, with a per-thread context stack.
+ *
+ * Each context costs device memory, as on a real GPU (FAKECUDA_CTX_BYTES,
+ * state.c): charged when it is created (a primary context: when its first
+ * reference is taken), given back when it is destroyed (cuCtxDestroy, the
+ * last cuCtxDetach, the last primary release) and when cuDevicePrimaryCtxReset
+ * destroys the primary context's resources; a primary context still
+ * referenced after a reset is charged again at its next retain. A context
+ * that does not fit on the device is refused with CUDA_ERROR_OUT_OF_MEMORY.
  */
 #include "drv.h"
 #include "exporttable.h"
@@ -18,6 +26,7 @@ static pthread_mutex_t ctx_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct CUctx_st primary[FC_MAX_DEVICES];
 static unsigned primary_refs[FC_MAX_DEVICES];
 static unsigned primary_flags[FC_MAX_DEVICES];
+static bool primary_charged[FC_MAX_DEVICES]; /* its cost is held (ctx_lock) */
 static _Atomic unsigned long long next_ctx_id = 1;
 
 static void set_top(void)
@@ -69,11 +78,31 @@ FC_API CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev)
 	if (!fc_valid_dev(dev))
 		return CUDA_ERROR_INVALID_DEVICE;
 	pthread_mutex_lock(&ctx_lock);
-	if (primary_refs[dev]++ == 0 || primary[dev].magic != FC_MAGIC_CTX)
+	if (primary_refs[dev] == 0 || primary[dev].magic != FC_MAGIC_CTX)
 		ctx_init(&primary[dev], dev, primary_flags[dev], true);
+	if (!primary_charged[dev]) {
+		uint64_t cost = fc_ctx_charge(fc_visible[dev]);
+		if (cost == UINT64_MAX) {
+			pthread_mutex_unlock(&ctx_lock);
+			return CUDA_ERROR_OUT_OF_MEMORY;
+		}
+		primary[dev].cost = cost;
+		primary_charged[dev] = true;
+	}
+	primary_refs[dev]++;
 	pthread_mutex_unlock(&ctx_lock);
 	*pctx = &primary[dev];
 	return CUDA_SUCCESS;
+}
+
+/* The primary context's own cost goes (ctx_lock held). */
+static void primary_uncharge_locked(CUdevice dev)
+{
+	if (primary_charged[dev]) {
+		fc_ctx_uncharge(primary[dev].phys, primary[dev].cost);
+		primary[dev].cost = 0;
+		primary_charged[dev] = false;
+	}
 }
 
 static void primary_teardown(CUdevice dev)
@@ -94,6 +123,8 @@ FC_API CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev)
 		return CUDA_ERROR_INVALID_CONTEXT;
 	}
 	bool last = --primary_refs[dev] == 0;
+	if (last)
+		primary_uncharge_locked(dev);
 	pthread_mutex_unlock(&ctx_lock);
 	if (last)
 		primary_teardown(dev);
@@ -135,6 +166,7 @@ FC_API CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev)
 		return CUDA_ERROR_INVALID_DEVICE;
 	primary_teardown(dev);
 	pthread_mutex_lock(&ctx_lock);
+	primary_uncharge_locked(dev); /* charged again at the next retain */
 	primary_flags[dev] = 0;
 	primary[dev].flags = 0;
 	pthread_mutex_unlock(&ctx_lock);
@@ -168,7 +200,14 @@ FC_API CUresult cuCtxCreate_v2(CUcontext *pctx, unsigned int flags, CUdevice dev
 	struct CUctx_st *c = malloc(sizeof(*c));
 	if (c == NULL)
 		return CUDA_ERROR_OUT_OF_MEMORY;
+	uint64_t cost = fc_ctx_charge(fc_visible[dev]);
+	if (cost == UINT64_MAX) {
+		free(c);
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	}
 	ctx_init(c, dev, flags, false);
+	c->cost = cost;
+	c->usage = 1;
 	stack[depth++] = c;
 	set_top();
 	*pctx = c;
@@ -180,6 +219,38 @@ FC_API CUresult cuCtxCreate(CUcontext *pctx, unsigned int flags, CUdevice dev)
 	return cuCtxCreate_v2(pctx, flags, dev);
 }
 
+/* Execution affinity (SM counts) is accepted and not modelled. */
+static CUresult check_affinity(const CUexecAffinityParam *p, int n)
+{
+	if (n < 0 || (n > 0 && p == NULL))
+		return CUDA_ERROR_INVALID_VALUE;
+	for (int i = 0; i < n; i++)
+		if (p[i].type != CU_EXEC_AFFINITY_TYPE_SM_COUNT)
+			return CUDA_ERROR_INVALID_VALUE;
+	return CUDA_SUCCESS;
+}
+
+FC_API CUresult cuCtxCreate_v3(CUcontext *pctx, CUexecAffinityParam *paramsArray, int numParams, unsigned int flags,
+			       CUdevice dev)
+{
+	FC_CHECK_INIT();
+	CUresult r = check_affinity(paramsArray, numParams);
+	return r != CUDA_SUCCESS ? r : cuCtxCreate_v2(pctx, flags, dev);
+}
+
+FC_API CUresult cuCtxCreate_v4(CUcontext *pctx, CUctxCreateParams *params, unsigned int flags, CUdevice dev)
+{
+	FC_CHECK_INIT();
+	if (params != NULL) {
+		if (params->cigParams != NULL)
+			return CUDA_ERROR_NOT_SUPPORTED; /* no graphics interop here */
+		CUresult r = check_affinity(params->execAffinityParams, params->numExecAffinityParams);
+		if (r != CUDA_SUCCESS)
+			return r;
+	}
+	return cuCtxCreate_v2(pctx, flags, dev);
+}
+
 FC_API CUresult cuCtxDestroy_v2(CUcontext ctx)
 {
 	FC_CHECK_INIT();
@@ -187,6 +258,8 @@ FC_API CUresult cuCtxDestroy_v2(CUcontext ctx)
 		return CUDA_ERROR_INVALID_CONTEXT;
 	fc_cls_ctx_teardown(ctx);
 	fc_free_ctx_allocs(ctx);
+	fc_ctx_uncharge(ctx->phys, ctx->cost);
+	ctx->cost = 0;
 	/* drop it from this thread's stack; other threads find the magic gone */
 	int w = 0;
 	for (int r = 0; r < depth; r++)
@@ -201,6 +274,36 @@ FC_API CUresult cuCtxDestroy_v2(CUcontext ctx)
 FC_API CUresult cuCtxDestroy(CUcontext ctx)
 {
 	return cuCtxDestroy_v2(ctx);
+}
+
+/* The deprecated usage count of a created context: cuCtxAttach takes one
+ * more on the current context, cuCtxDetach drops one and destroys the
+ * context with the last. */
+FC_API CUresult cuCtxAttach(CUcontext *pctx, unsigned int flags)
+{
+	FC_REQUIRE_CTX(c);
+	if (pctx == NULL || flags != 0)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (c->primary)
+		return CUDA_ERROR_INVALID_CONTEXT;
+	pthread_mutex_lock(&ctx_lock);
+	c->usage++;
+	pthread_mutex_unlock(&ctx_lock);
+	*pctx = c;
+	return CUDA_SUCCESS;
+}
+
+FC_API CUresult cuCtxDetach(CUcontext ctx)
+{
+	FC_CHECK_INIT();
+	if (!fc_ctx_valid(ctx) || ctx->primary)
+		return CUDA_ERROR_INVALID_CONTEXT;
+	pthread_mutex_lock(&ctx_lock);
+	bool last = ctx->usage <= 1;
+	if (!last)
+		ctx->usage--;
+	pthread_mutex_unlock(&ctx_lock);
+	return last ? cuCtxDestroy_v2(ctx) : CUDA_SUCCESS;
 }
 
 FC_API CUresult cuCtxPushCurrent_v2(CUcontext ctx)

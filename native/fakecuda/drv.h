@@ -5,6 +5,7 @@
 #define FC_DRV_H
 
 #include "fc_internal.h"
+#include "cuda_ext.h"
 
 #include <pthread.h>
 
@@ -46,6 +47,8 @@ struct CUctx_st {
 	unsigned long long id;
 	size_t limits[16];
 	CUfunc_cache cache;
+	uint64_t cost;    /* device memory the context holds (fc_ctx_charge) */
+	unsigned usage;   /* cuCtxAttach / cuCtxDetach count of a created context */
 };
 
 extern __thread CUcontext fc_tls_ctx; /* top of this thread's context stack */

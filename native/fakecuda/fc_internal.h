@@ -135,6 +135,17 @@ static inline bool fc_charge(unsigned phys, uint64_t bytes)
 
 void fc_sub_saturating(_Atomic uint64_t *v, uint64_t n);
 
+/* Device memory each context costs (FAKECUDA_CTX_BYTES, read when the state
+ * is attached; default FC_DEFAULT_CTX_BYTES). It is charged like an
+ * allocation: to the device's used memory (cuMemGetInfo, NVML) and to this
+ * process's slot (the per-process usage NVML reports). */
+#define FC_DEFAULT_CTX_BYTES (300ULL << 20)
+extern uint64_t fc_ctx_bytes;
+/* Charge one context on physical device phys: the bytes charged (0 when
+ * contexts cost nothing), or UINT64_MAX when the device has no room. */
+uint64_t fc_ctx_charge(unsigned phys);
+void fc_ctx_uncharge(unsigned phys, uint64_t bytes);
+
 extern _Atomic int fc_released; /* set once this process gave everything back at exit */
 
 static inline void fc_uncharge(unsigned phys, uint64_t bytes)

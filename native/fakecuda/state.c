@@ -11,6 +11,7 @@
  * gives everything back at once.
  */
 #include "fc_internal.h"
+#include "size_suffix.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -33,6 +34,7 @@ FC_HIDDEN struct fc_shm *fc_shm;
 FC_HIDDEN struct fc_shm_slot *fc_self_slot;
 static struct fc_shm_slot private_slot; /* used only if every shared slot is taken */
 FC_HIDDEN _Atomic int fc_released;
+FC_HIDDEN uint64_t fc_ctx_bytes = FC_DEFAULT_CTX_BYTES;
 FC_HIDDEN struct fc_shm_slot fc_fork_slot; /* placeholder in a forked child until first use */
 static pthread_mutex_t register_lock = PTHREAD_MUTEX_INITIALIZER;
 
@@ -101,8 +103,46 @@ static void init_shm(struct fc_shm *s, const struct fc_config *cfg)
 	s->magic = FC_SHM_MAGIC;
 }
 
+/* FAKECUDA_CTX_BYTES: a size ("0", "300MiB", "512M", "1G"); at most 1 TiB. */
+static int ctx_cost_load(void)
+{
+	const char *v = getenv("FAKECUDA_CTX_BYTES");
+	fc_ctx_bytes = FC_DEFAULT_CTX_BYTES;
+	if (v == NULL || *v == 0)
+		return 0;
+	char *end;
+	errno = 0;
+	unsigned long long n = strtoull(v, &end, 10);
+	int shift = end != v && v[0] >= '0' && v[0] <= '9' && errno == 0 ? size_suffix_shift(end) : -1;
+	if (shift < 0 || n > ((1ULL << 40) >> shift)) {
+		fprintf(stderr,
+			"fakecuda: invalid FAKECUDA_CTX_BYTES=\"%s\": expected the device memory each context costs, "
+			"a size such as 0, 300MiB or 512M (unit B, KiB, MiB, GiB or TiB; at most 1 TiB)\n",
+			v);
+		return -1;
+	}
+	fc_ctx_bytes = (uint64_t)n << shift;
+	return 0;
+}
+
+uint64_t fc_ctx_charge(unsigned phys)
+{
+	uint64_t n = fc_ctx_bytes;
+	if (n == 0)
+		return 0;
+	return fc_charge(phys, n) ? n : UINT64_MAX;
+}
+
+void fc_ctx_uncharge(unsigned phys, uint64_t bytes)
+{
+	if (bytes != 0 && bytes != UINT64_MAX)
+		fc_uncharge(phys, bytes);
+}
+
 int fc_state_attach(const struct fc_config *cfg)
 {
+	if (ctx_cost_load() != 0)
+		return -1;
 	char path[256];
 	snprintf(path, sizeof(path), "/dev/shm/fakecuda-%s", cfg->state);
 	/* open an existing state without O_CREAT: with fs.protected_regular, O_CREAT

@@ -25,6 +25,7 @@ struct vmm_alloc {
 	uint64_t off; /* in the backing memfd */
 	CUmemAllocationProp prop;
 	int refs; /* 1 until released + 1 per mapping + 1 per retain */
+	bool imported; /* another process's memory: not charged here */
 };
 
 struct resv {
@@ -71,7 +72,8 @@ static void drop_ref(struct vmm_alloc *h) /* vmm_lock held */
 	if (--h->refs > 0)
 		return;
 	(void)fallocate(backing_fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)h->off, (off_t)h->size);
-	fc_uncharge(h->phys, h->size);
+	if (!h->imported)
+		fc_uncharge(h->phys, h->size);
 	h->magic = FC_MAGIC_DEAD;
 	free(h);
 }
@@ -115,7 +117,7 @@ FC_API CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size, c
 	CUresult r = check_prop(prop);
 	if (r != CUDA_SUCCESS)
 		return r;
-	if (prop->requestedHandleTypes != CU_MEM_HANDLE_TYPE_NONE)
+	if (prop->requestedHandleTypes & ~(unsigned)CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR)
 		return CUDA_ERROR_NOT_SUPPORTED;
 	unsigned phys = fc_visible[prop->location.id];
 	struct vmm_alloc *h = calloc(1, sizeof(*h));
@@ -411,6 +413,98 @@ FC_API CUresult cuMemRetainAllocationHandle(CUmemGenericAllocationHandle *handle
 		}
 	pthread_mutex_unlock(&vmm_lock);
 	return rv;
+}
+
+#define FC_SHARE_MAGIC 0x46435348u /* "HSCF" */
+
+struct share_rec {
+	uint32_t magic;
+	uint32_t pid;
+	uint64_t handle;
+	uint64_t size;
+	uint32_t phys;
+	int32_t ordinal;
+	CUmemAllocationProp prop;
+};
+
+FC_API CUresult cuMemExportToShareableHandle(void *shareableHandle, CUmemGenericAllocationHandle handle,
+					     CUmemAllocationHandleType handleType, unsigned long long flags)
+{
+	FC_CHECK_INIT();
+	if (shareableHandle == NULL || flags != 0)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (handleType != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR)
+		return CUDA_ERROR_NOT_SUPPORTED;
+	pthread_mutex_lock(&vmm_lock);
+	struct vmm_alloc *h = handle_of(handle);
+	struct share_rec rec;
+	memset(&rec, 0, sizeof(rec));
+	if (h != NULL) {
+		rec.magic = FC_SHARE_MAGIC;
+		rec.pid = (uint32_t)getpid();
+		rec.handle = handle;
+		rec.size = h->size;
+		rec.phys = h->phys;
+		rec.ordinal = h->ordinal;
+		rec.prop = h->prop;
+	}
+	bool exportable = h != NULL && (h->prop.requestedHandleTypes & CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
+	pthread_mutex_unlock(&vmm_lock);
+	if (h == NULL)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (!exportable)
+		return CUDA_ERROR_NOT_SUPPORTED; /* not created with that handle type */
+	int fd = memfd_create("fakecuda-share", 0);
+	if (fd < 0)
+		return CUDA_ERROR_OPERATING_SYSTEM;
+	if (pwrite(fd, &rec, sizeof(rec), 0) != (ssize_t)sizeof(rec)) {
+		close(fd);
+		return CUDA_ERROR_OPERATING_SYSTEM;
+	}
+	*(int *)shareableHandle = fd;
+	return CUDA_SUCCESS;
+}
+
+FC_API CUresult cuMemImportFromShareableHandle(CUmemGenericAllocationHandle *handle, void *osHandle,
+					       CUmemAllocationHandleType shHandleType)
+{
+	FC_CHECK_INIT();
+	if (handle == NULL)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (shHandleType != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR)
+		return CUDA_ERROR_NOT_SUPPORTED;
+	int fd = (int)(intptr_t)osHandle; /* the POSIX handle is passed by value */
+	struct share_rec rec;
+	if (pread(fd, &rec, sizeof(rec), 0) != (ssize_t)sizeof(rec) || rec.magic != FC_SHARE_MAGIC ||
+	    rec.phys >= fc_shm->ndev || rec.size == 0 || rec.size % FC_GRANULARITY)
+		return CUDA_ERROR_INVALID_VALUE;
+	pthread_mutex_lock(&vmm_lock);
+	if (rec.pid == (uint32_t)getpid()) {
+		struct vmm_alloc *h = handle_of(rec.handle);
+		if (h != NULL)
+			h->refs++;
+		pthread_mutex_unlock(&vmm_lock);
+		if (h == NULL)
+			return CUDA_ERROR_INVALID_VALUE; /* released since */
+		*handle = rec.handle;
+		return CUDA_SUCCESS;
+	}
+	struct vmm_alloc *h = calloc(1, sizeof(*h));
+	CUresult r = h != NULL ? backing_reserve(rec.size, &h->off) : CUDA_ERROR_OUT_OF_MEMORY;
+	pthread_mutex_unlock(&vmm_lock);
+	if (r != CUDA_SUCCESS) {
+		free(h);
+		return r;
+	}
+	h->phys = rec.phys;
+	h->ordinal = rec.ordinal;
+	h->size = rec.size;
+	h->prop = rec.prop;
+	h->refs = 1;
+	h->imported = true;
+	h->magic = FC_MAGIC_VMM;
+	*handle = (CUmemGenericAllocationHandle)(uintptr_t)h;
+	return CUDA_SUCCESS;
 }
 
 /* The mapping containing p (for cuMemGetAddressRange); 0 if there is one. */

@@ -7,8 +7,10 @@
  *    keeps its meaning).
  *  - cuGetProcAddress / cuGetProcAddress_v2: the real driver resolves the
  *    request first; when the address it returns is the real entry point of
- *    a hooked variant, the caller gets that variant's hook (so a legacy
- *    request, e.g. cuMemAlloc at version 2000, stays unhooked).
+ *    a hooked variant (of this name, or of any name: cuGraphInstantiate
+ *    resolves to cuGraphInstantiateWithFlags), the caller gets that
+ *    variant's hook (so a legacy request, e.g. cuMemAlloc at version 2000,
+ *    stays unhooked).
  * Both tables are hooks.def.
  */
 #include <dlfcn.h>
@@ -104,6 +106,17 @@ static void gpa_rewrite(const char *symbol, void **pfn, int ver, cuuint64_t flag
 		if (got == h->hook)
 			return;
 		if (gs_real_get(h->ridx) == got) {
+			*pfn = h->hook;
+			return;
+		}
+	}
+	/* A name whose answer is another name's hooked entry point (the
+	 * driver resolves cuGraphInstantiate at 11040 to
+	 * cuGraphInstantiateWithFlags): that entry point's hook, whose ABI is
+	 * the one the driver handed out. */
+	for (size_t i = 0; i < gs_nhooks; i++) {
+		const struct gs_hook *h = &gs_hooks[i];
+		if (h->lib == GS_LIB_CU && gs_real_get(h->ridx) == got) {
 			*pfn = h->hook;
 			return;
 		}

@@ -13,6 +13,7 @@
 #define __CUDA_API_VERSION_INTERNAL 1
 #define __NVML_API_VERSION_INTERNAL 1
 #include "cuda.h"
+#include "cuda_ext.h"
 #include "nvml.h"
 #include "gpuslice_ledger.h"
 
@@ -35,6 +36,12 @@
 #undef cuCtxPushCurrent
 #undef cuCtxPopCurrent
 #undef cuCtxDestroy
+#undef cuCtxCreate
+#undef cuGraphInstantiate
+#undef cuGraphLaunch
+#undef cuGraphUpload
+#undef cuGraphInstantiateWithParams
+#undef cuIpcOpenMemHandle
 #undef cuDevicePrimaryCtxRelease
 #undef cuDevicePrimaryCtxReset
 
@@ -63,9 +70,15 @@
 	X(CU, cuCtxPopCurrent_v2, CUresult, (CUcontext * pctx))                       \
 	X(CU, cuStreamGetCtx, CUresult, (CUstream hStream, CUcontext * pctx))         \
 	X(CU, cuPointerGetAttribute, CUresult, (void *data, CUpointer_attribute attribute, CUdeviceptr ptr)) \
-	X(CU, cuDevicePrimaryCtxRetain, CUresult, (CUcontext * pctx, CUdevice dev))   \
 	X(CU, cuDevicePrimaryCtxGetState, CUresult, (CUdevice dev, unsigned int *flags, int *active)) \
-	X(NVML, nvmlDeviceGetUUID, nvmlReturn_t, (nvmlDevice_t device, char *uuid, unsigned int length))
+	X(CU, cuCtxGetApiVersion, CUresult, (CUcontext ctx, unsigned int *version))   \
+	X(CU, cuDeviceGetGraphMemAttribute, CUresult, (CUdevice device, CUgraphMem_attribute attr, void *value)) \
+	X(CU, cuDeviceGetCount, CUresult, (int *count))                               \
+	X(NVML, nvmlDeviceGetUUID, nvmlReturn_t, (nvmlDevice_t device, char *uuid, unsigned int length)) \
+	X(NVML, nvmlInit_v2, nvmlReturn_t, (void))                                      \
+	X(NVML, nvmlDeviceGetHandleByUUID, nvmlReturn_t, (const char *uuid, nvmlDevice_t *device)) \
+	X(NVML, nvmlDeviceGetComputeRunningProcesses_v3, nvmlReturn_t,                  \
+	  (nvmlDevice_t device, unsigned int *infoCount, nvmlProcessInfo_t *infos))
 
 enum gs_lib { GS_LIB_CU, GS_LIB_NVML };
 
@@ -237,12 +250,37 @@ enum gs_tab_kind { GS_TAB_PTR, GS_NTAB };
 /* VMM: physical handle -> (GPU, bytes, references); mapped address ->
  * (handle, size). Arrays and mipmapped arrays: handle -> ((GPU, bytes),
  * context they were created in), kept apart because their values can
- * collide. */
-enum gs_xtab_kind { GS_XTAB_HANDLE, GS_XTAB_MAP, GS_XTAB_ARRAY, GS_XTAB_MIPMAP, GS_NXTAB };
+ * collide. Graphs and executable graphs -> (device and bytes of their
+ * memory allocation nodes, flags): hooks_graph.c. */
+enum gs_xtab_kind { GS_XTAB_HANDLE, GS_XTAB_MAP, GS_XTAB_ARRAY, GS_XTAB_MIPMAP, GS_XTAB_GRAPH, GS_XTAB_GEXEC, GS_NXTAB };
 int gs_tab_init(void);
 void gs_tab_drop(void);
 
 #include "ptrtab.h"
+
+/* ---- context cost (ctxcost.c); gs_ctx_mu held for all of these ---- */
+struct gs_ctxcharge {
+	int active;  /* bytes reserved */
+	int measure; /* the cost is measured around this creation */
+	int dev;
+	int g;
+	uint64_t bytes;
+	uint64_t before; /* NVML usage before the creation */
+};
+/* Before creating a context on dev: 0 (go on), -1 (refuse: no room). */
+int gs_ctxcost_begin(struct gs_ctxcharge *c, CUdevice dev);
+/* After the driver answered r: 0, or -1 when the context must be undone
+ * and refused (its measured cost does not fit). */
+int gs_ctxcost_end(struct gs_ctxcharge *c, CUresult r);
+int gs_ctxcost_room(void); /* 1 when a created context can be recorded */
+int gs_ctxcost_record(const struct gs_ctxcharge *c, CUcontext ctx);
+void gs_ctxcost_release(CUcontext ctx);
+int gs_ctxcost_primary_charged(CUdevice dev);
+void gs_ctxcost_primary_set(const struct gs_ctxcharge *c);
+void gs_ctxcost_primary_release(CUdevice dev);
+void gs_ctxcost_drop(void);
+void gs_graph_drop(void); /* hooks_graph.c, after fork */
+void gs_vmm_import_ref(uint64_t handle); /* hooks_vmm.c */
 
 /* ---- logging (log.c) ---- */
 extern int gs_debug_on;

@@ -1,5 +1,6 @@
 /*
- * Memory the driver frees with a context. cuCtxDestroy frees every
+ * Memory the driver frees with a context. cuCtxDestroy (and the cuCtxDetach
+ * that drops a created context's last usage count) frees every
  * cuMemAlloc / cuMemAllocManaged / cuMemAllocPitch allocation and every
  * array of the context; cuDevicePrimaryCtxReset does the same for the
  * device's primary context, and cuDevicePrimaryCtxRelease when it drops the
@@ -17,8 +18,9 @@
  *  3. gives back what is gone: a pointer whose buffer id the driver no
  *     longer reports (error or another buffer), an array when the context
  *     is known to be gone (the call succeeded; for a release, the primary
- *     context is inactive afterwards). What is still there goes back into
- *     its table.
+ *     context is inactive afterwards; for a detach, the driver no longer
+ *     knows the context), and then the context's own cost (ctxcost.c).
+ *     What is still there goes back into its table.
  * Taking the entries out first is what cuMemFree's hook does too: a
  * concurrent free of the same pointer finds no entry and passes through,
  * so the bytes are released once; and no entry for an address the driver
@@ -235,13 +237,22 @@ static void take_all(struct victims *vs, CUcontext ctx)
 	take_arrays(vs, ctx);
 }
 
+/* 1 when the driver no longer knows ctx (destroyed). */
+static int ctx_gone(CUcontext ctx)
+{
+	gs_pfn_cuCtxGetApiVersion ver = GS_REAL(cuCtxGetApiVersion);
+	unsigned int v;
+	return ver != NULL && ver(ctx, &v) == CUDA_ERROR_INVALID_CONTEXT;
+}
+
 /*
- * One shape for the three: take the context's allocations out (ctx_expr
+ * One shape for all of them: take the context's allocations out (ctx_expr
  * names the context, NULL when there is none to take from), call the
- * driver, settle (gone_expr says whether the context's arrays went with
- * it; r is the driver's result).
+ * driver, settle (gone_expr says whether the context's resources went with
+ * it; r is the driver's result), and then give back the context's own cost
+ * (cost_stmt, run when they went).
  */
-#define GS_CTX_TEARDOWN(sym, type, arg, ctx_expr, gone_expr)                  \
+#define GS_CTX_TEARDOWN(sym, type, arg, ctx_expr, gone_expr, cost_stmt)      \
 	CUresult sym(type arg)                                               \
 	{                                                                    \
 		gs_pfn_##sym real = GS_REAL(sym);                            \
@@ -253,22 +264,33 @@ static void take_all(struct victims *vs, CUcontext ctx)
 		pthread_mutex_lock(&gs_ctx_mu);                              \
 		take_all(&vs, (ctx_expr));                                   \
 		CUresult r = real(arg);                                      \
-		settle(&vs, (gone_expr), #sym);                              \
+		int gone = (gone_expr);                                      \
+		settle(&vs, gone, #sym);                                     \
+		if (gone) {                                                  \
+			cost_stmt;                                           \
+		}                                                            \
 		pthread_mutex_unlock(&gs_ctx_mu);                            \
 		return r;                                                    \
 	}
 
-GS_CTX_TEARDOWN(cuCtxDestroy_v2, CUcontext, ctx, ctx, r == CUDA_SUCCESS)
-GS_CTX_TEARDOWN(cuCtxDestroy, CUcontext, ctx, ctx, r == CUDA_SUCCESS)
+GS_CTX_TEARDOWN(cuCtxDestroy_v2, CUcontext, ctx, ctx, r == CUDA_SUCCESS, gs_ctxcost_release(ctx))
+GS_CTX_TEARDOWN(cuCtxDestroy, CUcontext, ctx, ctx, r == CUDA_SUCCESS, gs_ctxcost_release(ctx))
 
-/* Reset frees the primary context's memory whatever its reference count. */
-GS_CTX_TEARDOWN(cuDevicePrimaryCtxReset_v2, CUdevice, dev, primary_of(dev), r == CUDA_SUCCESS)
-GS_CTX_TEARDOWN(cuDevicePrimaryCtxReset, CUdevice, dev, primary_of(dev), r == CUDA_SUCCESS)
+/* cuCtxDetach destroys the context when it drops its last usage count:
+ * the driver no longer knows it afterwards. */
+GS_CTX_TEARDOWN(cuCtxDetach, CUcontext, ctx, ctx, r == CUDA_SUCCESS && ctx_gone(ctx), gs_ctxcost_release(ctx))
+
+/* Reset frees the primary context's memory whatever its reference count
+ * (and destroys its resources: the next retain charges it again). */
+GS_CTX_TEARDOWN(cuDevicePrimaryCtxReset_v2, CUdevice, dev, primary_of(dev), r == CUDA_SUCCESS,
+		gs_ctxcost_primary_release(dev))
+GS_CTX_TEARDOWN(cuDevicePrimaryCtxReset, CUdevice, dev, primary_of(dev), r == CUDA_SUCCESS,
+		gs_ctxcost_primary_release(dev))
 
 /* A release frees the memory only when it dropped the last reference: the
  * primary context is inactive afterwards. Pointers are asked one by one
  * either way. */
 GS_CTX_TEARDOWN(cuDevicePrimaryCtxRelease_v2, CUdevice, dev, primary_of(dev),
-		r == CUDA_SUCCESS && primary_inactive(dev))
+		r == CUDA_SUCCESS && primary_inactive(dev), gs_ctxcost_primary_release(dev))
 GS_CTX_TEARDOWN(cuDevicePrimaryCtxRelease, CUdevice, dev, primary_of(dev),
-		r == CUDA_SUCCESS && primary_inactive(dev))
+		r == CUDA_SUCCESS && primary_inactive(dev), gs_ctxcost_primary_release(dev))

@@ -31,6 +31,8 @@ static const unsigned gs_xtab_bits[GS_NXTAB] = {
 	[GS_XTAB_MAP] = 16,
 	[GS_XTAB_ARRAY] = 16,
 	[GS_XTAB_MIPMAP] = 14,
+	[GS_XTAB_GRAPH] = 12,
+	[GS_XTAB_GEXEC] = 12,
 };
 
 struct gs_tab gs_tabs[GS_NTAB];
@@ -106,6 +108,8 @@ void gs_tab_drop(void)
 	pthread_mutex_init(&gs_ctx_mu, NULL);
 	gs_nmapped = 0;
 	pool_drop();
+	gs_ctxcost_drop();
+	gs_graph_drop();
 }
 
 int gs_tab_insert_slow(struct gs_tab *t, uint64_t key, uint64_t val)
@@ -244,14 +248,15 @@ static struct gs_ent *pool_find_locked(uint64_t pool, uint64_t h)
 	return NULL;
 }
 
-void gs_pool_set(uint64_t pool, int where)
+int gs_pool_set(uint64_t pool, int where)
 {
 	if (pool == GS_KEY_EMPTY || pool == GS_KEY_TOMB)
-		return;
+		return 0;
 	if (where != GS_POOL_HOST && (where < 0 || where >= GS_MAX_ORDINALS)) {
 		gs_pool_forget(pool);
-		return;
+		return 0;
 	}
+	int rv = 0;
 	uint64_t v = where == GS_POOL_HOST ? GS_POOL_HOST_VAL : (uint64_t)where + 1;
 	uint64_t h = pool_hash(pool);
 	pthread_mutex_lock(&pool_mu);
@@ -259,6 +264,7 @@ void gs_pool_set(uint64_t pool, int where)
 	if (e != NULL) {
 		__atomic_store_n(&e->val, v, __ATOMIC_RELEASE);
 	} else {
+		rv = -1; /* full, unless a free slot turns up */
 		for (unsigned i = 0; i < (1u << GS_POOL_BITS); i++) {
 			e = POOL_AT(h, i);
 			uint64_t k = __atomic_load_n(&e->key, __ATOMIC_RELAXED);
@@ -266,12 +272,13 @@ void gs_pool_set(uint64_t pool, int where)
 				/* the value first: a reader that sees the key sees it */
 				__atomic_store_n(&e->val, v, __ATOMIC_RELEASE);
 				__atomic_store_n(&e->key, pool, __ATOMIC_RELEASE);
+				rv = 0;
 				break;
 			}
 		}
-		/* full: the pool stays unknown (charged to the stream's device) */
 	}
 	pthread_mutex_unlock(&pool_mu);
+	return rv;
 }
 
 void gs_pool_forget(uint64_t pool)

@@ -141,7 +141,8 @@ int gs_xtab_take(struct gs_xent *e, uint64_t key);
 #define GS_POOL_UNKNOWN (-1)
 #define GS_POOL_HOST (-2)
 int gs_pool_where(uint64_t pool);
-void gs_pool_set(uint64_t pool, int where);
+/* 0, or -1 when the table is full (the caller refuses the pool) */
+int gs_pool_set(uint64_t pool, int where);
 void gs_pool_forget(uint64_t pool);
 
 #endif

@@ -28,6 +28,9 @@ type node struct {
 	build   string
 	devices string
 	state   string
+	// ctxBytes is FAKECUDA_CTX_BYTES; "" means 0 (most tests count bytes on
+	// tiny devices and do not want a context cost in their figures)
+	ctxBytes string
 }
 
 func newNode(t *testing.T, devices string) *node {
@@ -58,6 +61,13 @@ func (n *node) env(extra ...string) []string {
 		env = append(env, kv)
 	}
 	env = append(env, "LD_LIBRARY_PATH="+n.lib(), "FAKECUDA_STATE="+n.state)
+	switch n.ctxBytes {
+	case "":
+		env = append(env, "FAKECUDA_CTX_BYTES=0")
+	case "default":
+	default:
+		env = append(env, "FAKECUDA_CTX_BYTES="+n.ctxBytes)
+	}
 	if n.devices != "" {
 		env = append(env, "FAKECUDA_DEVICES="+n.devices)
 	}

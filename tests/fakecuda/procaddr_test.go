@@ -97,7 +97,7 @@ func TestGetProcAddressOtherPaths(t *testing.T) {
 	r := n.run(nil, "fc_procaddr",
 		"--v1", "cuMemAlloc:12060:0", "cuMemcpyDtoH:12060:2", "cuNoSuch:12060:0",
 		"--runtime", "cuMemAlloc:0", "cuMemsetD8Async:2", "cuNoSuch:0",
-		"--call-unmodelled", "cuGraphCreate", "cuLinkCreate_v2", "cuTexObjectCreate").ok(t)
+		"--call-unmodelled", "cuGraphClone", "cuLinkCreate_v2", "cuTexObjectCreate").ok(t)
 	want := []struct{ api, name, result, symbol string }{
 		{"v1", "cuMemAlloc", "0", "cuMemAlloc_v2"},
 		{"v1", "cuMemcpyDtoH", "0", "cuMemcpyDtoH_v2_ptds"},

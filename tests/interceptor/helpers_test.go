@@ -28,6 +28,7 @@ func fakeEnv(t testing.TB, devices string) []string {
 		"LD_LIBRARY_PATH="+filepath.Join(build, "lib"),
 		"FAKECUDA_DEVICES="+devices,
 		"FAKECUDA_STATE="+state,
+		"FAKECUDA_CTX_BYTES=0", // no context cost in these tests' figures
 	)
 }
 

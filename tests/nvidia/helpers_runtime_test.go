@@ -142,14 +142,16 @@ func rtCheckLoaded(t *testing.T, r rtResult) {
 }
 
 // rtPlainEnv is the environment of a program on fakecuda alone: a private
-// node state (removed at cleanup) and build/lib on the library path.
+// node state (removed at cleanup) and build/lib on the library path. The
+// tests check the programs' own byte figures exactly, so a context costs no
+// device memory here (tests/core/ctxcost_test.go covers that cost).
 func rtPlainEnv(t *testing.T, devices string) []string {
 	t.Helper()
 	state := fmt.Sprintf("nvrt-%d-%d", os.Getpid(), time.Now().UnixNano())
 	t.Cleanup(func() { os.Remove("/dev/shm/fakecuda-" + state) })
 	return append(testenv.BaseEnv(),
 		"LD_LIBRARY_PATH="+filepath.Join(testenv.BuildDir(t), "lib"),
-		"FAKECUDA_DEVICES="+devices, "FAKECUDA_STATE="+state)
+		"FAKECUDA_DEVICES="+devices, "FAKECUDA_STATE="+state, "FAKECUDA_CTX_BYTES=0")
 }
 
 // rtGpuslice runs `gpuslice run --gpu-mem quota -- prog args...` against d.

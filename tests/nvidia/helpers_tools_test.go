@@ -72,10 +72,12 @@ func newToolsNode(t *testing.T, devices string) *toolsNode {
 }
 
 // env is a child's environment on this node: hermetic, fakecuda's libraries
-// first on the library path, then extra.
+// first on the library path, then extra. The tests check exact byte figures,
+// so a context costs no device memory here (tests/core/ctxcost_test.go covers
+// that cost).
 func (n *toolsNode) env(extra ...string) []string {
 	env := append(testenv.BaseEnv(), "LD_LIBRARY_PATH="+filepath.Join(n.build, "lib"),
-		"FAKECUDA_DEVICES="+n.devices, "FAKECUDA_STATE="+n.state)
+		"FAKECUDA_DEVICES="+n.devices, "FAKECUDA_STATE="+n.state, "FAKECUDA_CTX_BYTES=0")
 	return append(env, extra...)
 }
 

@@ -138,7 +138,7 @@ func newInstalledDaemon(t *testing.T) *installedDaemon {
 // fake GPUs (the installed fakecuda).
 func (d *installedDaemon) env() []string {
 	return append(testenv.BaseEnv(), "LD_LIBRARY_PATH="+fakecudaDir,
-		"FAKECUDA_DEVICES="+fakeDevices, "FAKECUDA_STATE="+d.state,
+		"FAKECUDA_DEVICES="+fakeDevices, "FAKECUDA_STATE="+d.state, "FAKECUDA_CTX_BYTES=0",
 		"GPUSLICE_ADMIN_SOCK="+d.adminSock, "GPUSLICE_IPC_SOCK="+d.ipcSock)
 }
 

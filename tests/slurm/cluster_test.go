@@ -311,6 +311,7 @@ func (c *cluster) startGpusliced() error {
 	c.fakeEnv = []string{
 		"FAKECUDA_DEVICES=80GiB",
 		"FAKECUDA_STATE=" + c.state,
+		"FAKECUDA_CTX_BYTES=0", // the cases count allocations only, not context memory
 		"LD_LIBRARY_PATH=" + filepath.Join(c.build, "lib"),
 	}
 	return c.restartGpusliced()

@@ -22,6 +22,27 @@
  *   stream:N           create a stream on device N's primary context (then restore the
  *                      current context); the async steps below use the newest one
  *   mkpool:N           cuMemPoolCreate on device N      devpool:N  cuDeviceGetMemPool(N)
+ *   ctx:N:V            create a context on device N with cuCtxCreate (V=1), _v2, _v3 or
+ *                      _v4 (it becomes current)
+ *   ctxdestroy         cuCtxDestroy_v2 the newest created context  ctxdetach  cuCtxDetach it
+ *   ctxattach          cuCtxAttach on the current context
+ *   pretain:N          cuDevicePrimaryCtxRetain(N) (not made current)
+ *   prelease:N         cuDevicePrimaryCtxRelease_v2(N)   preset:N  cuDevicePrimaryCtxReset_v2(N)
+ *   galloc:N:S:F       a graph with one allocation node of S on device N (F=free: and its
+ *                      free node; F=keep: none), instantiated (cuGraphInstantiateWithFlags;
+ *                      F=auto: AUTO_FREE_ON_LAUNCH)
+ *   glaunch            cuGraphLaunch the newest executable graph on the NULL stream
+ *   gexecdestroy       cuGraphExecDestroy it      gtrim:N  cuDeviceGraphMemTrim(N)
+ *   gmem:N             device N's graph memory: used and reserved (driver figures)
+ *   vmmexport:S        cuMemCreate S (POSIX fd shareable) on the current device and export
+ *                      it: prints the fd (the handle is held like vmm's)
+ *   vmmimport:PID:FD   import the fd FD of process PID (/proc/PID/fd/FD); held
+ *                      (vmmimport:self:last: the fd this process exported last)
+ *   ipcget             cuIpcGetMemHandle of the newest allocation: prints it in hex
+ *   ipcopen:HEX        cuIpcOpenMemHandle_v2 of that handle   ipcclose  close the newest
+ *   vmmfill:S:COUNT    up to COUNT cuMemCreate of S on the current device, held; stops at the
+ *                      first failure (prints how many were made and its rc)
+ *   mkpools:N:COUNT    COUNT cuMemPoolCreate on device N (kept; the newest is the one used)
  *   sasync:S           cuMemAllocAsync on that stream
  *   spool:S            cuMemAllocFromPoolAsync from the newest pool on that stream
  *                      (the NULL stream when none was created)
@@ -48,6 +69,7 @@
  */
 #include <dirent.h>
 #include <dlfcn.h>
+#include <fcntl.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -57,6 +79,7 @@
 #include <unistd.h>
 
 #include "cuda.h"
+#include "cuda_ext.h"
 #include "nvml.h"
 
 enum kind { K_PTR, K_ASYNC, K_VMM, K_ARRAY, K_MIPMAP };
@@ -158,6 +181,16 @@ struct vmap {
 };
 static struct vmap vmaps[256];
 static size_t nvmaps;
+
+static CUgraph pgraph;
+static CUgraphExec pexec;
+static CUdeviceptr ipcptr;
+static int lastfd = -1;
+
+static CUcontext made[64];
+static int nmade;
+
+typedef CUresult (*pfn_ctx_create1)(CUcontext *, unsigned int, CUdevice);
 
 static CUstream pstream;
 static CUmemoryPool ppool;
@@ -333,6 +366,176 @@ static void step(char *arg)
 			r = cuMemPoolCreate(&ppool, &props);
 		}
 		printf("%s rc=%d dev=%s\n", cmd, r, f[1]);
+	} else if (strcmp(cmd, "ctx") == 0 && nf >= 3) {
+		CUdevice d;
+		CUcontext c = NULL;
+		int v = atoi(f[2]);
+		r = cuDeviceGet(&d, atoi(f[1]));
+		if (r == CUDA_SUCCESS) {
+			if (v == 1) {
+				pfn_ctx_create1 fn = (pfn_ctx_create1)dlsym(RTLD_DEFAULT, "cuCtxCreate");
+				r = fn != NULL ? fn(&c, 0, d) : CUDA_ERROR_NOT_FOUND;
+			} else if (v == 2) {
+				r = cuCtxCreate_v2(&c, 0, d);
+			} else if (v == 3) {
+				r = cuCtxCreate_v3(&c, NULL, 0, 0, d);
+			} else {
+				CUctxCreateParams params;
+				memset(&params, 0, sizeof(params));
+				r = cuCtxCreate_v4(&c, &params, 0, d);
+			}
+		}
+		if (r == CUDA_SUCCESS && nmade < 64)
+			made[nmade++] = c;
+		printf("ctx rc=%d dev=%s ver=%d\n", r, f[1], v);
+	} else if (strcmp(cmd, "ctxdestroy") == 0 || strcmp(cmd, "ctxdetach") == 0) {
+		r = CUDA_ERROR_INVALID_CONTEXT;
+		if (nmade > 0) {
+			CUcontext c = made[nmade - 1];
+			unsigned int v;
+			r = strcmp(cmd, "ctxdestroy") == 0 ? cuCtxDestroy_v2(c) : cuCtxDetach(c);
+			if (r == CUDA_SUCCESS && cuCtxGetApiVersion(c, &v) != CUDA_SUCCESS)
+				nmade--; /* gone */
+		}
+		printf("%s rc=%d\n", cmd, r);
+	} else if (strcmp(cmd, "ctxattach") == 0) {
+		CUcontext c = NULL;
+		r = cuCtxAttach(&c, 0);
+		printf("ctxattach rc=%d\n", r);
+	} else if ((strcmp(cmd, "pretain") == 0 || strcmp(cmd, "prelease") == 0 || strcmp(cmd, "preset") == 0) &&
+		   nf >= 2) {
+		CUdevice d;
+		CUcontext c = NULL;
+		r = cuDeviceGet(&d, atoi(f[1]));
+		if (r == CUDA_SUCCESS)
+			r = strcmp(cmd, "pretain") == 0	   ? cuDevicePrimaryCtxRetain(&c, d)
+			    : strcmp(cmd, "prelease") == 0 ? cuDevicePrimaryCtxRelease_v2(d)
+							   : cuDevicePrimaryCtxReset_v2(d);
+		printf("%s rc=%d dev=%s\n", cmd, r, f[1]);
+	} else if (strcmp(cmd, "galloc") == 0 && nf >= 4) {
+		CUgraphNode an = NULL, fn = NULL;
+		CUDA_MEM_ALLOC_NODE_PARAMS ap;
+		memset(&ap, 0, sizeof(ap));
+		ap.poolProps.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
+		ap.poolProps.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+		ap.poolProps.location.id = atoi(f[1]);
+		ap.bytesize = parse_size(f[2]);
+		r = cuGraphCreate(&pgraph, 0);
+		if (r == CUDA_SUCCESS)
+			r = cuGraphAddMemAllocNode(&an, pgraph, NULL, 0, &ap);
+		if (r == CUDA_SUCCESS && strcmp(f[3], "free") == 0)
+			r = cuGraphAddMemFreeNode(&fn, pgraph, &an, 1, ap.dptr);
+		if (r == CUDA_SUCCESS)
+			r = cuGraphInstantiateWithFlags(&pexec, pgraph,
+							strcmp(f[3], "auto") == 0
+								? CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH
+								: 0);
+		printf("galloc rc=%d\n", r);
+	} else if (strcmp(cmd, "glaunch") == 0) {
+		r = cuGraphLaunch(pexec, NULL);
+		printf("glaunch rc=%d\n", r);
+	} else if (strcmp(cmd, "gexecdestroy") == 0) {
+		r = cuGraphExecDestroy(pexec);
+		printf("gexecdestroy rc=%d\n", r);
+	} else if (strcmp(cmd, "gtrim") == 0 && nf >= 2) {
+		r = cuDeviceGraphMemTrim(atoi(f[1]));
+		printf("gtrim rc=%d\n", r);
+	} else if (strcmp(cmd, "gmem") == 0 && nf >= 2) {
+		cuuint64_t used = 0, resv = 0;
+		r = cuDeviceGetGraphMemAttribute(atoi(f[1]), CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT, &used);
+		if (r == CUDA_SUCCESS)
+			r = cuDeviceGetGraphMemAttribute(atoi(f[1]), CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT, &resv);
+		printf("gmem rc=%d used=%llu reserved=%llu\n", r, (unsigned long long)used, (unsigned long long)resv);
+	} else if (strcmp(cmd, "vmmexport") == 0 && nf >= 2) {
+		CUdevice d = 0;
+		CUmemGenericAllocationHandle h = 0;
+		uint64_t n = parse_size(f[1]);
+		int fd = -1;
+		CUmemAllocationProp prop;
+		memset(&prop, 0, sizeof(prop));
+		prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+		prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+		prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+		r = cuCtxGetDevice(&d);
+		prop.location.id = d;
+		if (r == CUDA_SUCCESS)
+			r = cuMemCreate(&h, n, &prop, 0);
+		if (r == CUDA_SUCCESS) {
+			push(K_VMM, h, n);
+			r = cuMemExportToShareableHandle(&fd, h, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
+		}
+		lastfd = fd;
+		printf("vmmexport rc=%d fd=%d pid=%d\n", r, fd, (int)getpid());
+	} else if (strcmp(cmd, "vmmimport") == 0 && nf >= 3) {
+		char path[64];
+		CUmemGenericAllocationHandle h = 0;
+		snprintf(path, sizeof(path), "/proc/%s/fd/%s", f[1], f[2]);
+		int fd = strcmp(f[1], "self") == 0 ? lastfd : open(path, O_RDONLY | O_CLOEXEC);
+		r = fd >= 0 ? cuMemImportFromShareableHandle(&h, (void *)(intptr_t)fd,
+							       CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR)
+			    : CUDA_ERROR_INVALID_VALUE;
+		int same = 0;
+		for (size_t k = 0; r == CUDA_SUCCESS && k < nheld; k++)
+			same |= held[k].kind == K_VMM && held[k].handle == h;
+		if (r == CUDA_SUCCESS)
+			push(K_VMM, h, 0);
+		printf("vmmimport rc=%d same=%d\n", r, same);
+	} else if (strcmp(cmd, "ipcget") == 0) {
+		CUipcMemHandle ih;
+		memset(&ih, 0, sizeof(ih));
+		r = nheld > 0 ? cuIpcGetMemHandle(&ih, held[nheld - 1].handle) : CUDA_ERROR_INVALID_VALUE;
+		printf("ipcget rc=%d handle=", r);
+		for (int k = 0; k < CU_IPC_HANDLE_SIZE; k++)
+			printf("%02x", (unsigned char)ih.reserved[k]);
+		printf("\n");
+	} else if (strcmp(cmd, "ipcopen") == 0 && nf >= 2) {
+		CUipcMemHandle ih;
+		memset(&ih, 0, sizeof(ih));
+		for (int k = 0; k < CU_IPC_HANDLE_SIZE && f[1][2 * k] && f[1][2 * k + 1]; k++) {
+			char b[3] = {f[1][2 * k], f[1][2 * k + 1], 0};
+			ih.reserved[k] = (char)strtoul(b, NULL, 16);
+		}
+		r = cuIpcOpenMemHandle_v2(&ipcptr, ih, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS);
+		printf("ipcopen rc=%d\n", r);
+	} else if (strcmp(cmd, "ipcclose") == 0) {
+		r = cuIpcCloseMemHandle(ipcptr);
+		printf("ipcclose rc=%d\n", r);
+	} else if (strcmp(cmd, "vmmfill") == 0 && nf >= 3) {
+		CUdevice d = 0;
+		uint64_t n = parse_size(f[1]);
+		long made = 0, count = atol(f[2]);
+		CUmemAllocationProp prop;
+		memset(&prop, 0, sizeof(prop));
+		prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+		prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+		r = cuCtxGetDevice(&d);
+		prop.location.id = d;
+		for (; r == CUDA_SUCCESS && made < count; made++) {
+			CUmemGenericAllocationHandle h = 0;
+			r = cuMemCreate(&h, n, &prop, 0);
+			if (r != CUDA_SUCCESS)
+				break;
+			push(K_VMM, h, n);
+		}
+		printf("vmmfill rc=%d made=%ld\n", r, made);
+	} else if (strcmp(cmd, "mkpools") == 0 && nf >= 3) {
+		CUdevice d;
+		long made = 0, count = atol(f[2]);
+		r = cuDeviceGet(&d, atoi(f[1]));
+		for (long k = 0; r == CUDA_SUCCESS && k < count; k++) {
+			CUmemPoolProps props;
+			memset(&props, 0, sizeof(props));
+			props.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
+			props.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+			props.location.id = d;
+			CUmemoryPool pl;
+			r = cuMemPoolCreate(&pl, &props);
+			if (r == CUDA_SUCCESS) {
+				ppool = pl;
+				made++;
+			}
+		}
+		printf("mkpools rc=%d dev=%s made=%ld\n", r, f[1], made);
 	} else if ((strcmp(cmd, "sasync") == 0 || strcmp(cmd, "spool") == 0) && nf >= 2) {
 		uint64_t n = parse_size(f[1]);
 		CUdeviceptr p = 0;

@@ -5,7 +5,8 @@
  *   gs_tables ENTRY_POINTS_TSV
  *
  * Lines:
- *   dlsym SYMBOL -> LIB:SYMBOL          dlsym(libcuda handle, SYMBOL)
+ *   dlsym SYMBOL -> LIB:SYMBOL          dlsym(libcuda handle, SYMBOL): each row's default,
+ *                                       per-thread and base names, and BASE_vK for its K-th version
  *   gpa BASE VERSION FLAGS rc=R -> ...  cuGetProcAddress_v2(BASE, VERSION, FLAGS)
  *   gpa4 BASE VERSION FLAGS rc=R -> ... the same through cuGetProcAddress (4 args)
  *   nvml SYMBOL -> ...                  dlsym(libnvidia-ml handle, SYMBOL)
@@ -95,8 +96,17 @@ int main(int argc, char **argv)
 		char vers[256];
 		snprintf(vers, sizeof(vers), "%s", fields[1]);
 		char *vs = NULL;
+		int k = 0;
 		for (char *v = strtok_r(vers, ",", &vs); v != NULL; v = strtok_r(NULL, ",", &vs)) {
 			int ver = atoi(v);
+			if (++k >= 2) { /* the later ABIs' own symbols (cuGraphInstantiate_v2) */
+				char vsym[160];
+				snprintf(vsym, sizeof(vsym), "%s_v%d", base, k);
+				if (strcmp(vsym, def) != 0) {
+					printf("dlsym %s", vsym);
+					where(dlsym(cu, vsym));
+				}
+			}
 			for (int fl = 0; fl <= 2; fl += 2) {
 				void *p = NULL;
 				CUdriverProcAddressQueryResult st = CU_GET_PROC_ADDRESS_SUCCESS;

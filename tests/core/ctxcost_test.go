@@ -1,0 +1,132 @@
+package core
+
+import (
+	"testing"
+
+	"github.com/gpuslice/gpuslice/internal/client"
+	"github.com/gpuslice/gpuslice/internal/testenv"
+	"github.com/gpuslice/gpuslice/tests/interceptor/probe"
+)
+
+const oom = 2 // CUDA_ERROR_OUT_OF_MEMORY
+
+// A context costs device memory that no allocation reports (fakecuda
+// models 64 MiB here). The interceptor measures it from the driver's
+// per-process figure and reserves it when a context becomes active, so a
+// job whose contexts plus allocations exceed the quota is refused at the
+// allocation or context creation, not found later by the audit.
+func TestContextCostCharged(t *testing.T) {
+	d := testenv.StartDaemon(t, testenv.DaemonOptions{CtxBytes: "64MiB"})
+
+	t.Run("refused", func(t *testing.T) {
+		sess := newSession(t, d, client.SessionRequest{QuotaBytes: 256 * MiB})
+		l := openLedger(t, d, sess.ID)
+		p := probe.Start(t, sessionEnv(t, d, sess.ID), probe.Bin(t, "gs_probe"),
+			"dev:0", "alloc:192M", "alloc:1M", "ctx:0:2", "free", "ctx:0:2", "ctx:0:3", "ctx:0:4", "ctx:0:1",
+			"pause")
+		p.Expect("paused")
+		if u := l.Used(0); u != 256*MiB {
+			t.Errorf("ledger used %d MiB with four contexts, want 256", u/MiB)
+		}
+		p.CloseStdin()
+		if err := p.Wait(); err != nil {
+			t.Fatalf("gs_probe: %v\n%s", err, p.Output())
+		}
+		r := p.Result()
+		want := []struct {
+			step string
+			i    int
+			rc   int64
+		}{
+			{"dev", 0, 0}, {"alloc", 0, 0}, {"alloc", 1, oom}, {"ctx", 0, oom},
+			{"ctx", 1, 0}, {"ctx", 2, 0}, {"ctx", 3, 0}, {"ctx", 4, oom},
+		}
+		for _, w := range want {
+			if rc := r.Find(t, w.step, w.i).Int(t, "rc"); rc != w.rc {
+				t.Errorf("%s #%d: rc=%d, want %d\n%s", w.step, w.i, rc, w.rc, r.Stdout)
+			}
+		}
+	})
+
+	t.Run("quota below one context", func(t *testing.T) {
+		sess := newSession(t, d, client.SessionRequest{QuotaBytes: 32 * MiB})
+		l := openLedger(t, d, sess.ID)
+		r := probe.Run(t, sessionEnv(t, d, sess.ID), probe.Bin(t, "gs_probe"), "dev:0", "alloc:1M")
+		if rc := r.Find(t, "dev", 0).Int(t, "rc"); rc != oom {
+			t.Errorf("primary context under a 32 MiB quota: rc=%d, want %d\n%s", rc, oom, r.Stdout)
+		}
+		if l.Peak(0) != 0 {
+			t.Errorf("peak %d bytes after a refused context", l.Peak(0))
+		}
+	})
+}
+
+// The cost is given back with the context: cuCtxDestroy, the last
+// cuCtxDetach, cuDevicePrimaryCtxReset and the last primary release; a
+// reset primary context is charged again when it is retained again.
+func TestContextCostReleased(t *testing.T) {
+	d := testenv.StartDaemon(t, testenv.DaemonOptions{CtxBytes: "64MiB"})
+	sess := newSession(t, d, client.SessionRequest{QuotaBytes: GiB})
+	l := openLedger(t, d, sess.ID)
+	steps := []struct {
+		step string
+		used uint64 // contexts charged afterwards
+	}{
+		{"dev:0", 1}, {"ctx:0:2", 2}, {"ctxdestroy", 1}, {"ctx:0:1", 2}, {"ctxattach", 2},
+		{"ctxdetach", 2}, {"ctxdetach", 1}, {"pretain:0", 1}, {"prelease:0", 1}, {"preset:0", 0},
+		{"pretain:0", 1}, {"prelease:0", 1}, {"prelease:0", 0},
+	}
+	var args []string
+	for _, s := range steps {
+		args = append(args, s.step, "pause")
+	}
+	p := probe.Start(t, sessionEnv(t, d, sess.ID), probe.Bin(t, "gs_probe"), args...)
+	for _, s := range steps {
+		p.Expect("paused")
+		if u := l.Used(0); u != s.used*64*MiB {
+			t.Errorf("after %s: ledger used %d MiB, want %d", s.step, u/MiB, s.used*64)
+		}
+		p.Send("")
+	}
+	if err := p.Wait(); err != nil {
+		t.Fatalf("gs_probe: %v\n%s", err, p.Output())
+	}
+	r := p.Result()
+	for _, s := range r.Steps {
+		if v, ok := s.KV["rc"]; ok && v != "0" {
+			t.Errorf("step %s failed: %v\n%s", s.Name, s.KV, r.Stdout)
+		}
+	}
+}
+
+// A program that only uses the runtime gets its context implicitly (the
+// runtime retains the primary context at first use): the cost is charged
+// all the same, by the runtime linked dynamically, statically, or through a
+// dlopened driver.
+func TestContextCostRuntime(t *testing.T) {
+	d := testenv.StartDaemon(t, testenv.DaemonOptions{CtxBytes: "64MiB"})
+	for _, tc := range []struct {
+		prog string
+		args []string
+	}{
+		{"target_app", []string{"--api", "runtime", "--step", "32MiB", "--count", "8"}},
+		{"target_app", []string{"--api", "driver", "--step", "32MiB", "--count", "8"}},
+		{"static_runtime", []string{"--step", "32MiB", "--count", "8"}},
+	} {
+		t.Run(tc.prog+" "+tc.args[1], func(t *testing.T) {
+			sess := newSession(t, d, client.SessionRequest{QuotaBytes: 128 * MiB})
+			l := openLedger(t, d, sess.ID)
+			r := probe.Run(t, sessionEnv(t, d, sess.ID), example(t, tc.prog), tc.args...)
+			if r.Err != nil {
+				t.Fatalf("%s: %v\n%s\n%s", tc.prog, r.Err, r.Stdout, r.Stderr)
+			}
+			// 64 MiB of context + 2 x 32 MiB fill the 128 MiB quota
+			if s := r.Find(t, "summary", 0); s.Get("allowed") != "2" {
+				t.Errorf("summary %s: want allowed=2 (the context's 64 MiB counted)\n%s", s.Line, r.Stdout)
+			}
+			if p := l.Peak(0); p != 128*MiB {
+				t.Errorf("peak %d MiB, want 128", p/MiB)
+			}
+		})
+	}
+}
