@@ -354,6 +354,9 @@ func (s *Server) handle(cc *conn, req ipc.Request) error {
 		}
 		cc.out = ipc.AppendFrame(cc.out[:0], ipc.TypeStatusOK, b)
 		return cc.write(cc.out)
+
+	case ipc.TypeView:
+		return s.handleView(cc, req)
 	}
 	return cc.writeError(ipc.CodeBadRequest, "not a request")
 }
