@@ -34,6 +34,7 @@ include mk/spank.mk
 include mk/packaging.mk
 include mk/nvidia.mk
 include mk/monitoring.mk
+include mk/builddeps.mk
 
 .PHONY: help build native test demo bench clean fmt vet
 
