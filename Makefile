@@ -35,6 +35,7 @@ include mk/packaging.mk
 include mk/nvidia.mk
 include mk/monitoring.mk
 include mk/builddeps.mk
+include mk/docs.mk
 
 .PHONY: help build native test demo bench clean fmt vet
 
@@ -43,7 +44,7 @@ help: ## list targets
 
 build: fakecuda interceptor go-build spank ## build everything into build/
 
-test: deps build test-go test-fakecuda test-interceptor test-core test-slurm test-packages test-monitoring ## run every test suite (what CI runs)
+test: deps build test-go test-fakecuda test-interceptor test-core test-slurm test-packages test-monitoring test-docs ## run every test suite (what CI runs)
 
 demo: deps build ## run the demo: gpusliced on a private socket + fakecuda, target_app under a 128 MiB quota
 	@bash scripts/demo.sh
