@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/gpuslice/gpuslice/daemon/session"
 	"github.com/gpuslice/gpuslice/internal/api"
 	"github.com/gpuslice/gpuslice/internal/ipc"
 	"golang.org/x/sys/unix"
@@ -49,6 +50,15 @@ func (s *Server) callerJob(cred *unix.Ucred, named string) (string, error) {
 		return "", errNoCurrentJob
 	}
 	return found, nil
+}
+
+// refuseRead answers a STATUS the caller may not read like a refused VIEW:
+// the same line whether the session is another user's or does not exist.
+func (s *Server) refuseRead(cc *conn, err error) error {
+	if errors.Is(err, api.ErrNotFound) || errors.Is(err, session.ErrNotPermitted) {
+		return cc.writeError(ipc.CodeNotYours, ipc.NotYoursMessage)
+	}
+	return cc.writeError(ipc.CodeInternal, "internal error")
 }
 
 // handleView answers one VIEW request.
