@@ -1,17 +1,20 @@
 package slurm
 
 import (
+	"encoding/json"
 	"fmt"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/gpuslice/gpuslice/internal/client"
 	"github.com/gpuslice/gpuslice/prolog"
 )
 
-// The Epilog records the job's quota and peak GPU memory in Slurm's
-// accounting: `sacct -o JobID,AdminComment` shows them, from the real
+// Inside the job its user reads the job's quota and peak without root
+// (gpuslice status). The Epilog records the job's quota and peak GPU memory
+// in Slurm's accounting: `sacct -o JobID,AdminComment` shows them, from the real
 // slurmdbd and MariaDB, to root and to the job's user; the user cannot
 // write the field.
 func TestSacctShowsPeak(t *testing.T) {
@@ -25,13 +28,24 @@ func TestSacctShowsPeak(t *testing.T) {
 #SBATCH --gpu-mem=1G
 #SBATCH --output=%[1]s/acct-%%j.out
 srun %[2]s --step 300M --count 4
-`, u.dir, c.bin("target_app"))
+# the job's user, inside the job, without root: quota and peak
+%[3]s status --json > %[1]s/acct-status-$SLURM_JOB_ID.json
+`, u.dir, c.bin("target_app"), c.bin("gpuslice"))
 	id := c.sbatch(t, u, "acct", script)
 	j := c.waitJobEnd(t, id, 3*time.Minute)
 	if j["JobState"] != "COMPLETED" {
 		t.Fatalf("job %s: %v\n%s", id, j, readFile(t, filepath.Join(u.dir, "acct-"+id+".out")))
 	}
 	c.assertReleased(t, id)
+
+	// gpuslice status inside the job, as the job's user (IPC VIEW).
+	var st client.JobStatus
+	raw := readFile(t, filepath.Join(u.dir, "acct-status-"+id+".json"))
+	if err := json.Unmarshal([]byte(raw), &st); err != nil || st.ID != id || st.UID != u.uid || len(st.GPUs) != 1 ||
+		st.GPUs[0].LimitBytes != 1<<30 || st.GPUs[0].PeakBytes != 900<<20 || st.GPUs[0].Denied != 1 {
+		t.Fatalf("gpuslice status inside job %s: %v\n%s", id, err, raw)
+	}
+
 	rep := c.history(t, id)
 	want := prolog.FormatComment(rep)
 	if !strings.Contains(want, "=quota_mib:1024,peak_mib:900,denied:1") {
