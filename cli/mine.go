@@ -31,7 +31,7 @@ const listLong = `As root, lists every live session (admin socket). With --mine,
 lists your own running jobs and the finished jobs the daemon still keeps.`
 
 // asRoot: the admin socket is root-only; everyone else uses the IPC view.
-var asRoot = func() bool { return os.Geteuid() == 0 }
+func asRoot() bool { return os.Geteuid() == 0 }
 
 func (e *env) viewer() client.Viewer { return client.Viewer{Socket: e.ipcSock} }
 

@@ -306,6 +306,7 @@ func fakecudaFiles(format string, progs []string) []entry {
 	for _, p := range progs {
 		files = append(files, entry{"/usr/libexec/gpuslice/examples/" + p, 0o755})
 	}
+	files = append(files, entry{"/usr/libexec/gpuslice/lib", 0}) // symlink to the libraries
 	if format == "deb" {
 		return append(files,
 			entry{"/usr/share/doc/gpuslice-fakecuda/copyright", 0o644},
