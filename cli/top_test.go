@@ -75,11 +75,18 @@ func (p *tmuxPane) dead() bool {
 	return strings.TrimSpace(p.run("display-message", "-p", "-t", "0", "#{pane_dead}")) == "1"
 }
 
+// lookupUID returns the uid of a test user, creating the user (removed at
+// cleanup) when this machine does not have it yet.
 func lookupUID(t *testing.T, name string) uint32 {
 	t.Helper()
 	u, err := user.Lookup(name)
 	if err != nil {
-		t.Fatalf("test user %s: %v (tests/slurm creates gsltest1/gsltest2)", name, err)
+		out, aerr := exec.Command("useradd", "--system", "--no-create-home", "--home-dir", "/nonexistent",
+			"--shell", "/usr/sbin/nologin", "--user-group", name).CombinedOutput()
+		if u, err = user.Lookup(name); err != nil {
+			t.Fatalf("test user %s: %v (useradd: %v %s)", name, err, aerr, out)
+		}
+		t.Cleanup(func() { exec.Command("userdel", name).Run() })
 	}
 	n, _ := strconv.Atoi(u.Uid)
 	return uint32(n)
