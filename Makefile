@@ -34,6 +34,9 @@ include mk/trixie.mk
 include mk/spank.mk
 include mk/packaging.mk
 include mk/nvidia.mk
+include mk/monitoring.mk
+include mk/builddeps.mk
+include mk/docs.mk
 
 .PHONY: help build native test demo bench clean fmt vet
 
@@ -42,7 +45,11 @@ help: ## list targets
 
 build: fakecuda interceptor go-build spank ## build everything into build/
 
-test: deps build test-go test-fakecuda test-interceptor test-core test-slurm test-slurm24 test-packages test-nvidia-runtime test-nvidia-tools ## run every test suite (what CI runs)
+# Every suite CI runs, in order.
+TEST_SUITES := test-go test-fakecuda test-interceptor test-core \
+               test-slurm test-slurm24 test-packages \
+               test-nvidia-runtime test-nvidia-tools test-monitoring test-docs
+test: deps build $(TEST_SUITES) ## run every test suite (what CI runs)
 
 demo: deps build ## run the demo: gpusliced on a private socket + fakecuda, target_app under a 128 MiB quota
 	@bash scripts/demo.sh

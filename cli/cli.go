@@ -16,7 +16,6 @@ import (
 	"time"
 
 	"github.com/gpuslice/gpuslice/internal/client"
-	"github.com/gpuslice/gpuslice/internal/ipc"
 	"github.com/gpuslice/gpuslice/internal/size"
 	"github.com/gpuslice/gpuslice/internal/version"
 	"github.com/spf13/pflag"
@@ -41,7 +40,7 @@ func ExitCode(err error) int {
 		return ExitOK
 	case errors.As(err, &ue), errors.Is(err, pflag.ErrHelp):
 		return ExitUsage
-	case errors.Is(err, client.ErrNotFound):
+	case errors.Is(err, client.ErrNotFound), errors.Is(err, client.ErrNotYours):
 		return ExitNotFound
 	case errors.Is(err, client.ErrQuotaExceeded):
 		return ExitRefused
@@ -96,13 +95,12 @@ func init() {
 			"Creates session ID (a Slurm job id or any name of 1..63 characters from A-Z a-z 0-9 . _ -)\n" +
 				"for --uid with --gpu-mem per GPU. Creating the same session again with the same owner and\n" +
 				"quota succeeds and changes nothing.", allocateCmd},
-		{"status", "[flags] ID", "show a session: quota, used and peak per GPU, live processes",
-			"Asks the admin socket; without access to it (a job's user), asks the IPC socket, where\n" +
-				"only the session's owner (or root) may read it.", statusCmd},
+		{"status", "[flags] [ID]", "show a job: quota, used and peak per GPU, live processes", statusLong, statusCmd},
 		{"release", "[flags] ID", "release a session and print its report", "", releaseCmd},
-		{"list", "[flags]", "list live sessions", "", listCmd},
-		{"report", "[flags] ID", "show the report of a released session (e.g. a finished job)", "", reportCmd},
+		{"list", "[flags]", "list live sessions (--mine: your running and finished jobs)", listLong, listCmd},
+		{"report", "[flags] ID", "show the report of a released session (e.g. a finished job)", reportLong, reportCmd},
 		{"gpus", "[flags]", "show the node's GPUs with committed quotas", "", gpusCmd},
+		{"top", "[flags]", "live view of the node's GPUs and jobs (like nvtop)", topLong, topCmd},
 		{"run", "[flags] [--] COMMAND [ARGS...]", "run a command under a private quota",
 			"Creates a private session owned by the caller, runs COMMAND with the interceptor preloaded\n" +
 				"(LD_PRELOAD, appended to any existing one) and GPUSLICE_SESSION / GPUSLICE_IPC_SOCK set,\n" +
@@ -342,63 +340,8 @@ func allocateCmd(fs *pflag.FlagSet, e *env) func([]string) error {
 	}
 }
 
-func statusCmd(fs *pflag.FlagSet, e *env) func([]string) error {
-	jsonFlag(fs, e)
-	return func(args []string) error {
-		id, err := oneID(args)
-		if err != nil {
-			return err
-		}
-		ctx, cancel := ctxTimeout()
-		defer cancel()
-		s, err := e.client().GetSession(ctx, id)
-		if errors.Is(err, client.ErrUnavailable) {
-			// The admin socket is root-only: a job's user asks over the IPC
-			// socket instead, where the daemon checks ownership.
-			if s2, ierr := ipcStatus(e.ipcSock, id, e.getenv("GPUSLICE_IPC_TOKEN")); ierr == nil {
-				s, err = s2, nil
-			} else if !errors.Is(ierr, errIPCUnreachable) {
-				err = ierr
-			}
-		}
-		if err != nil {
-			return err
-		}
-		return e.show(s, func(w io.Writer) { printSession(w, s) })
-	}
-}
-
-var errIPCUnreachable = errors.New("IPC socket unreachable")
-
-// ipcStatus asks for a session over the IPC socket (STATUS).
-func ipcStatus(sock, id, token string) (*client.Session, error) {
-	c, err := ipc.Dial(sock)
-	if err != nil {
-		return nil, fmt.Errorf("%w: %v", errIPCUnreachable, err)
-	}
-	defer c.Close()
-	c.SetDeadline(time.Now().Add(10 * time.Second))
-	raw, err := c.Status(id, token)
-	if err != nil {
-		var re *ipc.RemoteError
-		if errors.As(err, &re) && re.Code == ipc.CodeUnknown {
-			return nil, fmt.Errorf("%w: %s", client.ErrNotFound, re.Message)
-		}
-		return nil, err
-	}
-	var s client.Session
-	if err := json.Unmarshal(raw, &s); err != nil {
-		return nil, fmt.Errorf("decode STATUS reply: %w", err)
-	}
-	return &s, nil
-}
-
 func releaseCmd(fs *pflag.FlagSet, e *env) func([]string) error {
 	return reportByID(fs, e, (*client.Client).DeleteSession)
-}
-
-func reportCmd(fs *pflag.FlagSet, e *env) func([]string) error {
-	return reportByID(fs, e, (*client.Client).History)
 }
 
 // reportByID is release and report: one session id in, a report out.
@@ -417,10 +360,6 @@ func reportByID(fs *pflag.FlagSet, e *env, fetch func(*client.Client, context.Co
 		}
 		return e.show(r, func(w io.Writer) { printReport(w, r) })
 	}
-}
-
-func listCmd(fs *pflag.FlagSet, e *env) func([]string) error {
-	return tableCmd(fs, e, "list", (*client.Client).ListSessions, printSessionTable)
 }
 
 func gpusCmd(fs *pflag.FlagSet, e *env) func([]string) error {

@@ -48,7 +48,8 @@ func TestCommands(t *testing.T) {
 		{"allocate unknown gpu", []string{"allocate", "--gpu-mem", "1G", "--gpus", "7", "job5"}, cli.ExitUsage, []string{"unknown GPU"}},
 		{"status", []string{"status", "job1"}, 0, []string{"QUOTA", "No attached process"}},
 		{"status missing", []string{"status", "nope"}, cli.ExitNotFound, []string{"not found"}},
-		{"status no id", []string{"status"}, cli.ExitUsage, []string{"expected one session ID"}},
+		{"status no id, no IPC socket", []string{"--ipc-socket", "/nonexistent/ipc.sock", "status"}, cli.ExitUnavailable, []string{"unavailable"}},
+		{"status two ids", []string{"status", "a", "b"}, cli.ExitUsage, []string{"at most one job ID"}},
 		{"list", []string{"list"}, 0, []string{"ID", "job1", "job3", "8GiB each"}},
 		{"gpus", []string{"gpus"}, 0, []string{"GPU-", "16GiB", "8.5GiB"}},
 		{"release", []string{"release", "job3"}, 0, []string{"Session job3", "PEAK"}},
@@ -237,8 +238,8 @@ func TestStatusAsJobUser(t *testing.T) {
 		want string
 	}{
 		{"owner", 4242, "owned", 0, `"id": "owned"`},
-		{"other user", 4243, "owned", cli.ExitError, "belongs to uid 4242"},
-		{"unknown session", 4242, "nope", cli.ExitNotFound, "nope"},
+		{"other user", 4243, "owned", cli.ExitNotFound, "no job of yours with that id on this node"},
+		{"unknown session", 4242, "nope", cli.ExitNotFound, "no job of yours with that id on this node"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -37,7 +37,7 @@ $(BENCH_BIN): $(GO_SRCS) $(GO_STAMP)
 # Integration tests in these packages start the built gpusliced against
 # fakecuda's NVML, hence the build prerequisites. Plain `go test` runs the
 # committed fuzz seed corpus (testdata/fuzz) as ordinary tests.
-test-go: go-build fakecuda ## go vet + Go unit/integration tests, fuzz seeds, metrics lint
+test-go: go-build fakecuda interceptor ## go vet + Go unit/integration tests, fuzz seeds, metrics lint
 	$(GO) vet ./...
 	GPUSLICE_BUILD_DIR=$(BUILD) $(GO) test -count=1 -timeout 10m $(GO_TEST_PKGS)
 

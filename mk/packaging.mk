@@ -76,7 +76,8 @@ endef
 define install-recipe
 	install -d -m 0755 '$(DESTDIR)$(SBINDIR)' '$(DESTDIR)$(BINDIR)' '$(DESTDIR)$(LIBDIR)/gpuslice' \
 	  '$(DESTDIR)$(LIBEXECDIR)/gpuslice' '$(DESTDIR)$(SLURM_PLUGINDIR)' '$(DESTDIR)$(SYSTEMDUNITDIR)' \
-	  '$(DESTDIR)$(DOCDIR)' '$(DESTDIR)$(MANDIR)/man1' '$(DESTDIR)$(MANDIR)/man8'
+	  '$(DESTDIR)$(DOCDIR)' '$(DESTDIR)$(MANDIR)/man1' '$(DESTDIR)$(MANDIR)/man8' \
+	  '$(DESTDIR)$(DATADIR)/gpuslice/monitoring'
 	install -m 0755 '$(BIN)/gpusliced' '$(DESTDIR)$(SBINDIR)/gpusliced'
 	install -m 0755 '$(BIN)/gpuslice' '$(DESTDIR)$(BINDIR)/gpuslice'
 	install -m 0755 '$(BIN)/gpuslice-prolog' '$(BIN)/gpuslice-epilog' '$(DESTDIR)$(LIBEXECDIR)/gpuslice/'
@@ -85,7 +86,9 @@ define install-recipe
 	sed $(INSTALL_SED) etc/systemd/gpusliced.service >'$(DESTDIR)$(SYSTEMDUNITDIR)/gpusliced.service'
 	chmod 0644 '$(DESTDIR)$(SYSTEMDUNITDIR)/gpusliced.service'
 	sed $(INSTALL_SED) etc/slurm/slurm.conf.fragment >'$(DESTDIR)$(DOCDIR)/slurm.conf.fragment'
-	install -m 0644 docs/install.md '$(DESTDIR)$(DOCDIR)/install.md'
+	install -m 0644 docs/*.md '$(DESTDIR)$(DOCDIR)/'
+	install -m 0644 etc/monitoring/gpuslice-alerts.yml etc/monitoring/gpuslice-dashboard.json \
+	  '$(DESTDIR)$(DATADIR)/gpuslice/monitoring/'
 	install -m 0644 docs/man/gpuslice.1 '$(DESTDIR)$(MANDIR)/man1/gpuslice.1'
 	install -m 0644 docs/man/gpusliced.8 '$(DESTDIR)$(MANDIR)/man8/gpusliced.8'
 	$(call install-conf,etc/gpusliced.yaml,$(SYSCONFDIR)/gpuslice/gpusliced.yaml)

@@ -48,6 +48,10 @@ func Main(mode Mode, args []string, getenv func(string) string, stderr io.Writer
 	ttl := fs.Duration("ttl", 0, "TTL of the job's session (0: gpusliced's default_ttl): how long it may stay without a live process")
 	def := fs.String("default", "", "quota of jobs submitted without --gpu-mem when SPANK_GPU_MEM is unset (empty: none)")
 	showVersion := fs.Bool("version", false, "print the version and exit")
+	var acct *Accounting // the Epilog records the job's figures in Slurm's accounting
+	if mode == ModeEpilog {
+		acct = AccountingFlags(fs)
+	}
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "Usage: %s [flags]\n\nRun by slurmd as the %s (see docs/slurm.md).\n\nFlags:\n%s",
 			prog, map[Mode]string{ModeProlog: "Prolog", ModeEpilog: "Epilog"}[mode], fs.FlagUsages())
@@ -114,7 +118,7 @@ func Main(mode Mode, args []string, getenv func(string) string, stderr io.Writer
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	if mode == ModeEpilog {
-		Epilog(ctx, cfg, job)
+		acct.Record(ctx, cfg, job, Epilog(ctx, cfg, job))
 		return 0
 	}
 	if err := Prolog(ctx, cfg, job); err != nil {

@@ -340,11 +340,11 @@ func (s *Server) handle(cc *conn, req ipc.Request) error {
 		}
 		id := string(req.Session)
 		if err := s.m.CheckOwner(id, cc.cred.Uid); err != nil {
-			return cc.writeError(codeFor(err), err.Error())
+			return s.refuseRead(cc, err)
 		}
 		v, err := s.m.Get(id)
 		if err != nil {
-			return cc.writeError(codeFor(err), err.Error())
+			return s.refuseRead(cc, err)
 		}
 		b, err := json.Marshal(v)
 		if err != nil || len(b) > ipc.MaxPayload {
@@ -354,6 +354,9 @@ func (s *Server) handle(cc *conn, req ipc.Request) error {
 		}
 		cc.out = ipc.AppendFrame(cc.out[:0], ipc.TypeStatusOK, b)
 		return cc.write(cc.out)
+
+	case ipc.TypeView:
+		return s.handleView(cc, req)
 	}
 	return cc.writeError(ipc.CodeBadRequest, "not a request")
 }

@@ -58,7 +58,7 @@ func New(gpus []gpu.GPU) *Metrics {
 		Help:    "Time to answer one IPC request, by request type.",
 		Buckets: []float64{5e-6, 1e-5, 2e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 5e-3, 2.5e-2, 0.1},
 	}, []string{"type"})
-	for _, t := range []ipc.Type{ipc.TypePing, ipc.TypeAttach, ipc.TypeDetach, ipc.TypeStatus} {
+	for _, t := range []ipc.Type{ipc.TypePing, ipc.TypeAttach, ipc.TypeDetach, ipc.TypeStatus, ipc.TypeView} {
 		m.ipcObservers[t] = m.ipcDuration.WithLabelValues(t.String())
 	}
 	for _, g := range gpus {

@@ -40,7 +40,7 @@ const (
 	TypeError    Type = 9
 )
 
-var typeNames = [...]string{"", "ping", "pong", "attach", "attach_ok", "detach", "ok", "status", "status_ok", "error"}
+var typeNames = [...]string{"", "ping", "pong", "attach", "attach_ok", "detach", "ok", "status", "status_ok", "error", "view", "view_ok"}
 
 func (t Type) String() string {
 	if int(t) < len(typeNames) && t != 0 {
@@ -50,7 +50,7 @@ func (t Type) String() string {
 }
 
 // Valid reports whether t is a known frame type.
-func (t Type) Valid() bool { return t >= TypePing && t <= TypeError }
+func (t Type) Valid() bool { return t >= TypePing && t <= TypeViewOK }
 
 // Error codes carried by ERROR frames.
 const (
@@ -197,6 +197,7 @@ type Request struct {
 	Session []byte // ATTACH, STATUS
 	Token   []byte // ATTACH, STATUS (optional there)
 	Slot    uint32 // DETACH
+	View    View   // VIEW (its Session is Session)
 }
 
 // ParseRequest decodes the payload of a client→daemon frame exactly.
@@ -220,6 +221,8 @@ func ParseRequest(t Type, p []byte) (Request, error) {
 		if d.err == nil && len(d.b) > 0 {
 			r.Token = d.str("token", 0, MaxToken) // optional
 		}
+	case TypeView:
+		parseView(&d, &r)
 	default:
 		return r, fmt.Errorf("%w: %v is not a request", ErrMalformed, t)
 	}
@@ -241,6 +244,8 @@ func AppendRequest(dst []byte, r Request) []byte {
 		if r.Token != nil { // optional: present when non-nil, even if empty
 			p = appendStr(p, string(r.Token))
 		}
+	case TypeView:
+		p = appendView(r)
 	}
 	return AppendFrame(dst, r.Type, p)
 }
@@ -252,7 +257,7 @@ type Response struct {
 	Slot       uint32 // ATTACH_OK
 	NGPUs      uint32 // ATTACH_OK
 	Generation uint64 // ATTACH_OK
-	Status     []byte // STATUS_OK (JSON)
+	Status     []byte // STATUS_OK, VIEW_OK (JSON)
 	Code       uint32 // ERROR
 	Message    []byte // ERROR
 }
@@ -273,7 +278,7 @@ func ParseResponse(t Type, p []byte) (Response, error) {
 		r.NGPUs = d.u32()
 		r.Generation = d.u64()
 	case TypeOK:
-	case TypeStatusOK:
+	case TypeStatusOK, TypeViewOK:
 		r.Status = p
 		return r, nil
 	case TypeError:
@@ -312,8 +317,8 @@ func AppendResponse(dst []byte, r Response) []byte {
 		return AppendFrame(dst, TypePong, r.Pong)
 	case TypeAttachOK:
 		return AppendAttachOK(dst, r.Slot, r.NGPUs, r.Generation)
-	case TypeStatusOK:
-		return AppendFrame(dst, TypeStatusOK, r.Status)
+	case TypeStatusOK, TypeViewOK:
+		return AppendFrame(dst, r.Type, r.Status)
 	case TypeError:
 		return AppendError(dst, r.Code, string(r.Message))
 	default:

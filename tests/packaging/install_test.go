@@ -39,19 +39,24 @@ func TestMakeInstall(t *testing.T) {
 	makeInstall(t, "PREFIX=/usr/local", "DESTDIR="+destdir)
 
 	want := map[string]os.FileMode{
-		"/usr/local/sbin/gpusliced":                           0o755,
-		"/usr/local/bin/gpuslice":                             0o755,
-		"/usr/local/libexec/gpuslice/gpuslice-prolog":         0o755,
-		"/usr/local/libexec/gpuslice/gpuslice-epilog":         0o755,
-		"/usr/local/lib/gpuslice/libgpuslice.so":              0o644,
-		"/usr/local/lib/slurm/gpuslice.so":                    0o644,
-		"/usr/local/lib/systemd/system/gpusliced.service":     0o644,
-		"/usr/local/etc/gpuslice/gpusliced.yaml":              0o644,
-		"/usr/local/etc/slurm/plugstack.conf.d/gpuslice.conf": 0o644,
-		"/usr/local/share/doc/gpuslice/install.md":            0o644,
-		"/usr/local/share/doc/gpuslice/slurm.conf.fragment":   0o644,
-		"/usr/local/share/man/man1/gpuslice.1":                0o644,
-		"/usr/local/share/man/man8/gpusliced.8":               0o644,
+		"/usr/local/sbin/gpusliced":                                    0o755,
+		"/usr/local/bin/gpuslice":                                      0o755,
+		"/usr/local/libexec/gpuslice/gpuslice-prolog":                  0o755,
+		"/usr/local/libexec/gpuslice/gpuslice-epilog":                  0o755,
+		"/usr/local/lib/gpuslice/libgpuslice.so":                       0o644,
+		"/usr/local/lib/slurm/gpuslice.so":                             0o644,
+		"/usr/local/lib/systemd/system/gpusliced.service":              0o644,
+		"/usr/local/etc/gpuslice/gpusliced.yaml":                       0o644,
+		"/usr/local/etc/slurm/plugstack.conf.d/gpuslice.conf":          0o644,
+		"/usr/local/share/gpuslice/monitoring/gpuslice-alerts.yml":     0o644,
+		"/usr/local/share/gpuslice/monitoring/gpuslice-dashboard.json": 0o644,
+		"/usr/local/share/doc/gpuslice/slurm.conf.fragment":            0o644,
+		"/usr/local/share/man/man1/gpuslice.1":                         0o644,
+		"/usr/local/share/man/man8/gpusliced.8":                        0o644,
+	}
+	pages, _ := filepath.Glob(filepath.Join("..", "..", "docs", "*.md"))
+	for _, p := range pages {
+		want["/usr/local/share/doc/gpuslice/"+filepath.Base(p)] = 0o644
 	}
 	got := map[string]os.FileMode{}
 	err := filepath.Walk(destdir, func(path string, info os.FileInfo, err error) error {

@@ -256,11 +256,15 @@ func gpusliceFiles(format string) []entry {
 		{"/usr/lib/gpuslice/libgpuslice.so", 0o644},
 		{"/etc/gpuslice/gpusliced.yaml", 0o644},
 		{"/etc/slurm/plugstack.conf.d/gpuslice.conf", 0o644},
-		{"/usr/share/doc/gpuslice/install.md", 0o644},
 		{"/usr/share/doc/gpuslice/slurm.conf.fragment", 0o644},
 		{"/usr/share/doc/gpuslice/third-party-licenses.txt", 0o644},
 		{"/usr/share/man/man1/gpuslice.1.gz", 0o644},
 		{"/usr/share/man/man8/gpusliced.8.gz", 0o644},
+		{"/usr/share/gpuslice/monitoring/gpuslice-alerts.yml", 0o644},
+		{"/usr/share/gpuslice/monitoring/gpuslice-dashboard.json", 0o644},
+	}
+	for _, page := range docPages() {
+		files = append(files, entry{"/usr/share/doc/gpuslice/" + page, 0o644})
 	}
 	if format == "deb" {
 		return append(files,
@@ -280,7 +284,23 @@ func gpusliceFiles(format string) []entry {
 		entry{"/usr/libexec/gpuslice", 0o755},
 		entry{"/usr/share/doc/gpuslice", 0o755},
 		entry{"/usr/share/licenses/gpuslice", 0o755},
+		entry{"/usr/share/gpuslice", 0o755},
+		entry{"/usr/share/gpuslice/monitoring", 0o755},
 	)
+}
+
+// docPages are the pages of docs/ (every one is shipped).
+func docPages() []string {
+	paths, _ := filepath.Glob(filepath.Join("..", "..", "docs", "*.md"))
+	pages := make([]string, 0, len(paths))
+	for _, p := range paths {
+		pages = append(pages, filepath.Base(p))
+	}
+	if len(pages) == 0 {
+		panic("docs/*.md not found from " + func() string { wd, _ := os.Getwd(); return wd }())
+	}
+	sort.Strings(pages)
+	return pages
 }
 
 func fakecudaFiles(format string, progs []string) []entry {
@@ -292,6 +312,7 @@ func fakecudaFiles(format string, progs []string) []entry {
 	for _, p := range progs {
 		files = append(files, entry{"/usr/libexec/gpuslice/examples/" + p, 0o755})
 	}
+	files = append(files, entry{"/usr/libexec/gpuslice/lib", 0}) // symlink to the libraries
 	if format == "deb" {
 		return append(files,
 			entry{"/usr/share/doc/gpuslice-fakecuda/copyright", 0o644},
@@ -516,7 +537,7 @@ func TestPackageMetadata(t *testing.T) {
 		if !slices.Equal(conf, want) {
 			t.Errorf("config files %v, want %v", conf, want)
 		}
-		for _, doc := range []string{"install.md", "slurm.conf.fragment", "third-party-licenses.txt"} {
+		for _, doc := range append(docPages(), "slurm.conf.fragment", "third-party-licenses.txt") {
 			if f := flags["/usr/share/doc/gpuslice/"+doc]; f != "d" {
 				t.Errorf("%s: flags %q, want %%doc", doc, f)
 			}

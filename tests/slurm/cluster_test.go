@@ -56,6 +56,7 @@ type cluster struct {
 	ipcSock string
 	admSock string
 	users   map[string]*testUser
+	acct    *accounting // slurmdbd and MariaDB (slurmdbd_test.go); nil: none
 	mu      sync.Mutex
 	procs   map[string]*proc
 }
@@ -250,7 +251,14 @@ func startCluster(c *cluster) error {
 	if err := c.startGpusliced(); err != nil {
 		return err
 	}
-	if err := c.writeSlurmConfig(); err != nil {
+	acctConf, err := c.prepareAccounting()
+	if err != nil {
+		return err
+	}
+	if err := c.writeSlurmConfig(acctConf); err != nil {
+		return err
+	}
+	if err := c.startAccounting(); err != nil {
 		return err
 	}
 	if err := c.start("slurmctld", exec.Command("slurmctld", "-D", "-i", "-f", c.conf)); err != nil {
@@ -337,7 +345,7 @@ func (c *cluster) restartGpusliced() error {
 	})
 }
 
-func (c *cluster) writeSlurmConfig() error {
+func (c *cluster) writeSlurmConfig(acctConf string) error {
 	ctldPort, err := freePort()
 	if err != nil {
 		return err
@@ -390,8 +398,7 @@ SlurmdDebug=debug
 ProctrackType=proctrack/linuxproc
 TaskPlugin=task/none
 JobAcctGatherType=jobacct_gather/none
-AccountingStorageType=accounting_storage/none
-JobCompType=jobcomp/none
+%[6]sJobCompType=jobcomp/none
 SelectType=select/cons_tres
 SelectTypeParameters=CR_Core
 MpiDefault=none
@@ -407,7 +414,7 @@ PrologFlags=Alloc
 GresTypes=gpu
 NodeName=%[2]s NodeAddr=127.0.0.1 CPUs=%[5]s Gres=gpu:1 State=UNKNOWN
 PartitionName=test Nodes=%[2]s Default=YES MaxTime=10 State=UP OverSubscribe=FORCE:8
-`, c.dir, c.node, ctldPort, slurmdPort, nodeCPUs())
+`, c.dir, c.node, ctldPort, slurmdPort, nodeCPUs(), acctConf)
 	if err := writeFile(c.conf, conf, 0o644); err != nil {
 		return err
 	}
@@ -498,7 +505,7 @@ func (c *cluster) stop() {
 			return nil
 		})
 	}
-	for _, n := range []string{"slurmd", "slurmctld", "gpusliced", "munged"} {
+	for _, n := range []string{"slurmd", "slurmctld", "slurmdbd", "mariadbd", "gpusliced", "munged"} {
 		c.kill(n, syscall.SIGTERM, 10*time.Second)
 	}
 	killStrays(c.dir)

@@ -1,0 +1,94 @@
+package slurm
+
+import (
+	"encoding/json"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gpuslice/gpuslice/internal/client"
+	"github.com/gpuslice/gpuslice/prolog"
+)
+
+// Inside the job its user reads the job's quota and peak without root
+// (gpuslice status). The Epilog records the job's quota and peak GPU memory
+// in Slurm's accounting: `sacct -o JobID,AdminComment` shows them, from the real
+// slurmdbd and MariaDB, to root and to the job's user; the user cannot
+// write the field.
+func TestSacctShowsPeak(t *testing.T) {
+	c := needCluster(t)
+	if c.acct == nil {
+		t.Skip("Slurm accounting is off (GPUSLICE_SLURM_ACCOUNTING=0)")
+	}
+	u := c.users["gsltest1"]
+	// 3 x 300 MiB fit the 1 GiB quota, the fourth is denied: peak 900 MiB.
+	script := fmt.Sprintf(`#!/bin/sh
+#SBATCH --gpu-mem=1G
+#SBATCH --output=%[1]s/acct-%%j.out
+srun %[2]s --step 300M --count 4
+# the job's user, inside the job, without root: quota and peak
+%[3]s status --json > %[1]s/acct-status-$SLURM_JOB_ID.json
+`, u.dir, c.bin("target_app"), c.bin("gpuslice"))
+	id := c.sbatch(t, u, "acct", script)
+	j := c.waitJobEnd(t, id, 3*time.Minute)
+	if j["JobState"] != "COMPLETED" {
+		t.Fatalf("job %s: %v\n%s", id, j, readFile(t, filepath.Join(u.dir, "acct-"+id+".out")))
+	}
+	c.assertReleased(t, id)
+
+	// gpuslice status inside the job, as the job's user (IPC VIEW).
+	var st client.JobStatus
+	raw := readFile(t, filepath.Join(u.dir, "acct-status-"+id+".json"))
+	if err := json.Unmarshal([]byte(raw), &st); err != nil || st.ID != id || st.UID != u.uid || len(st.GPUs) != 1 ||
+		st.GPUs[0].LimitBytes != 1<<30 || st.GPUs[0].PeakBytes != 900<<20 || st.GPUs[0].Denied != 1 {
+		t.Fatalf("gpuslice status inside job %s: %v\n%s", id, err, raw)
+	}
+
+	rep := c.history(t, id)
+	want := prolog.FormatComment(rep)
+	if !strings.Contains(want, "=quota_mib:1024,peak_mib:900,denied:1") {
+		t.Fatalf("gpusliced's report of job %s: %s (%+v)", id, want, rep)
+	}
+
+	var got string
+	err := waitFor(60*time.Second, func() error {
+		out, err := c.sacct(id, "JobID,AdminComment")
+		got = strings.TrimSpace(out)
+		if err != nil {
+			return fmt.Errorf("sacct: %v: %s", err, out)
+		}
+		if got != id+"|"+want {
+			return fmt.Errorf("sacct -j %s -o JobID,AdminComment = %q, want %q", id, got, id+"|"+want)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("%v\nslurmdbd log:\n%s", err, tail(readFile(t, c.path("log", "slurmdbd.log")), 20))
+	}
+
+	t.Run("the job's user reads it", func(t *testing.T) {
+		out, err := c.cmd(u, "sacct", "-X", "-n", "-P", "-j", id, "-o", "JobID,AdminComment").CombinedOutput()
+		if err != nil || strings.TrimSpace(string(out)) != id+"|"+want {
+			t.Fatalf("sacct as %s: %v: %q", u.name, err, out)
+		}
+	})
+	t.Run("the job's user cannot write it", func(t *testing.T) {
+		out, _ := c.cmd(u, "sacctmgr", "-i", "modify", "job", "where", "jobid="+id, "set", "AdminComment=gpuslice:forged").CombinedOutput()
+		if strings.Contains(string(out), "Modified jobs") {
+			t.Fatalf("sacctmgr modify job as %s: %s", u.name, out)
+		}
+		if got, _ := c.sacct(id, "AdminComment"); strings.TrimSpace(got) != want {
+			t.Fatalf("AdminComment changed to %q", got)
+		}
+	})
+}
+
+func tail(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
