@@ -103,6 +103,7 @@ func init() {
 		{"list", "[flags]", "list live sessions", "", listCmd},
 		{"report", "[flags] ID", "show the report of a released session (e.g. a finished job)", "", reportCmd},
 		{"gpus", "[flags]", "show the node's GPUs with committed quotas", "", gpusCmd},
+		slurmConfigCommand,
 		{"run", "[flags] [--] COMMAND [ARGS...]", "run a command under a private quota",
 			"Creates a private session owned by the caller, runs COMMAND with the interceptor preloaded\n" +
 				"(LD_PRELOAD, appended to any existing one) and GPUSLICE_SESSION / GPUSLICE_IPC_SOCK set,\n" +

@@ -1,0 +1,449 @@
+--[[
+gpuslice job_submit.lua: slurmctld schedules GPU memory.
+
+Install next to slurm.conf (Slurm loads job_submit.lua from the directory of
+slurm.conf) and set JobSubmitPlugins=lua. See docs/slurm.md.
+
+Every GPU is described to Slurm as gres/gpu plus gres/shard with one shard
+per MiB of GPU memory (times gpusliced's overcommit), as printed by
+`gpuslice slurm-config`. This script turns what the user asked for into what
+slurmctld schedules, on the controller, so a user cannot bypass it:
+
+  --gpu-mem=SIZE (one GPU per node)    gres/shard:<SIZE in MiB>, on one GPU
+  --gpu-mem=SIZE with 2+ GPUs per node whole GPUs on a node of its own
+                                       (Slurm 22.05: a job's shards on a
+                                       node come from one GPU)
+  --gres=gpu:1 / --gpus=1, no --gpu-mem  every shard of one GPU when the
+                                       partition's GPUs are all one size,
+                                       else a node of its own
+  --gres=gpu:N (N >= 2), no --gpu-mem  whole GPUs on a node of its own
+  no GPU and no --gpu-mem              untouched (the job gets no GPU)
+  --gres=shard:N / mps                 refused: ask --gpu-mem instead
+  --gpu-mem larger than every GPU of the partition: refused, naming the
+  largest GPU.
+
+The SPANK plugin passes --gpu-mem (in bytes) as GPU_MEM=<bytes> in the job's
+spank_job_env. GPU sizes come from the NodeName lines of slurm.conf
+(Gres=gpu:N,shard:M: M/N MiB per GPU).
+
+The decisions are pure functions of their arguments (gpuslice.translate and
+the parsers below): tests call them with lua5.1 outside slurmctld.
+]]
+
+local gpuslice = {}
+
+local MiB = 1048576
+
+-- The job_desc fields through which Slurm passes GPU requests.
+gpuslice.tres_fields = {"tres_per_node", "tres_per_job", "tres_per_task", "tres_per_socket"}
+
+-- Slurm-version-specific: in 22.05 one job's shards on a node come from one
+-- GPU, so a job with several GPUs per node gets whole GPUs. A Slurm that
+-- can spread a job's shards over GPUs (MULTIPLE_SHARING_GRES_PJ) changes
+-- only this flag.
+gpuslice.shards_span_gpus = false
+
+-- Sizes as people read them: 8GiB, 512MiB.
+function gpuslice.format_mib(mib)
+	if mib >= 1024 * 1024 and mib % (1024 * 1024) == 0 then
+		return string.format("%dTiB", mib / (1024 * 1024))
+	elseif mib >= 1024 and mib % 1024 == 0 then
+		return string.format("%dGiB", mib / 1024)
+	elseif mib >= 1024 then
+		return string.format("%.1fGiB", mib / 1024)
+	end
+	return string.format("%dMiB", mib)
+end
+
+-- GPU_MEM=<bytes> from spank_job_env (a 0-indexed table of NAME=VALUE).
+-- Returns the byte count, nil when absent, or nil and an error.
+function gpuslice.gpu_mem_from_env(env)
+	if env == nil then
+		return nil
+	end
+	for _, kv in pairs(env) do
+		if type(kv) == "string" then
+			local v = string.match(kv, "^GPU_MEM=(.*)$")
+			if v ~= nil then
+				if not string.match(v, "^%d+$") or tonumber(v) == 0 then
+					return nil, "invalid GPU_MEM '" .. v .. "' in the job's SPANK environment"
+				end
+				return tonumber(v)
+			end
+		end
+	end
+	return nil
+end
+
+-- MiB asked for a byte count, rounded up.
+function gpuslice.mib_ceil(bytes)
+	return math.ceil(bytes / MiB)
+end
+
+-- A TRES/gres list ("gres:gpu:2,gres:shard:10", "gres/gpu:a100:1", "gpu:1")
+-- as a list of {name=, type=, count=, raw=}. Count defaults to 1.
+function gpuslice.parse_gres(s)
+	local out = {}
+	if s == nil or s == "" then
+		return out
+	end
+	for item in string.gmatch(s, "[^,]+") do
+		local rest = string.gsub(item, "^gres[:/]", "")
+		local parts = {}
+		for p in string.gmatch(rest, "[^:]+") do
+			table.insert(parts, p)
+		end
+		local e = {name = parts[1], raw = item, count = 1}
+		if #parts == 2 then
+			if string.match(parts[2], "^%d+$") then
+				e.count = tonumber(parts[2])
+			else
+				e.type = parts[2]
+			end
+		elseif #parts >= 3 then
+			e.type = parts[2]
+			e.count = tonumber(string.match(parts[3], "^%d+")) or 1
+		end
+		table.insert(out, e)
+	end
+	return out
+end
+
+-- Expands a Slurm hostlist: "tn[1-3,5],gpu01" -> {"tn1","tn2","tn3","tn5","gpu01"}.
+function gpuslice.expand_hostlist(s)
+	local out = {}
+	if s == nil then
+		return out
+	end
+	-- split on commas outside brackets
+	local items, depth, cur = {}, 0, ""
+	for ch in string.gmatch(s, ".") do
+		if ch == "[" then
+			depth = depth + 1
+		elseif ch == "]" then
+			depth = depth - 1
+		end
+		if ch == "," and depth == 0 then
+			table.insert(items, cur)
+			cur = ""
+		else
+			cur = cur .. ch
+		end
+	end
+	if cur ~= "" then
+		table.insert(items, cur)
+	end
+	for _, item in ipairs(items) do
+		local pre, ranges, post = string.match(item, "^(.-)%[(.-)%](.*)$")
+		if pre == nil then
+			table.insert(out, item)
+		else
+			for r in string.gmatch(ranges, "[^,]+") do
+				local a, b = string.match(r, "^(%d+)-(%d+)$")
+				if a == nil then
+					table.insert(out, pre .. r .. post)
+				else
+					local width = string.len(a)
+					for i = tonumber(a), tonumber(b) do
+						table.insert(out, pre .. string.format("%0" .. width .. "d", i) .. post)
+					end
+				end
+			end
+		end
+	end
+	return out
+end
+
+local function kv_fields(line)
+	local f = {}
+	for k, v in string.gmatch(line, "(%w+)=(%S+)") do
+		f[string.lower(k)] = v
+	end
+	return f
+end
+
+-- Reads slurm.conf lines: GPU MiB per node (from Gres=gpu:N,shard:M) and
+-- partitions. Returns {nodes = {name = {gpus=, gpu_mib=}}, partitions =
+-- {name = {nodes = {...}, default = bool}}, default_partition = name}.
+function gpuslice.parse_conf(lines)
+	local conf = {nodes = {}, partitions = {}, node_order = {}}
+	for _, line in ipairs(lines) do
+		line = string.gsub(line, "#.*$", "")
+		local f = kv_fields(line)
+		if f.nodename ~= nil and f.nodename ~= "DEFAULT" then
+			local gpus, shards = 0, 0
+			for _, g in ipairs(gpuslice.parse_gres(f.gres)) do
+				if g.name == "gpu" then
+					gpus = gpus + g.count
+				elseif g.name == "shard" then
+					shards = shards + g.count
+				end
+			end
+			for _, n in ipairs(gpuslice.expand_hostlist(f.nodename)) do
+				local node = {gpus = gpus}
+				if gpus > 0 and shards > 0 then
+					node.gpu_mib = math.floor(shards / gpus)
+				end
+				if conf.nodes[n] == nil then
+					table.insert(conf.node_order, n)
+				end
+				conf.nodes[n] = node
+			end
+		elseif f.partitionname ~= nil and f.partitionname ~= "DEFAULT" then
+			local p = {default = string.upper(f.default or "") == "YES", nodes = {}}
+			if f.nodes == "ALL" then
+				p.all = true
+			else
+				p.nodes = gpuslice.expand_hostlist(f.nodes)
+			end
+			conf.partitions[f.partitionname] = p
+			if p.default then
+				conf.default_partition = f.partitionname
+			end
+		end
+	end
+	return conf
+end
+
+-- Per-GPU MiB of every node with GPUs in the job's partition(s) (a
+-- comma-separated list, or nil for the default partition). Returns the
+-- list of sizes and the partition name(s) for messages.
+function gpuslice.partition_gpu_sizes(conf, partition)
+	local names = {}
+	if partition == nil or partition == "" then
+		if conf.default_partition == nil then
+			return {}, "(default)"
+		end
+		names = {conf.default_partition}
+	else
+		for p in string.gmatch(partition, "[^,]+") do
+			table.insert(names, p)
+		end
+	end
+	local sizes = {}
+	for _, name in ipairs(names) do
+		local p = conf.partitions[name]
+		if p ~= nil then
+			local nodes = p.nodes
+			if p.all then
+				nodes = conf.node_order
+			end
+			for _, n in ipairs(nodes) do
+				local node = conf.nodes[n]
+				if node ~= nil and node.gpu_mib ~= nil then
+					table.insert(sizes, node.gpu_mib)
+				end
+			end
+		end
+	end
+	return sizes, table.concat(names, ",")
+end
+
+-- GPUs per node a request names: its gpu count from tres_per_node, or from
+-- tres_per_job for a one-node job. nil when it asks for none; "many" when
+-- the count per node cannot be told (per task, per socket, several nodes).
+local function gpus_per_node(req)
+	local n
+	for _, g in ipairs(gpuslice.parse_gres(req.tres_per_node)) do
+		if g.name == "gpu" then
+			n = (n or 0) + g.count
+		end
+	end
+	for _, g in ipairs(gpuslice.parse_gres(req.tres_per_job)) do
+		if g.name == "gpu" then
+			if (req.min_nodes or 1) <= 1 then
+				n = (n or 0) + g.count
+			else
+				return "many"
+			end
+		end
+	end
+	for _, field in ipairs({"tres_per_task", "tres_per_socket"}) do
+		for _, g in ipairs(gpuslice.parse_gres(req[field])) do
+			if g.name == "gpu" then
+				return "many"
+			end
+		end
+	end
+	return n
+end
+
+-- A gres list without its gpu entries (other gres the user asked stay).
+local function without_gpu(s)
+	local keep = {}
+	for _, g in ipairs(gpuslice.parse_gres(s)) do
+		if g.name ~= "gpu" then
+			table.insert(keep, g.raw)
+		end
+	end
+	if #keep == 0 then
+		return nil
+	end
+	return table.concat(keep, ",")
+end
+
+local function append(list, item)
+	if list == nil or list == "" then
+		return item
+	end
+	return list .. "," .. item
+end
+
+--[[
+translate(req, sizes, pname) decides what slurmctld schedules.
+
+req: {gpu_mem = bytes or nil, tres_per_node, tres_per_job, tres_per_task,
+      tres_per_socket, min_nodes}
+sizes: per-GPU MiB of the partition's nodes; pname: partition for messages.
+
+Returns a change table {tres_per_node=, tres_per_job=, exclusive=bool,
+why=string} (fields left nil mean "clear": callers set all of
+tres_per_node/tres_per_job from it when change.set is true), or nil and the
+message for the user.
+]]
+function gpuslice.translate(req, sizes, pname)
+	for _, field in ipairs(gpuslice.tres_fields) do
+		for _, g in ipairs(gpuslice.parse_gres(req[field])) do
+			if g.name == "shard" or g.name == "mps" then
+				return nil, "gpuslice: --gres=" .. g.name .. " is not accepted here: ask for GPU memory with " ..
+					"--gpu-mem=SIZE (e.g. --gpu-mem=8G), the scheduler places the job by it"
+			end
+		end
+	end
+	local n = gpus_per_node(req)
+	local largest, smallest = 0, nil
+	for _, s in ipairs(sizes) do
+		if s > largest then
+			largest = s
+		end
+		if smallest == nil or s < smallest then
+			smallest = s
+		end
+	end
+
+	if req.gpu_mem == nil then
+		if n == nil then
+			return {set = false, why = "no GPU asked"}
+		end
+		if n == 1 and largest > 0 and smallest == largest then
+			return {set = true, tres_per_node = append(without_gpu(req.tres_per_node), "gres:shard:" .. largest),
+				tres_per_job = without_gpu(req.tres_per_job),
+				why = "whole GPU: every shard of one " .. gpuslice.format_mib(largest) .. " GPU"}
+		end
+		return {set = false, exclusive = true, why = "whole GPUs on a node of its own"}
+	end
+
+	local mib = gpuslice.mib_ceil(req.gpu_mem)
+	if largest == 0 then
+		return nil, "gpuslice: --gpu-mem: partition " .. pname .. " has no GPU known to gpuslice " ..
+			"(no Gres=gpu:N,shard:M in slurm.conf)"
+	end
+	if mib > largest then
+		return nil, string.format("gpuslice: --gpu-mem=%s is larger than any GPU in partition %s: the largest has %s",
+			gpuslice.format_mib(mib), pname, gpuslice.format_mib(largest))
+	end
+	if n == nil or n == 1 or (gpuslice.shards_span_gpus and n ~= "many") then
+		local count = mib
+		if n ~= nil and n ~= 1 then
+			count = mib * n
+		end
+		return {set = true, tres_per_node = append(without_gpu(req.tres_per_node), "gres:shard:" .. count),
+			tres_per_job = without_gpu(req.tres_per_job),
+			why = gpuslice.format_mib(mib) .. " of one GPU"}
+	end
+	return {set = false, exclusive = true,
+		why = gpuslice.format_mib(mib) .. " on each of several GPUs: whole GPUs on a node of its own"}
+end
+
+-- slurm.conf next to this script (Slurm requires job_submit.lua to sit in
+-- the directory of slurm.conf), and the files it includes.
+local function script_dir()
+	local src = debug.getinfo(1, "S").source
+	return string.match(src, "^@(.*)/[^/]*$") or "."
+end
+
+local function read_conf_lines(path, out, depth)
+	local f = io.open(path, "r")
+	if f == nil then
+		return out
+	end
+	local dir = string.match(path, "^(.*)/[^/]*$") or "."
+	for line in f:lines() do
+		local inc = string.match(line, "^%s*[Ii]nclude%s+(%S+)")
+		if inc ~= nil and depth < 4 then
+			if string.sub(inc, 1, 1) ~= "/" then
+				inc = dir .. "/" .. inc
+			end
+			read_conf_lines(inc, out, depth + 1)
+		else
+			table.insert(out, line)
+		end
+	end
+	f:close()
+	return out
+end
+
+function gpuslice.load_conf()
+	local path = os.getenv("SLURM_CONF") or (script_dir() .. "/slurm.conf")
+	return gpuslice.parse_conf(read_conf_lines(path, {}, 0))
+end
+
+-- Apply a decision to job_desc (slurmctld's object).
+local function apply(job_desc, change)
+	if change.set then
+		job_desc.tres_per_node = change.tres_per_node
+		job_desc.tres_per_job = change.tres_per_job
+	end
+	if change.exclusive then
+		job_desc.shared = 0
+	end
+end
+
+function slurm_job_submit(job_desc, part_list, submit_uid)
+	local mem, err = gpuslice.gpu_mem_from_env(job_desc.spank_job_env)
+	if err ~= nil then
+		slurm.log_user("gpuslice: " .. err)
+		return slurm.ERROR
+	end
+	local conf = gpuslice.load_conf()
+	local sizes, pname = gpuslice.partition_gpu_sizes(conf, job_desc.partition)
+	local req = {gpu_mem = mem, tres_per_node = job_desc.tres_per_node, tres_per_job = job_desc.tres_per_job,
+		tres_per_task = job_desc.tres_per_task, tres_per_socket = job_desc.tres_per_socket,
+		min_nodes = job_desc.min_nodes}
+	if req.min_nodes ~= nil and req.min_nodes > 1000000 then
+		req.min_nodes = nil -- NO_VAL: not given
+	end
+	local change, msg = gpuslice.translate(req, sizes, pname)
+	if change == nil then
+		slurm.log_user(msg)
+		return slurm.ERROR
+	end
+	apply(job_desc, change)
+	if change.set or change.exclusive then
+		slurm.log_info("gpuslice: job from uid %u: %s (tres_per_node=%s)", submit_uid, change.why,
+			tostring(job_desc.tres_per_node))
+	end
+	return slurm.SUCCESS
+end
+
+-- A user may not change GPU requests after submission (that would undo the
+-- translation); root and SlurmUser may.
+function slurm_job_modify(job_desc, job_rec, part_list, modify_uid)
+	if modify_uid == 0 then
+		return slurm.SUCCESS
+	end
+	for _, field in ipairs(gpuslice.tres_fields) do
+		if job_desc[field] ~= nil then
+			slurm.log_user("gpuslice: GPU and GPU-memory requests are fixed at submission; cancel and resubmit")
+			return slurm.ERROR
+		end
+	end
+	return slurm.SUCCESS
+end
+
+-- slurmctld checks the script's return value when it loads it; tests
+-- (lua5.1 outside slurmctld, where there is no slurm table) get the module.
+if slurm ~= nil and slurm.SUCCESS ~= nil then
+	return slurm.SUCCESS
+end
+return gpuslice

@@ -1,0 +1,144 @@
+-- Tests of etc/slurm/job_submit.lua's pure functions, outside slurmctld:
+--   lua5.1 tests/slurm/lua/job_submit_test.lua etc/slurm/job_submit.lua
+-- (make test-slurm runs it). Exits 1 on the first failure of each case and
+-- prints every failure.
+
+local path = arg[1] or "etc/slurm/job_submit.lua"
+local gs = dofile(path)
+local failures, cases = 0, 0
+local GiB, MiB = 1073741824, 1048576
+
+local function show(v)
+	if type(v) ~= "table" then
+		return tostring(v)
+	end
+	local keys = {}
+	for k in pairs(v) do
+		table.insert(keys, tostring(k))
+	end
+	table.sort(keys)
+	local parts = {}
+	for _, k in ipairs(keys) do
+		local val = v[k]
+		if val == nil then
+			val = v[tonumber(k)]
+		end
+		table.insert(parts, k .. "=" .. show(val))
+	end
+	return "{" .. table.concat(parts, " ") .. "}"
+end
+
+local function check(name, got, want)
+	cases = cases + 1
+	if show(got) ~= show(want) then
+		failures = failures + 1
+		io.stderr:write(string.format("FAIL %s\n  got  %s\n  want %s\n", name, show(got), show(want)))
+	end
+end
+
+-- gpu_mem_from_env
+check("GPU_MEM found", {gs.gpu_mem_from_env({[0] = "OTHER=1", [1] = "GPU_MEM=8589934592"})}, {8 * GiB})
+check("no GPU_MEM", {gs.gpu_mem_from_env({[0] = "OTHER=1"})}, {})
+check("no env", {gs.gpu_mem_from_env(nil)}, {})
+check("bad GPU_MEM", {gs.gpu_mem_from_env({[0] = "GPU_MEM=8G"})}, {nil, "invalid GPU_MEM '8G' in the job's SPANK environment"})
+check("zero GPU_MEM", {gs.gpu_mem_from_env({[0] = "GPU_MEM=0"})}, {nil, "invalid GPU_MEM '0' in the job's SPANK environment"})
+
+-- mib_ceil, format_mib
+check("1 byte is 1 MiB", gs.mib_ceil(1), 1)
+check("8 GiB", gs.mib_ceil(8 * GiB), 8192)
+check("8 GiB + 1", gs.mib_ceil(8 * GiB + 1), 8193)
+check("format GiB", gs.format_mib(16384), "16GiB")
+check("format MiB", gs.format_mib(512), "512MiB")
+check("format fraction", gs.format_mib(1536), "1.5GiB")
+
+-- parse_gres
+check("gres list", gs.parse_gres("gres:gpu:2,gres/shard:100,gpu:a100:3,gres:gpu"), {
+	{name = "gpu", count = 2, raw = "gres:gpu:2"},
+	{name = "shard", count = 100, raw = "gres/shard:100"},
+	{name = "gpu", type = "a100", count = 3, raw = "gpu:a100:3"},
+	{name = "gpu", count = 1, raw = "gres:gpu"},
+})
+check("empty gres", gs.parse_gres(nil), {})
+
+-- expand_hostlist
+check("hostlist", gs.expand_hostlist("tn[1-3,5],gpu01,n[08-10]"),
+	{"tn1", "tn2", "tn3", "tn5", "gpu01", "n08", "n09", "n10"})
+
+-- parse_conf, partition_gpu_sizes
+local conf = gs.parse_conf({
+	"# comment NodeName=ignored Gres=gpu:9,shard:9",
+	"NodeName=tn1 NodeAddr=10.0.0.1 Gres=gpu:2,shard:32768 CPUs=8",
+	"NodeName=tn[2-3] Gres=gpu:2,shard:163840",
+	"NodeName=cpu1 CPUs=4",
+	"PartitionName=gpu Nodes=tn[1-3] Default=YES",
+	"PartitionName=big Nodes=tn2,tn3",
+	"PartitionName=cpu Nodes=cpu1",
+	"PartitionName=all Nodes=ALL",
+})
+check("node sizes", {conf.nodes.tn1.gpu_mib, conf.nodes.tn3.gpu_mib, conf.nodes.cpu1.gpu_mib}, {16384, 81920})
+check("default partition", conf.default_partition, "gpu")
+check("default partition sizes", {gs.partition_gpu_sizes(conf, nil)}, {{16384, 81920, 81920}, "gpu"})
+check("named partition sizes", {gs.partition_gpu_sizes(conf, "big")}, {{81920, 81920}, "big"})
+check("ALL partition sizes", {gs.partition_gpu_sizes(conf, "all")}, {{16384, 81920, 81920}, "all"})
+check("cpu partition", {gs.partition_gpu_sizes(conf, "cpu")}, {{}, "cpu"})
+
+-- translate
+local hetero, uniform = {16384, 81920}, {81920, 81920}
+local tests = {
+	{"--gpu-mem only: shards of one GPU", {gpu_mem = 8 * GiB}, hetero,
+		{set = true, tres_per_node = "gres:shard:8192", why = "8GiB of one GPU"}},
+	{"--gpu-mem rounds up to MiB", {gpu_mem = 8 * GiB + 1}, hetero,
+		{set = true, tres_per_node = "gres:shard:8193", why = "8.0GiB of one GPU"}},
+	{"--gpu-mem with --gres=gpu:1", {gpu_mem = 4 * GiB, tres_per_node = "gres:gpu:1"}, hetero,
+		{set = true, tres_per_node = "gres:shard:4096", why = "4GiB of one GPU"}},
+	{"--gpu-mem with --gpus=1", {gpu_mem = 4 * GiB, tres_per_job = "gres:gpu:1"}, hetero,
+		{set = true, tres_per_node = "gres:shard:4096", why = "4GiB of one GPU"}},
+	{"other gres kept", {gpu_mem = 4 * GiB, tres_per_node = "gres:gpu:1,gres:nic:1"}, hetero,
+		{set = true, tres_per_node = "gres:nic:1,gres:shard:4096", why = "4GiB of one GPU"}},
+	{"--gpu-mem = the largest GPU", {gpu_mem = 80 * GiB}, hetero,
+		{set = true, tres_per_node = "gres:shard:81920", why = "80GiB of one GPU"}},
+	{"--gpu-mem larger than any GPU", {gpu_mem = 100 * GiB}, hetero,
+		nil, "gpuslice: --gpu-mem=100GiB is larger than any GPU in partition gpu: the largest has 80GiB"},
+	{"--gpu-mem on a partition without GPUs", {gpu_mem = GiB}, {},
+		nil, "gpuslice: --gpu-mem: partition gpu has no GPU known to gpuslice (no Gres=gpu:N,shard:M in slurm.conf)"},
+	{"--gpus=2 --gpu-mem: whole GPUs, node of its own", {gpu_mem = 8 * GiB, tres_per_job = "gres:gpu:2"}, hetero,
+		{set = false, exclusive = true, why = "8GiB on each of several GPUs: whole GPUs on a node of its own"}},
+	{"--gres=gpu:2 --gpu-mem", {gpu_mem = 8 * GiB, tres_per_node = "gres:gpu:2"}, hetero,
+		{set = false, exclusive = true, why = "8GiB on each of several GPUs: whole GPUs on a node of its own"}},
+	{"--gpus-per-task --gpu-mem", {gpu_mem = 8 * GiB, tres_per_task = "gres:gpu:1"}, hetero,
+		{set = false, exclusive = true, why = "8GiB on each of several GPUs: whole GPUs on a node of its own"}},
+	{"--gpus=1 on 2 nodes: per node unknown", {gpu_mem = 8 * GiB, tres_per_job = "gres:gpu:2", min_nodes = 2}, hetero,
+		{set = false, exclusive = true, why = "8GiB on each of several GPUs: whole GPUs on a node of its own"}},
+	{"-N2 --gpu-mem: shards on each node", {gpu_mem = 4 * GiB, min_nodes = 2}, hetero,
+		{set = true, tres_per_node = "gres:shard:4096", why = "4GiB of one GPU"}},
+	{"whole GPU, one size: every shard", {tres_per_node = "gres:gpu:1"}, uniform,
+		{set = true, tres_per_node = "gres:shard:81920", why = "whole GPU: every shard of one 80GiB GPU"}},
+	{"whole GPU (--gpus=1), one size", {tres_per_job = "gres:gpu:1"}, uniform,
+		{set = true, tres_per_node = "gres:shard:81920", why = "whole GPU: every shard of one 80GiB GPU"}},
+	{"whole GPU, mixed sizes: node of its own", {tres_per_node = "gres:gpu:1"}, hetero,
+		{set = false, exclusive = true, why = "whole GPUs on a node of its own"}},
+	{"two whole GPUs: node of its own", {tres_per_node = "gres:gpu:2"}, uniform,
+		{set = false, exclusive = true, why = "whole GPUs on a node of its own"}},
+	{"no GPU: untouched", {}, hetero, {set = false, why = "no GPU asked"}},
+	{"--gres=shard refused", {tres_per_node = "gres:shard:100"}, hetero,
+		nil, "gpuslice: --gres=shard is not accepted here: ask for GPU memory with --gpu-mem=SIZE (e.g. --gpu-mem=8G), the scheduler places the job by it"},
+	{"--gres=mps refused", {gpu_mem = GiB, tres_per_job = "gres:mps:50"}, hetero,
+		nil, "gpuslice: --gres=mps is not accepted here: ask for GPU memory with --gpu-mem=SIZE (e.g. --gpu-mem=8G), the scheduler places the job by it"},
+}
+for _, tt in ipairs(tests) do
+	local change, msg = gs.translate(tt[2], tt[3], "gpu")
+	check(tt[1], {change, msg}, {tt[4], tt[5]})
+end
+
+-- With shards that can span GPUs (a later Slurm), several GPUs per node
+-- become shards too.
+gs.shards_span_gpus = true
+check("spanning shards: --gpus=2 --gpu-mem", {gs.translate({gpu_mem = 8 * GiB, tres_per_job = "gres:gpu:2"}, hetero, "gpu")},
+	{{set = true, tres_per_node = "gres:shard:16384", why = "8GiB of one GPU"}})
+gs.shards_span_gpus = false
+
+if failures > 0 then
+	io.stderr:write(string.format("job_submit.lua: %d of %d checks failed\n", failures, cases))
+	os.exit(1)
+end
+print(string.format("job_submit.lua: %d checks passed", cases))
