@@ -9,18 +9,22 @@ per MiB of GPU memory (times gpusliced's overcommit), as printed by
 `gpuslice slurm-config`. This script turns what the user asked for into what
 slurmctld schedules, on the controller, so a user cannot bypass it:
 
-  --gpu-mem=SIZE (one GPU per node)    gres/shard:<SIZE in MiB>, on one GPU
-  --gpu-mem=SIZE with 2+ GPUs per node whole GPUs on a node of its own
-                                       (Slurm 22.05: a job's shards on a
-                                       node come from one GPU)
-  --gres=gpu:1 / --gpus=1, no --gpu-mem  every shard of one GPU when the
-                                       partition's GPUs are all one size,
-                                       else a node of its own
-  --gres=gpu:N (N >= 2), no --gpu-mem  whole GPUs on a node of its own
-  no GPU and no --gpu-mem              untouched (the job gets no GPU)
-  --gres=shard:N / mps                 refused: ask --gpu-mem instead
+  --gpu-mem=SIZE                  gres/shard:<SIZE in MiB>: SIZE of one GPU
+                                  on each node of the job (Slurm 22.05
+                                  takes a job's shards on a node from one
+                                  GPU, and never puts more shards on a GPU
+                                  than it has)
+  --gpus/--gres=gpu:N[/--gpu-mem] N whole GPUs on a node of its own
+                                  (exclusive), with the quota on each when
+                                  --gpu-mem is given
+  neither                         untouched: the job gets no GPU
+  --gres=shard:N or mps           refused: ask --gpu-mem instead
   --gpu-mem larger than every GPU of the partition: refused, naming the
   largest GPU.
+
+Whole GPUs get a node of their own because Slurm 22.05 gives a gres/gpu
+job a GPU whose shards other jobs use; a gres/shard job is never placed on
+a GPU a gres/gpu job holds.
 
 The SPANK plugin passes --gpu-mem (in bytes) as GPU_MEM=<bytes> in the job's
 spank_job_env. GPU sizes come from the NodeName lines of slurm.conf
@@ -36,12 +40,6 @@ local MiB = 1048576
 
 -- The job_desc fields through which Slurm passes GPU requests.
 gpuslice.tres_fields = {"tres_per_node", "tres_per_job", "tres_per_task", "tres_per_socket"}
-
--- Slurm-version-specific: in 22.05 one job's shards on a node come from one
--- GPU, so a job with several GPUs per node gets whole GPUs. A Slurm that
--- can spread a job's shards over GPUs (MULTIPLE_SHARING_GRES_PJ) changes
--- only this flag.
-gpuslice.shards_span_gpus = false
 
 -- Sizes as people read them: 8GiB, 512MiB.
 function gpuslice.format_mib(mib)
@@ -239,49 +237,6 @@ function gpuslice.partition_gpu_sizes(conf, partition)
 	return sizes, table.concat(names, ",")
 end
 
--- GPUs per node a request names: its gpu count from tres_per_node, or from
--- tres_per_job for a one-node job. nil when it asks for none; "many" when
--- the count per node cannot be told (per task, per socket, several nodes).
-local function gpus_per_node(req)
-	local n
-	for _, g in ipairs(gpuslice.parse_gres(req.tres_per_node)) do
-		if g.name == "gpu" then
-			n = (n or 0) + g.count
-		end
-	end
-	for _, g in ipairs(gpuslice.parse_gres(req.tres_per_job)) do
-		if g.name == "gpu" then
-			if (req.min_nodes or 1) <= 1 then
-				n = (n or 0) + g.count
-			else
-				return "many"
-			end
-		end
-	end
-	for _, field in ipairs({"tres_per_task", "tres_per_socket"}) do
-		for _, g in ipairs(gpuslice.parse_gres(req[field])) do
-			if g.name == "gpu" then
-				return "many"
-			end
-		end
-	end
-	return n
-end
-
--- A gres list without its gpu entries (other gres the user asked stay).
-local function without_gpu(s)
-	local keep = {}
-	for _, g in ipairs(gpuslice.parse_gres(s)) do
-		if g.name ~= "gpu" then
-			table.insert(keep, g.raw)
-		end
-	end
-	if #keep == 0 then
-		return nil
-	end
-	return table.concat(keep, ",")
-end
-
 local function append(list, item)
 	if list == nil or list == "" then
 		return item
@@ -293,44 +248,38 @@ end
 translate(req, sizes, pname) decides what slurmctld schedules.
 
 req: {gpu_mem = bytes or nil, tres_per_node, tres_per_job, tres_per_task,
-      tres_per_socket, min_nodes}
+      tres_per_socket}
 sizes: per-GPU MiB of the partition's nodes; pname: partition for messages.
 
-Returns a change table {tres_per_node=, tres_per_job=, exclusive=bool,
-why=string} (fields left nil mean "clear": callers set all of
-tres_per_node/tres_per_job from it when change.set is true), or nil and the
-message for the user.
+Returns a change table {tres_per_node=, set=bool, exclusive=bool, why=}
+(when set, tres_per_node replaces the job's), or nil and the message for
+the user.
 ]]
 function gpuslice.translate(req, sizes, pname)
+	local gpus = false
 	for _, field in ipairs(gpuslice.tres_fields) do
 		for _, g in ipairs(gpuslice.parse_gres(req[field])) do
 			if g.name == "shard" or g.name == "mps" then
 				return nil, "gpuslice: --gres=" .. g.name .. " is not accepted here: ask for GPU memory with " ..
 					"--gpu-mem=SIZE (e.g. --gpu-mem=8G), the scheduler places the job by it"
 			end
+			if g.name == "gpu" then
+				gpus = true
+			end
 		end
 	end
-	local n = gpus_per_node(req)
-	local largest, smallest = 0, nil
+	local largest = 0
 	for _, s in ipairs(sizes) do
 		if s > largest then
 			largest = s
 		end
-		if smallest == nil or s < smallest then
-			smallest = s
-		end
 	end
 
 	if req.gpu_mem == nil then
-		if n == nil then
+		if not gpus then
 			return {set = false, why = "no GPU asked"}
 		end
-		if n == 1 and largest > 0 and smallest == largest then
-			return {set = true, tres_per_node = append(without_gpu(req.tres_per_node), "gres:shard:" .. largest),
-				tres_per_job = without_gpu(req.tres_per_job),
-				why = "whole GPU: every shard of one " .. gpuslice.format_mib(largest) .. " GPU"}
-		end
-		return {set = false, exclusive = true, why = "whole GPUs on a node of its own"}
+		return {set = false, exclusive = true, why = "whole GPUs: a node of its own"}
 	end
 
 	local mib = gpuslice.mib_ceil(req.gpu_mem)
@@ -342,17 +291,12 @@ function gpuslice.translate(req, sizes, pname)
 		return nil, string.format("gpuslice: --gpu-mem=%s is larger than any GPU in partition %s: the largest has %s",
 			gpuslice.format_mib(mib), pname, gpuslice.format_mib(largest))
 	end
-	if n == nil or n == 1 or (gpuslice.shards_span_gpus and n ~= "many") then
-		local count = mib
-		if n ~= nil and n ~= 1 then
-			count = mib * n
-		end
-		return {set = true, tres_per_node = append(without_gpu(req.tres_per_node), "gres:shard:" .. count),
-			tres_per_job = without_gpu(req.tres_per_job),
-			why = gpuslice.format_mib(mib) .. " of one GPU"}
+	if gpus then
+		return {set = false, exclusive = true,
+			why = gpuslice.format_mib(mib) .. " on each of its whole GPUs: a node of its own"}
 	end
-	return {set = false, exclusive = true,
-		why = gpuslice.format_mib(mib) .. " on each of several GPUs: whole GPUs on a node of its own"}
+	return {set = true, tres_per_node = append(req.tres_per_node, "gres:shard:" .. mib),
+		why = gpuslice.format_mib(mib) .. " of one GPU"}
 end
 
 -- slurm.conf next to this script (Slurm requires job_submit.lua to sit in
@@ -392,7 +336,6 @@ end
 local function apply(job_desc, change)
 	if change.set then
 		job_desc.tres_per_node = change.tres_per_node
-		job_desc.tres_per_job = change.tres_per_job
 	end
 	if change.exclusive then
 		job_desc.shared = 0
@@ -408,11 +351,7 @@ function slurm_job_submit(job_desc, part_list, submit_uid)
 	local conf = gpuslice.load_conf()
 	local sizes, pname = gpuslice.partition_gpu_sizes(conf, job_desc.partition)
 	local req = {gpu_mem = mem, tres_per_node = job_desc.tres_per_node, tres_per_job = job_desc.tres_per_job,
-		tres_per_task = job_desc.tres_per_task, tres_per_socket = job_desc.tres_per_socket,
-		min_nodes = job_desc.min_nodes}
-	if req.min_nodes ~= nil and req.min_nodes > 1000000 then
-		req.min_nodes = nil -- NO_VAL: not given
-	end
+		tres_per_task = job_desc.tres_per_task, tres_per_socket = job_desc.tres_per_socket}
 	local change, msg = gpuslice.translate(req, sizes, pname)
 	if change == nil then
 		slurm.log_user(msg)

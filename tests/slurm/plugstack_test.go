@@ -1,7 +1,6 @@
 package slurm
 
 import (
-	"fmt"
 	"os"
 	"strings"
 	"testing"
@@ -23,8 +22,7 @@ func (c *cluster) withPlugstack(t *testing.T, args string) {
 			t.Errorf("restore plugstack.conf: %v", err)
 		}
 	})
-	line := fmt.Sprintf("required %s lib=%s socket=%s %s\n", c.bin("plugin"), c.bin("interceptor"), c.ipcSock, args)
-	if err := writeFile(path, line, 0o644); err != nil {
+	if err := c.writePlugstack(args); err != nil {
 		t.Fatal(err)
 	}
 }

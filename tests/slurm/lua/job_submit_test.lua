@@ -83,59 +83,44 @@ check("ALL partition sizes", {gs.partition_gpu_sizes(conf, "all")}, {{16384, 819
 check("cpu partition", {gs.partition_gpu_sizes(conf, "cpu")}, {{}, "cpu"})
 
 -- translate
-local hetero, uniform = {16384, 81920}, {81920, 81920}
+local sizes = {16384, 81920}
 local tests = {
-	{"--gpu-mem only: shards of one GPU", {gpu_mem = 8 * GiB}, hetero,
+	{"--gpu-mem only: shards of one GPU", {gpu_mem = 8 * GiB}, sizes,
 		{set = true, tres_per_node = "gres:shard:8192", why = "8GiB of one GPU"}},
-	{"--gpu-mem rounds up to MiB", {gpu_mem = 8 * GiB + 1}, hetero,
+	{"--gpu-mem rounds up to MiB", {gpu_mem = 8 * GiB + 1}, sizes,
 		{set = true, tres_per_node = "gres:shard:8193", why = "8.0GiB of one GPU"}},
-	{"--gpu-mem with --gres=gpu:1", {gpu_mem = 4 * GiB, tres_per_node = "gres:gpu:1"}, hetero,
-		{set = true, tres_per_node = "gres:shard:4096", why = "4GiB of one GPU"}},
-	{"--gpu-mem with --gpus=1", {gpu_mem = 4 * GiB, tres_per_job = "gres:gpu:1"}, hetero,
-		{set = true, tres_per_node = "gres:shard:4096", why = "4GiB of one GPU"}},
-	{"other gres kept", {gpu_mem = 4 * GiB, tres_per_node = "gres:gpu:1,gres:nic:1"}, hetero,
+	{"other gres kept", {gpu_mem = 4 * GiB, tres_per_node = "gres:nic:1"}, sizes,
 		{set = true, tres_per_node = "gres:nic:1,gres:shard:4096", why = "4GiB of one GPU"}},
-	{"--gpu-mem = the largest GPU", {gpu_mem = 80 * GiB}, hetero,
+	{"--gpu-mem = the largest GPU", {gpu_mem = 80 * GiB}, sizes,
 		{set = true, tres_per_node = "gres:shard:81920", why = "80GiB of one GPU"}},
-	{"--gpu-mem larger than any GPU", {gpu_mem = 100 * GiB}, hetero,
+	{"--gpu-mem larger than any GPU", {gpu_mem = 100 * GiB}, sizes,
 		nil, "gpuslice: --gpu-mem=100GiB is larger than any GPU in partition gpu: the largest has 80GiB"},
+	{"--gpu-mem one MiB too large", {gpu_mem = 80 * GiB + 1}, sizes,
+		nil, "gpuslice: --gpu-mem=80.0GiB is larger than any GPU in partition gpu: the largest has 80GiB"},
 	{"--gpu-mem on a partition without GPUs", {gpu_mem = GiB}, {},
 		nil, "gpuslice: --gpu-mem: partition gpu has no GPU known to gpuslice (no Gres=gpu:N,shard:M in slurm.conf)"},
-	{"--gpus=2 --gpu-mem: whole GPUs, node of its own", {gpu_mem = 8 * GiB, tres_per_job = "gres:gpu:2"}, hetero,
-		{set = false, exclusive = true, why = "8GiB on each of several GPUs: whole GPUs on a node of its own"}},
-	{"--gres=gpu:2 --gpu-mem", {gpu_mem = 8 * GiB, tres_per_node = "gres:gpu:2"}, hetero,
-		{set = false, exclusive = true, why = "8GiB on each of several GPUs: whole GPUs on a node of its own"}},
-	{"--gpus-per-task --gpu-mem", {gpu_mem = 8 * GiB, tres_per_task = "gres:gpu:1"}, hetero,
-		{set = false, exclusive = true, why = "8GiB on each of several GPUs: whole GPUs on a node of its own"}},
-	{"--gpus=1 on 2 nodes: per node unknown", {gpu_mem = 8 * GiB, tres_per_job = "gres:gpu:2", min_nodes = 2}, hetero,
-		{set = false, exclusive = true, why = "8GiB on each of several GPUs: whole GPUs on a node of its own"}},
-	{"-N2 --gpu-mem: shards on each node", {gpu_mem = 4 * GiB, min_nodes = 2}, hetero,
-		{set = true, tres_per_node = "gres:shard:4096", why = "4GiB of one GPU"}},
-	{"whole GPU, one size: every shard", {tres_per_node = "gres:gpu:1"}, uniform,
-		{set = true, tres_per_node = "gres:shard:81920", why = "whole GPU: every shard of one 80GiB GPU"}},
-	{"whole GPU (--gpus=1), one size", {tres_per_job = "gres:gpu:1"}, uniform,
-		{set = true, tres_per_node = "gres:shard:81920", why = "whole GPU: every shard of one 80GiB GPU"}},
-	{"whole GPU, mixed sizes: node of its own", {tres_per_node = "gres:gpu:1"}, hetero,
-		{set = false, exclusive = true, why = "whole GPUs on a node of its own"}},
-	{"two whole GPUs: node of its own", {tres_per_node = "gres:gpu:2"}, uniform,
-		{set = false, exclusive = true, why = "whole GPUs on a node of its own"}},
-	{"no GPU: untouched", {}, hetero, {set = false, why = "no GPU asked"}},
-	{"--gres=shard refused", {tres_per_node = "gres:shard:100"}, hetero,
+	{"--gres=gpu:1 --gpu-mem: whole GPU, node of its own", {gpu_mem = 4 * GiB, tres_per_node = "gres:gpu:1"}, sizes,
+		{set = false, exclusive = true, why = "4GiB on each of its whole GPUs: a node of its own"}},
+	{"--gpus=2 --gpu-mem", {gpu_mem = 8 * GiB, tres_per_job = "gres:gpu:2"}, sizes,
+		{set = false, exclusive = true, why = "8GiB on each of its whole GPUs: a node of its own"}},
+	{"--gpus-per-task --gpu-mem", {gpu_mem = 8 * GiB, tres_per_task = "gres:gpu:1"}, sizes,
+		{set = false, exclusive = true, why = "8GiB on each of its whole GPUs: a node of its own"}},
+	{"--gpus=2 --gpu-mem too large", {gpu_mem = 81 * GiB, tres_per_job = "gres:gpu:2"}, sizes,
+		nil, "gpuslice: --gpu-mem=81GiB is larger than any GPU in partition gpu: the largest has 80GiB"},
+	{"whole GPU: node of its own", {tres_per_node = "gres:gpu:1"}, sizes,
+		{set = false, exclusive = true, why = "whole GPUs: a node of its own"}},
+	{"--gpus-per-socket", {tres_per_socket = "gres:gpu:1"}, sizes,
+		{set = false, exclusive = true, why = "whole GPUs: a node of its own"}},
+	{"no GPU: untouched", {}, sizes, {set = false, why = "no GPU asked"}},
+	{"--gres=shard refused", {tres_per_node = "gres:shard:100"}, sizes,
 		nil, "gpuslice: --gres=shard is not accepted here: ask for GPU memory with --gpu-mem=SIZE (e.g. --gpu-mem=8G), the scheduler places the job by it"},
-	{"--gres=mps refused", {gpu_mem = GiB, tres_per_job = "gres:mps:50"}, hetero,
+	{"--gres=mps refused", {gpu_mem = GiB, tres_per_job = "gres:mps:50"}, sizes,
 		nil, "gpuslice: --gres=mps is not accepted here: ask for GPU memory with --gpu-mem=SIZE (e.g. --gpu-mem=8G), the scheduler places the job by it"},
 }
 for _, tt in ipairs(tests) do
 	local change, msg = gs.translate(tt[2], tt[3], "gpu")
 	check(tt[1], {change, msg}, {tt[4], tt[5]})
 end
-
--- With shards that can span GPUs (a later Slurm), several GPUs per node
--- become shards too.
-gs.shards_span_gpus = true
-check("spanning shards: --gpus=2 --gpu-mem", {gs.translate({gpu_mem = 8 * GiB, tres_per_job = "gres:gpu:2"}, hetero, "gpu")},
-	{{set = true, tres_per_node = "gres:shard:16384", why = "8GiB of one GPU"}})
-gs.shards_span_gpus = false
 
 if failures > 0 then
 	io.stderr:write(string.format("job_submit.lua: %d of %d checks failed\n", failures, cases))
