@@ -252,6 +252,7 @@ func gpusliceFiles(format string) []entry {
 		{"/etc/slurm/plugstack.conf.d/gpuslice.conf", 0o644},
 		{"/usr/share/doc/gpuslice/install.md", 0o644},
 		{"/usr/share/doc/gpuslice/slurm.conf.fragment", 0o644},
+		{"/usr/share/gpuslice/job_submit.lua", 0o644},
 		{"/usr/share/doc/gpuslice/third-party-licenses.txt", 0o644},
 		{"/usr/share/man/man1/gpuslice.1.gz", 0o644},
 		{"/usr/share/man/man8/gpusliced.8.gz", 0o644},
@@ -274,6 +275,7 @@ func gpusliceFiles(format string) []entry {
 		entry{"/usr/libexec/gpuslice", 0o755},
 		entry{"/usr/share/doc/gpuslice", 0o755},
 		entry{"/usr/share/licenses/gpuslice", 0o755},
+		entry{"/usr/share/gpuslice", 0o755},
 	)
 }
 
