@@ -442,6 +442,7 @@ func TestNodeRefusalFailsJobNotNode(t *testing.T) {
 	s := c.startSampler()
 	r := run(ctxFor(t, time.Minute), c.cmd(u, "srun", "-v", "-w", n.Name, "--gpu-mem=4G", c.bin("target_app"), "--step", "1G", "--count", "1"))
 	id := jobID(t, r)
+	t.Logf("srun's output:\n%s", r.stderr)
 	want := "gpuslice: job " + id + " cannot start on node tn1: GPU memory quota refused: GPU "
 	if r.code == 0 || !strings.Contains(r.stderr, want) || !strings.Contains(r.stderr, "asked 4GiB, 1GiB free") {
 		t.Errorf("srun on a GPU gpusliced has no room on: %s\nwant %q ... asked 4GiB, 1GiB free", r, want)
