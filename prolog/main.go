@@ -132,6 +132,12 @@ func Main(mode Mode, args []string, getenv func(string) string, stderr io.Writer
 	}
 	err = Prolog(ctx, cfg, job)
 	if err == nil {
+		// A refusal left by an earlier run of this job id (requeue) no
+		// longer applies.
+		if rerr := RemoveRefusal(cfg.RefusalDir, job.ID); rerr != nil {
+			fmt.Fprintf(logw, "job %s: %v\n", job.ID, rerr)
+			return 1
+		}
 		return 0
 	}
 	fmt.Fprintf(logw, "job %s: %v\n", job.ID, err)

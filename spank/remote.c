@@ -13,6 +13,12 @@
  * Injecting for a job without a session is harmless: the interceptor fails
  * closed, which is the right outcome for a job that asked for a quota.
  *
+ * Before anything else: when the Prolog left a refusal for the job
+ * (gpusliced refused its quota; refusal.c), the task fails with that line.
+ * A job that asked for neither a GPU nor a quota gets an empty
+ * CUDA_VISIBLE_DEVICES (nogpu=hide, the default): it cannot use memory
+ * promised to other jobs.
+ *
  * A job without a quota submitted from inside one with a quota (sbatch,
  * salloc or srun in a batch script) carries that job's LD_PRELOAD and
  * GPUSLICE_* in its environment; left alone, its processes would count

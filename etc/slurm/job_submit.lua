@@ -373,7 +373,10 @@ function slurm_job_modify(job_desc, job_rec, part_list, modify_uid)
 	end
 	for _, field in ipairs(gpuslice.tres_fields) do
 		if job_desc[field] ~= nil then
-			slurm.log_user("gpuslice: GPU and GPU-memory requests are fixed at submission; cancel and resubmit")
+			-- Slurm 22.05 discards log_user here: the user sees scontrol's
+			-- "Unspecified error"; the reason goes to slurmctld's log.
+			slurm.log_info("gpuslice: uid %u may not change the GPU requests of job %u (%s): they are fixed at submission",
+				modify_uid, job_rec.job_id, field)
 			return slurm.ERROR
 		end
 	end

@@ -418,6 +418,19 @@ func TestGresShardRefused(t *testing.T) {
 	if after := c.jobCount(t); after != before {
 		t.Errorf("%d jobs after refused submissions, %d before", after, before)
 	}
+	// Nor can a user change a job's GPU requests once it is queued.
+	id := c.sbatch(t, u, "held", "#!/bin/sh\ntrue\n", "--hold", "--gpu-mem=1G")
+	r := run(ctxFor(t, time.Minute), c.cmd(u, "scontrol", "update", "jobid="+id, "TresPerNode=gres:shard:1"))
+	if r.code == 0 {
+		t.Errorf("scontrol update TresPerNode as the owner: %s", r)
+	}
+	want := fmt.Sprintf("gpuslice: uid %d may not change the GPU requests of job %s (tres_per_node)", u.uid, id)
+	if log := readFile(t, c.path("log", "slurmctld.log")); !strings.Contains(log, want) {
+		t.Errorf("slurmctld's log lacks %q", want)
+	}
+	if j, _ := c.job(id); j["TresPerNode"] != "gres:shard:1024" {
+		t.Errorf("job %s TresPerNode=%s after the refused update, want gres:shard:1024", id, j["TresPerNode"])
+	}
 }
 
 // A quota gpusliced refuses on the node (here: an admin committed memory

@@ -72,6 +72,8 @@ func TestPlugstackArguments(t *testing.T) {
 		{"default=8G max=4G", "gpuslice: plugstack.conf: default= is larger than max="},
 		{"lib=relative.so", "gpuslice: plugstack.conf argument lib=relative.so: expected an absolute path"},
 		{"socket", "gpuslice: plugstack.conf argument 'socket': expected key=value"},
+		{"nogpu=maybe", "gpuslice: plugstack.conf argument nogpu=maybe: expected hide or allow"},
+		{"refused=run/refused", "gpuslice: plugstack.conf argument refused=run/refused: expected an absolute path"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.args, func(t *testing.T) {
