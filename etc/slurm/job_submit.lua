@@ -203,6 +203,19 @@ function gpuslice.parse_conf(lines)
 	return conf
 end
 
+-- Per-GPU MiB of the nodes a job names (--nodelist/-w, a hostlist), and
+-- a description for messages. Nodes without GPUs count as none.
+function gpuslice.node_gpu_sizes(conf, req_nodes)
+	local sizes = {}
+	for _, n in ipairs(gpuslice.expand_hostlist(req_nodes)) do
+		local node = conf.nodes[n]
+		if node ~= nil and node.gpu_mib ~= nil then
+			table.insert(sizes, node.gpu_mib)
+		end
+	end
+	return sizes, "nodes " .. req_nodes
+end
+
 -- Per-GPU MiB of every node with GPUs in the job's partition(s) (a
 -- comma-separated list, or nil for the default partition). Returns the
 -- list of sizes and the partition name(s) for messages.
@@ -249,7 +262,8 @@ translate(req, sizes, pname) decides what slurmctld schedules.
 
 req: {gpu_mem = bytes or nil, tres_per_node, tres_per_job, tres_per_task,
       tres_per_socket}
-sizes: per-GPU MiB of the partition's nodes; pname: partition for messages.
+sizes: per-GPU MiB of the nodes the job may use; pname: where they are, for
+messages ("partition gpu", "nodes tn1").
 
 Returns a change table {tres_per_node=, set=bool, exclusive=bool, why=}
 (when set, tres_per_node replaces the job's), or nil and the message for
@@ -284,11 +298,11 @@ function gpuslice.translate(req, sizes, pname)
 
 	local mib = gpuslice.mib_ceil(req.gpu_mem)
 	if largest == 0 then
-		return nil, "gpuslice: --gpu-mem: partition " .. pname .. " has no GPU known to gpuslice " ..
+		return nil, "gpuslice: --gpu-mem: " .. pname .. " has no GPU known to gpuslice " ..
 			"(no Gres=gpu:N,shard:M in slurm.conf)"
 	end
 	if mib > largest then
-		return nil, string.format("gpuslice: --gpu-mem=%s is larger than any GPU in partition %s: the largest has %s",
+		return nil, string.format("gpuslice: --gpu-mem=%s is larger than any GPU in %s: the largest has %s",
 			gpuslice.format_mib(mib), pname, gpuslice.format_mib(largest))
 	end
 	if gpus then
@@ -349,7 +363,15 @@ function slurm_job_submit(job_desc, part_list, submit_uid)
 		return slurm.ERROR
 	end
 	local conf = gpuslice.load_conf()
-	local sizes, pname = gpuslice.partition_gpu_sizes(conf, job_desc.partition)
+	-- A job that names its nodes can only use their GPUs (Slurm would keep
+	-- a request none of them can hold pending forever).
+	local sizes, pname
+	if job_desc.req_nodes ~= nil and job_desc.req_nodes ~= "" then
+		sizes, pname = gpuslice.node_gpu_sizes(conf, job_desc.req_nodes)
+	else
+		sizes, pname = gpuslice.partition_gpu_sizes(conf, job_desc.partition)
+		pname = "partition " .. pname
+	end
 	local req = {gpu_mem = mem, tres_per_node = job_desc.tres_per_node, tres_per_job = job_desc.tres_per_job,
 		tres_per_task = job_desc.tres_per_task, tres_per_socket = job_desc.tres_per_socket}
 	local change, msg = gpuslice.translate(req, sizes, pname)

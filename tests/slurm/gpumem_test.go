@@ -322,8 +322,8 @@ func TestTwoNodeSrun(t *testing.T) {
 // Regression (drain by request): a --gpu-mem larger than every GPU used to
 // pass the submit check (no max= in the shipped plugstack line), be refused
 // by the Prolog and drain the node. Now slurmctld refuses it at submission,
-// naming the largest GPU; a request only the bigger node's GPUs can hold
-// is placed there.
+// naming the largest GPU (of the partition, or of the nodes the job
+// names); a request only the bigger node's GPUs can hold is placed there.
 func TestDrainByRequest(t *testing.T) {
 	c := needCluster(t)
 	u := c.users["gsltest1"]
@@ -335,7 +335,13 @@ func TestDrainByRequest(t *testing.T) {
 			t.Errorf("%s --gpu-mem=41G: %s\nwant a refusal saying %q", argv[0], r, want)
 		}
 	}
-	r := run(ctxFor(t, time.Minute), c.cmd(u, "srun", "-v", "--gpu-mem=20G", "sh", "-c", `echo "event=task node=$(hostname)"`))
+	// Naming a node whose GPUs are too small: refused too (Slurm would
+	// keep it pending for ever).
+	r := run(ctxFor(t, time.Minute), c.cmd(u, "srun", "-w", "tn1", "--gpu-mem=20G", "true"))
+	if want := "gpuslice: --gpu-mem=20GiB is larger than any GPU in nodes tn1: the largest has 16GiB"; r.code == 0 || !strings.Contains(r.stderr, want) {
+		t.Errorf("srun -w tn1 --gpu-mem=20G: %s\nwant a refusal saying %q", r, want)
+	}
+	r = run(ctxFor(t, time.Minute), c.cmd(u, "srun", "-v", "--gpu-mem=20G", "sh", "-c", `echo "event=task node=$(hostname)"`))
 	if r.code != 0 {
 		t.Fatalf("srun --gpu-mem=20G: %s", r)
 	}

@@ -81,6 +81,10 @@ check("default partition sizes", {gs.partition_gpu_sizes(conf, nil)}, {{16384, 8
 check("named partition sizes", {gs.partition_gpu_sizes(conf, "big")}, {{81920, 81920}, "big"})
 check("ALL partition sizes", {gs.partition_gpu_sizes(conf, "all")}, {{16384, 81920, 81920}, "all"})
 check("cpu partition", {gs.partition_gpu_sizes(conf, "cpu")}, {{}, "cpu"})
+check("requested nodes", {gs.node_gpu_sizes(conf, "tn[1-2],cpu1")}, {{16384, 81920}, "nodes tn[1-2],cpu1"})
+local tn1_sizes = gs.node_gpu_sizes(conf, "tn1")
+check("requested node too small", {gs.translate({gpu_mem = 20 * GiB}, tn1_sizes, "nodes tn1")},
+	{nil, "gpuslice: --gpu-mem=20GiB is larger than any GPU in nodes tn1: the largest has 16GiB"})
 
 -- translate
 local sizes = {16384, 81920}
@@ -118,7 +122,7 @@ local tests = {
 		nil, "gpuslice: --gres=mps is not accepted here: ask for GPU memory with --gpu-mem=SIZE (e.g. --gpu-mem=8G), the scheduler places the job by it"},
 }
 for _, tt in ipairs(tests) do
-	local change, msg = gs.translate(tt[2], tt[3], "gpu")
+	local change, msg = gs.translate(tt[2], tt[3], "partition gpu")
 	check(tt[1], {change, msg}, {tt[4], tt[5]})
 end
 
