@@ -64,6 +64,10 @@ type ClusterOptions struct {
 	PlugstackArgs string
 	// ExtraConf is appended to slurm.conf.
 	ExtraConf string
+	// Accounting replaces the default accounting lines of slurm.conf
+	// (JobAcctGatherType, AccountingStorageType, JobCompType: none), e.g.
+	// for a suite that runs slurmdbd.
+	Accounting []string
 }
 
 // defaultOptions is the suite's cluster: two hosts, the first with smaller

@@ -142,7 +142,8 @@ func (c *cluster) nodeStates() (map[string]string, error) {
 	return m, nil
 }
 
-// drained returns the nodes sinfo shows drained, draining or down.
+// drained returns the nodes sinfo shows drained, draining, down or failing
+// (a node slow to answer, "idle*" under load, is none of these).
 func (c *cluster) drained() ([]string, error) {
 	m, err := c.nodeStates()
 	if err != nil {
@@ -150,7 +151,7 @@ func (c *cluster) drained() ([]string, error) {
 	}
 	var bad []string
 	for n, st := range m {
-		if strings.HasPrefix(st, "drain") || strings.HasPrefix(st, "down") || strings.HasSuffix(st, "*") {
+		if strings.HasPrefix(st, "drain") || strings.HasPrefix(st, "down") || strings.HasPrefix(st, "fail") {
 			bad = append(bad, n+"="+st)
 		}
 	}

@@ -18,10 +18,14 @@ import (
 // the machine has.
 const slurm22Conf = `ProctrackType=proctrack/linuxproc
 TaskPlugin=task/none
-JobAcctGatherType=jobacct_gather/none
+SlurmdParameters=config_overrides
+`
+
+// noAccounting are the accounting lines when ClusterOptions.Accounting is
+// empty: no slurmdbd.
+const noAccounting = `JobAcctGatherType=jobacct_gather/none
 AccountingStorageType=accounting_storage/none
 JobCompType=jobcomp/none
-SlurmdParameters=config_overrides
 `
 
 // prologRetryArg is the Prolog/Epilog --retry-timeout in the test cluster.
@@ -82,6 +86,10 @@ func (c *cluster) writeSlurmConfig() error {
 		}
 		gres = append(gres, g)
 	}
+	accounting := noAccounting
+	if len(c.opts.Accounting) > 0 {
+		accounting = strings.Join(c.opts.Accounting, "\n") + "\n"
+	}
 	c.conf = c.path("slurm.conf")
 	conf := fmt.Sprintf(`# gpuslice end-to-end test cluster
 ClusterName=gpuslicetest
@@ -101,7 +109,7 @@ SlurmctldLogFile=%[1]s/log/slurmctld.log
 SlurmdLogFile=%[1]s/log/slurmd-%%n.log
 SlurmctldDebug=info
 SlurmdDebug=debug
-%[6]sSelectType=select/cons_tres
+%[6]s%[10]sSelectType=select/cons_tres
 SelectTypeParameters=CR_Core
 MpiDefault=none
 ReturnToService=2
@@ -119,7 +127,7 @@ GresTypes=gpu,shard
 %[8]s
 %[9]s
 `, c.dir, c.ctldHost, bridgeAddr, ctldPort, slurmdPort, slurm22Conf,
-		strings.Join(nodeLines, "\n"), strings.Join(c.opts.Partitions, "\n"), c.opts.ExtraConf)
+		strings.Join(nodeLines, "\n"), strings.Join(c.opts.Partitions, "\n"), c.opts.ExtraConf, accounting)
 	for _, n := range c.nodes {
 		if err := os.MkdirAll(c.path("spool", n.Name), 0o755); err != nil {
 			return err
