@@ -47,8 +47,6 @@ function gpuslice.format_mib(mib)
 		return string.format("%dTiB", mib / (1024 * 1024))
 	elseif mib >= 1024 and mib % 1024 == 0 then
 		return string.format("%dGiB", mib / 1024)
-	elseif mib >= 1024 then
-		return string.format("%.1fGiB", mib / 1024)
 	end
 	return string.format("%dMiB", mib)
 end

@@ -49,7 +49,7 @@ check("8 GiB", gs.mib_ceil(8 * GiB), 8192)
 check("8 GiB + 1", gs.mib_ceil(8 * GiB + 1), 8193)
 check("format GiB", gs.format_mib(16384), "16GiB")
 check("format MiB", gs.format_mib(512), "512MiB")
-check("format fraction", gs.format_mib(1536), "1.5GiB")
+check("format not whole GiB", gs.format_mib(1536), "1536MiB")
 
 -- parse_gres
 check("gres list", gs.parse_gres("gres:gpu:2,gres/shard:100,gpu:a100:3,gres:gpu"), {
@@ -92,7 +92,7 @@ local tests = {
 	{"--gpu-mem only: shards of one GPU", {gpu_mem = 8 * GiB}, sizes,
 		{set = true, tres_per_node = "gres:shard:8192", why = "8GiB of one GPU"}},
 	{"--gpu-mem rounds up to MiB", {gpu_mem = 8 * GiB + 1}, sizes,
-		{set = true, tres_per_node = "gres:shard:8193", why = "8.0GiB of one GPU"}},
+		{set = true, tres_per_node = "gres:shard:8193", why = "8193MiB of one GPU"}},
 	{"other gres kept", {gpu_mem = 4 * GiB, tres_per_node = "gres:nic:1"}, sizes,
 		{set = true, tres_per_node = "gres:nic:1,gres:shard:4096", why = "4GiB of one GPU"}},
 	{"--gpu-mem = the largest GPU", {gpu_mem = 80 * GiB}, sizes,
@@ -100,7 +100,7 @@ local tests = {
 	{"--gpu-mem larger than any GPU", {gpu_mem = 100 * GiB}, sizes,
 		nil, "gpuslice: --gpu-mem=100GiB is larger than any GPU in partition gpu: the largest has 80GiB"},
 	{"--gpu-mem one MiB too large", {gpu_mem = 80 * GiB + 1}, sizes,
-		nil, "gpuslice: --gpu-mem=80.0GiB is larger than any GPU in partition gpu: the largest has 80GiB"},
+		nil, "gpuslice: --gpu-mem=81921MiB is larger than any GPU in partition gpu: the largest has 80GiB"},
 	{"--gpu-mem on a partition without GPUs", {gpu_mem = GiB}, {},
 		nil, "gpuslice: --gpu-mem: partition gpu has no GPU known to gpuslice (no Gres=gpu:N,shard:M in slurm.conf)"},
 	{"--gres=gpu:1 --gpu-mem: whole GPU, node of its own", {gpu_mem = 4 * GiB, tres_per_node = "gres:gpu:1"}, sizes,
