@@ -126,6 +126,34 @@ for _, tt in ipairs(tests) do
 	check(tt[1], {change, msg}, {tt[4], tt[5]})
 end
 
+-- The entry points slurmctld calls, with a stand-in for its slurm table
+-- and slurm.conf.
+local logged = {}
+slurm = {SUCCESS = 0, ERROR = -1,
+	log_user = function(fmt, ...) table.insert(logged, "user: " .. string.format(fmt, ...)) end,
+	log_info = function(fmt, ...) table.insert(logged, "info: " .. string.format(fmt, ...)) end}
+gs.load_conf = function() return conf end
+local function submit(job_desc)
+	logged = {}
+	local rc = slurm_job_submit(job_desc, {}, 1001)
+	return rc, job_desc, logged
+end
+local rc, jd, log = submit({spank_job_env = {[0] = "GPU_MEM=4294967296"}})
+check("submit --gpu-mem", {rc, jd.tres_per_node, jd.shared}, {0, "gres:shard:4096"})
+rc, jd, log = submit({spank_job_env = {[0] = "GPU_MEM=4294967296"}, tres_per_job = "gres:gpu:2"})
+check("submit --gpus=2 --gpu-mem", {rc, jd.tres_per_node, jd.tres_per_job, jd.shared}, {0, nil, "gres:gpu:2", 0})
+rc, jd, log = submit({spank_job_env = {[0] = "GPU_MEM=107374182400"}, partition = "big"})
+check("submit too large", {rc, log[1]}, {-1, "user: gpuslice: --gpu-mem=100GiB is larger than any GPU in partition big: the largest has 80GiB"})
+rc, jd, log = submit({spank_job_env = {[0] = "GPU_MEM=21474836480"}, req_nodes = "tn1"})
+check("submit too large for -w", {rc, log[1]}, {-1, "user: gpuslice: --gpu-mem=20GiB is larger than any GPU in nodes tn1: the largest has 16GiB"})
+rc, jd, log = submit({spank_job_env = {[0] = "GPU_MEM=x"}})
+check("submit bad GPU_MEM", {rc, log[1]}, {-1, "user: gpuslice: invalid GPU_MEM 'x' in the job's SPANK environment"})
+rc, jd, log = submit({})
+check("submit without GPU", {rc, jd.tres_per_node, jd.shared, #log}, {0, nil, nil, 0})
+check("modify by the owner", slurm_job_modify({tres_per_node = "gres:shard:1"}, {job_id = 7}, {}, 1001), -1)
+check("modify by root", slurm_job_modify({tres_per_node = "gres:shard:1"}, {job_id = 7}, {}, 0), 0)
+check("modify of something else", slurm_job_modify({time_limit = 5}, {job_id = 7}, {}, 1001), 0)
+
 if failures > 0 then
 	io.stderr:write(string.format("job_submit.lua: %d of %d checks failed\n", failures, cases))
 	os.exit(1)
