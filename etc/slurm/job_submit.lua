@@ -19,8 +19,8 @@ slurmctld schedules, on the controller, so a user cannot bypass it:
                                   --gpu-mem is given
   neither                         untouched: the job gets no GPU
   --gres=shard:N or mps           refused: ask --gpu-mem instead
-  --gpu-mem larger than every GPU of the partition: refused, naming the
-  largest GPU.
+  --gpu-mem larger than every GPU of the partition (or of the nodes the job
+  names with -w): refused, naming the largest GPU.
 
 Whole GPUs get a node of their own because Slurm 22.05 gives a gres/gpu
 job a GPU whose shards other jobs use; a gres/shard job is never placed on
@@ -386,7 +386,7 @@ function slurm_job_submit(job_desc, part_list, submit_uid)
 end
 
 -- A user may not change GPU requests after submission (that would undo the
--- translation); root and SlurmUser may.
+-- translation); root may.
 function slurm_job_modify(job_desc, job_rec, part_list, modify_uid)
 	if modify_uid == 0 then
 		return slurm.SUCCESS
