@@ -191,7 +191,11 @@ static int task_has_gpu(spank_t sp)
 	size_t i;
 
 	for (i = 0; i < sizeof(vars) / sizeof(vars[0]); i++) {
-		if (spank_getenv(sp, vars[i], buf, sizeof(buf)) != ESPANK_ENV_NOEXIST && buf[0] != '\0')
+		spank_err_t rc;
+
+		buf[0] = '\0';
+		rc = spank_getenv(sp, vars[i], buf, sizeof(buf));
+		if (rc == ESPANK_NOSPACE || (rc == ESPANK_SUCCESS && buf[0] != '\0'))
 			return 1;
 	}
 	return 0;
