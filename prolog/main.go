@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os/signal"
+	"path/filepath"
 	"syscall"
 	"time"
 
@@ -46,6 +47,8 @@ func Main(mode Mode, args []string, getenv func(string) string, stderr io.Writer
 	adminSock := fs.String("admin-socket", "", "gpusliced admin socket (overrides the configuration file and GPUSLICE_ADMIN_SOCK)")
 	retry := fs.Duration("retry-timeout", 10*time.Second, "how long to retry while gpusliced is unreachable (restarting)")
 	ttl := fs.Duration("ttl", 0, "TTL of the job's session (0: gpusliced's default_ttl): how long it may stay without a live process")
+	refusalDir := fs.String("refusal-dir", "", "where a refused job's reason is left for the SPANK plugin (default: "+RefusalDirName+
+		" next to the admin socket given by --admin-socket, else under gpusliced's runtime_dir)")
 	def := fs.String("default", "", "quota of jobs submitted without --gpu-mem when SPANK_GPU_MEM is unset (empty: none)")
 	showVersion := fs.Bool("version", false, "print the version and exit")
 	var acct *Accounting // the Epilog records the job's figures in Slurm's accounting
@@ -99,6 +102,10 @@ func Main(mode Mode, args []string, getenv func(string) string, stderr io.Writer
 	}
 	cfg := Config{RetryTimeout: *retry, CallTimeout: 5 * time.Second, TTL: *ttl, Log: logw}
 	cfg.AdminSocket = *adminSock
+	cfg.RefusalDir = *refusalDir
+	if cfg.AdminSocket != "" && cfg.RefusalDir == "" {
+		cfg.RefusalDir = filepath.Join(filepath.Dir(cfg.AdminSocket), RefusalDirName)
+	}
 	if cfg.AdminSocket == "" {
 		cargs := []string{}
 		if *configFile != "" {
@@ -113,18 +120,40 @@ func Main(mode Mode, args []string, getenv func(string) string, stderr io.Writer
 			return 1
 		}
 		cfg.AdminSocket = dc.AdminSocket
+		if cfg.RefusalDir == "" {
+			cfg.RefusalDir = filepath.Join(dc.RuntimeDir, RefusalDirName)
+		}
 	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	if mode == ModeEpilog {
 		acct.Record(ctx, cfg, job, Epilog(ctx, cfg, job))
+		if err := RemoveRefusal(cfg.RefusalDir, job.ID); err != nil {
+			fmt.Fprintf(logw, "job %s: %v\n", job.ID, err)
+		}
 		return 0
 	}
-	if err := Prolog(ctx, cfg, job); err != nil {
-		fmt.Fprintf(logw, "job %s: %v\n", job.ID, err)
+	err = Prolog(ctx, cfg, job)
+	if err == nil {
+		// A refusal left by an earlier run of this job id (requeue) no
+		// longer applies.
+		if rerr := RemoveRefusal(cfg.RefusalDir, job.ID); rerr != nil {
+			fmt.Fprintf(logw, "job %s: %v\n", job.ID, rerr)
+			return 1
+		}
+		return 0
+	}
+	fmt.Fprintf(logw, "job %s: %v\n", job.ID, err)
+	if Infrastructure(err) {
+		return 1 // gpusliced down or failing: the node is unhealthy
+	}
+	// A decision about this job's quota: the job fails, not the node.
+	if werr := WriteRefusal(cfg.RefusalDir, job.ID, RefusalMessage(job, getenv("SLURMD_NODENAME"), err)); werr != nil {
+		fmt.Fprintf(logw, "job %s: cannot record the refusal for the job: %v\n", job.ID, werr)
 		return 1
 	}
+	fmt.Fprintf(logw, "job %s: refused; the job fails when its tasks start (reason in %s)\n", job.ID, cfg.RefusalDir)
 	return 0
 }
 

@@ -25,6 +25,9 @@ type Config struct {
 	// about that long, so it must outlast the longest pause between two
 	// GPU steps of a job.
 	TTL time.Duration
+	// RefusalDir receives one line per job whose quota gpusliced refused
+	// (WriteRefusal); the SPANK plugin shows it to the user.
+	RefusalDir string
 	// Log receives one line per decision (slurmd keeps it in its log).
 	Log io.Writer
 }

@@ -40,6 +40,7 @@ int gs_args_parse(struct gs_config *cfg, int ac, char **av, char *err, size_t er
 	memset(cfg, 0, sizeof(*cfg));
 	snprintf(cfg->lib, sizeof(cfg->lib), "%s", GS_DEFAULT_LIB);
 	snprintf(cfg->socket, sizeof(cfg->socket), "%s", GS_DEFAULT_SOCKET);
+	cfg->refused[0] = '\0';
 
 	for (i = 0; i < ac; i++) {
 		const char *arg = av[i];
@@ -48,7 +49,7 @@ int gs_args_parse(struct gs_config *cfg, int ac, char **av, char *err, size_t er
 		const char *val;
 
 		if (!eq) {
-			snprintf(err, errlen, "plugstack.conf argument '%s': expected key=value (keys: lib, socket, default, max)", arg);
+			snprintf(err, errlen, "plugstack.conf argument '%s': expected key=value (keys: lib, socket, default, max, refused, nogpu)", arg);
 			return -1;
 		}
 		klen = (size_t)(eq - arg);
@@ -65,11 +66,29 @@ int gs_args_parse(struct gs_config *cfg, int ac, char **av, char *err, size_t er
 		} else if (klen == 3 && strncmp(arg, "max", 3) == 0) {
 			if (parse_size_arg("max", val, &cfg->max_bytes, err, errlen) < 0)
 				return -1;
+		} else if (klen == 7 && strncmp(arg, "refused", 7) == 0) {
+			if (copy_path("refused", val, cfg->refused, sizeof(cfg->refused), err, errlen) < 0)
+				return -1;
+		} else if (klen == 5 && strncmp(arg, "nogpu", 5) == 0) {
+			if (strcmp(val, "hide") == 0) {
+				cfg->nogpu_allow = false;
+			} else if (strcmp(val, "allow") == 0) {
+				cfg->nogpu_allow = true;
+			} else {
+				snprintf(err, errlen, "plugstack.conf argument nogpu=%s: expected hide or allow", val);
+				return -1;
+			}
 		} else {
-			snprintf(err, errlen, "unknown plugstack.conf argument '%.*s' (keys: lib, socket, default, max)",
+			snprintf(err, errlen, "unknown plugstack.conf argument '%.*s' (keys: lib, socket, default, max, refused, nogpu)",
 				 (int)klen, arg);
 			return -1;
 		}
+	}
+	if (cfg->refused[0] == '\0') {
+		/* default: "refused" next to the IPC socket (gpusliced's runtime dir) */
+		const char *slash = strrchr(cfg->socket, '/');
+		int dirlen = slash ? (int)(slash - cfg->socket) : 0;
+		snprintf(cfg->refused, sizeof(cfg->refused), "%.*s/refused", dirlen, cfg->socket);
 	}
 	if (cfg->max_bytes && cfg->default_bytes > cfg->max_bytes) {
 		snprintf(err, errlen, "plugstack.conf: default= is larger than max=");

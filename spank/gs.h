@@ -49,6 +49,8 @@ struct gs_config {
 	char socket[108];     /* socket=: gpusliced IPC socket (sun_path size) */
 	uint64_t default_bytes; /* default=: quota for jobs asking none; 0 = none */
 	uint64_t max_bytes;   /* max=: largest accepted --gpu-mem; 0 = no limit */
+	char refused[4096];   /* refused=: where the Prolog leaves a refused job's reason */
+	bool nogpu_allow;     /* nogpu=allow: jobs without a GPU keep seeing every GPU */
 };
 
 extern struct gs_config gs_config;
@@ -84,6 +86,11 @@ int gs_submit_publish(spank_t sp, uint64_t bytes);
  * before Slurm reads options from the environment, and again before the
  * quota is published. -1 on failure (logged). */
 int gs_submit_forget_inherited(spank_t sp);
+
+/* refusal.c: when the Prolog left a refusal for the job, print it and
+ * return -1 (the task, hence the job, fails; the node stays up). 0 when
+ * there is none. */
+int gs_refusal_check(const char *jobid);
 
 /* daemon.c: does gpusliced hold session id? 1 yes, 0 no, -1 unknown. */
 int gs_daemon_has_session(const char *socket_path, const char *id);

@@ -13,6 +13,12 @@
  * Injecting for a job without a session is harmless: the interceptor fails
  * closed, which is the right outcome for a job that asked for a quota.
  *
+ * Before anything else: when the Prolog left a refusal for the job
+ * (gpusliced refused its quota; refusal.c), the task fails with that line.
+ * A job that asked for neither a GPU nor a quota gets an empty
+ * CUDA_VISIBLE_DEVICES (nogpu=hide, the default): it cannot use memory
+ * promised to other jobs.
+ *
  * A job without a quota submitted from inside one with a quota (sbatch,
  * salloc or srun in a batch script) carries that job's LD_PRELOAD and
  * GPUSLICE_* in its environment; left alone, its processes would count
@@ -177,6 +183,43 @@ out:
 	return rv;
 }
 
+/* Did Slurm give this task a GPU (gres/gpu or gres/shard)? */
+static int task_has_gpu(spank_t sp)
+{
+	static const char *const vars[] = {"SLURM_STEP_GPUS", "SLURM_JOB_GPUS", "SLURM_SHARDS_ON_NODE"};
+	char buf[256];
+	size_t i;
+
+	for (i = 0; i < sizeof(vars) / sizeof(vars[0]); i++) {
+		spank_err_t rc;
+
+		buf[0] = '\0';
+		rc = spank_getenv(sp, vars[i], buf, sizeof(buf));
+		if (rc == ESPANK_NOSPACE || (rc == ESPANK_SUCCESS && buf[0] != '\0'))
+			return 1;
+	}
+	return 0;
+}
+
+/* A job that asked for no GPU and no GPU memory gets no GPU (nogpu=hide,
+ * the default): CUDA sees no device, so it cannot take memory that the
+ * scheduler promised to other jobs. Clusters whose cgroup.conf has
+ * ConstrainDevices=yes also deny the device files. */
+static int hide_gpus(spank_t sp, const char *id)
+{
+	int rc;
+
+	if (gs_config.nogpu_allow || task_has_gpu(sp))
+		return 0;
+	rc = spank_setenv(sp, "CUDA_VISIBLE_DEVICES", "", 1);
+	if (rc != ESPANK_SUCCESS) {
+		gs_error("job %s: cannot set CUDA_VISIBLE_DEVICES: %s", id, spank_strerror(rc));
+		return -1;
+	}
+	gs_debug("job %s: no GPU and no --gpu-mem asked: GPUs hidden", id);
+	return 0;
+}
+
 int gs_remote_task_init(spank_t sp)
 {
 	int rv = -1, rc;
@@ -191,8 +234,12 @@ int gs_remote_task_init(spank_t sp)
 		goto out;
 	}
 	snprintf(id, sizeof(id), "%u", jobid);
+	if (gs_refusal_check(id) < 0)
+		goto out;
 	if (!job_has_quota(sp, id, &why)) {
-		rv = forget_inherited(sp, id);
+		if (forget_inherited(sp, id) < 0)
+			goto out;
+		rv = hide_gpus(sp, id);
 		goto out;
 	}
 

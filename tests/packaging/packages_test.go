@@ -257,6 +257,7 @@ func gpusliceFiles(format string) []entry {
 		{"/etc/gpuslice/gpusliced.yaml", 0o644},
 		{"/etc/slurm/plugstack.conf.d/gpuslice.conf", 0o644},
 		{"/usr/share/doc/gpuslice/slurm.conf.fragment", 0o644},
+		{"/usr/share/gpuslice/job_submit.lua", 0o644},
 		{"/usr/share/doc/gpuslice/third-party-licenses.txt", 0o644},
 		{"/usr/share/man/man1/gpuslice.1.gz", 0o644},
 		{"/usr/share/man/man8/gpusliced.8.gz", 0o644},

@@ -156,7 +156,9 @@ func TestSallocQuota(t *testing.T) {
 	}
 }
 
-// Bad sizes and sizes over max= are refused before anything is submitted.
+// Bad sizes, sizes over max= (the plugin, in srun/sbatch/salloc) and sizes
+// over the largest GPU (job_submit.lua, in slurmctld) are refused before
+// anything is submitted.
 func TestRejectedAtSubmit(t *testing.T) {
 	c := needCluster(t)
 	u := c.users["gsltest1"]
@@ -166,7 +168,9 @@ func TestRejectedAtSubmit(t *testing.T) {
 		{"0", "gpuslice: invalid --gpu-mem '0': expected a positive size"},
 		{"-4G", "gpuslice: invalid --gpu-mem '-4G': expected a positive size"},
 		{"1.5G", "gpuslice: invalid --gpu-mem '1.5G': expected a positive size"},
-		{"33G", "gpuslice: invalid --gpu-mem '33G': larger than this cluster's maximum of 32GiB"},
+		{"65G", "gpuslice: invalid --gpu-mem '65G': larger than this cluster's maximum of 64GiB"},
+		// Under max= but larger than any GPU: job_submit.lua refuses it.
+		{"48G", "gpuslice: --gpu-mem=48GiB is larger than any GPU in partition gpu: the largest has 40GiB"},
 	}
 	commands := map[string][]string{
 		"srun":   {"srun", "true"},
@@ -191,8 +195,8 @@ func TestRejectedAtSubmit(t *testing.T) {
 		t.Fatalf("slurmctld knows %d jobs after the rejected submissions, %d before", after, before)
 	}
 	// The count does move when a job is created.
-	if r := run(ctxFor(t, time.Minute), c.cmd(u, "srun", "--gpu-mem=32G", "true")); r.code != 0 {
-		t.Fatalf("srun --gpu-mem=32G (= max): %s", r)
+	if r := run(ctxFor(t, time.Minute), c.cmd(u, "srun", "--gpu-mem=40G", "true")); r.code != 0 {
+		t.Fatalf("srun --gpu-mem=40G (= the largest GPU): %s", r)
 	}
 	if after := c.jobCount(t); after != before+1 {
 		t.Fatalf("%d jobs after one accepted submission, want %d", after, before+1)
@@ -217,22 +221,29 @@ func TestTaskEnvironment(t *testing.T) {
 		c.assertReleased(t, e["job"])
 	})
 
-	t.Run("no quota: nothing injected, the GPU is not virtualised", func(t *testing.T) {
-		r := run(ctxFor(t, time.Minute), c.cmd(u, "srun", "sh", "-c", show+"; "+c.bin("target_app")+" --step 1G --count 1"))
+	// No neighbour steals a quota: a job that asks for neither a GPU nor
+	// GPU memory gets no GPU (nogpu=hide, the default).
+	t.Run("no GPU asked: nothing injected, no GPU visible", func(t *testing.T) {
+		r := run(ctxFor(t, time.Minute), c.cmd(u, "srun", "sh", "-c",
+			show+`; echo "event=cvd value=[${CUDA_VISIBLE_DEVICES-unset}]"; `+c.bin("target_app")+" --step 1G --count 1; echo event=app exit=$?"))
 		if r.code != 0 {
 			t.Fatalf("srun: %s", r)
 		}
-		e := find(events(r.stdout), "env")
+		evs := events(r.stdout)
+		e := find(evs, "env")
 		if e["preload"] != "none" || e["session"] != "none" || e["sock"] != "none" {
 			t.Fatalf("task environment of a job without --gpu-mem: %v", e)
 		}
-		if app := parseApp(t, r.stdout); app.total != 80*GiB || app.allowed != 1 {
-			t.Fatalf("target_app without a quota: total %d allowed %d, want the whole 80 GiB GPU", app.total, app.allowed)
+		if cvd := find(evs, "cvd"); cvd["value"] != "[]" {
+			t.Errorf("CUDA_VISIBLE_DEVICES of a job that asked no GPU: %v, want empty", cvd)
+		}
+		if find(evs, "alloc") != nil || find(evs, "app")["exit"] == "0" || !strings.Contains(r.stdout, "cudaErrorNoDevice") {
+			t.Errorf("a job that asked no GPU used one:\n%s", r.stdout)
 		}
 		if _, err := c.session(e["job"]); err == nil {
 			t.Fatalf("a session exists for job %s, which asked for no quota", e["job"])
 		}
-		if env := readFile(t, c.path("log", "prolog-"+e["job"]+".env")); strings.Contains(env, "SPANK_GPU_MEM") {
+		if env := c.prologEnv(t, e["job"], c.jobNode(t, e["job"])); strings.Contains(env, "SPANK_GPU_MEM") {
 			t.Fatalf("the Prolog of a job without --gpu-mem got a quota:\n%s", env)
 		}
 		if err := c.waitNodeState("idle", 30*time.Second); err != nil {
@@ -259,8 +270,9 @@ func TestOtherUserCannotAttach(t *testing.T) {
 		t.Fatalf("session %s owned by uid %d, want %d (%s)", id, s.UID, u1.uid, u1.name)
 	}
 
-	// gsltest2 points the interceptor at gsltest1's session.
-	cmd := c.cmd(u2, c.bin("target_app"), "--step", "256M", "--count", "1")
+	// gsltest2, logged in to the node, points the interceptor at
+	// gsltest1's session.
+	cmd := c.jobNode(t, id).onNode(u2, c.bin("target_app"), "--step", "256M", "--count", "1")
 	cmd.Env = append(cmd.Env, "LD_PRELOAD="+c.bin("interceptor"), "GPUSLICE_SESSION="+id, "GPUSLICE_IPC_SOCK="+c.ipcSock)
 	r := run(ctxFor(t, time.Minute), cmd)
 	evs := events(r.stdout)
@@ -381,8 +393,9 @@ func eventsText(evs []event) string {
 	return b.String()
 }
 
-// With gres/gpu the Prolog sets the quota on the job's GPUs
-// (SLURM_JOB_GPUS); the task sees them through CUDA_VISIBLE_DEVICES.
+// With gres/gpu (a whole GPU, on a node of its own) the Prolog sets the
+// quota on the job's GPUs (SLURM_JOB_GPUS); the task sees them through
+// CUDA_VISIBLE_DEVICES.
 func TestGresGPU(t *testing.T) {
 	c := needCluster(t)
 	u := c.users["gsltest1"]
@@ -400,18 +413,30 @@ func TestGresGPU(t *testing.T) {
 	}
 	id := jobID(t, r)
 	c.assertReleased(t, id)
-	env := readFile(t, c.path("log", "prolog-"+id+".env"))
-	for _, want := range []string{"SLURM_JOB_GPUS=0\n", "SPANK_GPU_MEM=3221225472\n", fmt.Sprintf("SLURM_JOB_UID=%d\n", u.uid)} {
+	n := c.jobNode(t, id)
+	env := c.prologEnv(t, id, n)
+	// The job has the node to itself: Slurm 22.05 gives an exclusive job
+	// every GPU of the node; its step sees the one it asked for.
+	for _, want := range []string{"SLURM_JOB_GPUS=0,1\n", "SPANK_GPU_MEM=3221225472\n", fmt.Sprintf("SLURM_JOB_UID=%d\n", u.uid)} {
 		if !strings.Contains(env, want) {
 			t.Errorf("the Prolog's environment lacks %q:\n%s", want, env)
 		}
 	}
-	gpus, err := c.gpus()
+	if j, _ := c.job(id); j["OverSubscribe"] != "NO" {
+		t.Errorf("whole-GPU job %s: OverSubscribe=%s, want NO (a node of its own)", id, j["OverSubscribe"])
+	}
+	gpus, err := n.gpus()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if h := c.history(t, id); len(h.GPUs) != 1 || h.GPUs[0].UUID != gpus[0].UUID || h.GPUs[0].LimitBytes != 3*GiB {
-		t.Errorf("session of job %s: %+v, want 3 GiB on %s", id, h.GPUs, gpus[0].UUID)
+	h := c.history(t, id)
+	if len(h.GPUs) != len(gpus) {
+		t.Fatalf("session of job %s: %+v, want the quota on its %d GPUs", id, h.GPUs, len(gpus))
+	}
+	for i, g := range h.GPUs {
+		if g.UUID != gpus[i].UUID || g.LimitBytes != 3*GiB {
+			t.Errorf("session of job %s: %+v, want 3 GiB on %s", id, g, gpus[i].UUID)
+		}
 	}
 }
 

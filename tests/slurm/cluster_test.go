@@ -1,9 +1,14 @@
 package slurm
 
-// The test cluster: munged, slurmctld, slurmd and gpusliced on loopback,
-// everything in one temporary directory, torn down after the suite (also
-// when it fails). Needs root: the daemons run as root (munged as munge) and
-// jobs are submitted as dedicated non-root users.
+// The test cluster: one slurmctld and munged on the host, and slurmd "hosts"
+// each in network, UTS and mount namespaces of their own (a veth on the
+// bridge gs8br0, 10.77.0.0/24), with their own gpusliced, runtime directory
+// (seen by jobs at the same path on every node, as /run/gpuslice would be),
+// /dev/shm (fakecuda's GPU state) and fake GPUs. Everything lives in one
+// temporary directory and is torn down after the suite, also when it
+// fails, and at the start of the next run when a crashed run left it.
+// Needs root: the daemons run as root (munged as munge) and jobs are
+// submitted as dedicated non-root users.
 
 import (
 	"bytes"
@@ -24,13 +29,62 @@ import (
 )
 
 // Debian packages the suite needs (installed with apt-get when missing).
-var debPackages = []string{"slurmctld", "slurmd", "slurm-client", "libslurm-dev", "munge"}
+var debPackages = []string{"slurmctld", "slurmd", "slurm-client", "libslurm-dev", "munge", "iproute2", "lua5.1"}
 
 // Users that submit jobs (created with useradd when missing).
 var testUsers = []string{"gsltest1", "gsltest2"}
 
 // Plugin arguments: the maximum a job may ask for.
-const maxQuota = "32G"
+const maxQuota = "64G"
+
+// Network of the test hosts: names, bridge and subnet are this suite's
+// own (another suite may use 10.78.0.0/24).
+const (
+	netnsPrefix = "gs8-"
+	bridgeName  = "gs8br0"
+	bridgeAddr  = "10.77.0.1"
+	subnetBits  = "24"
+	lockFile    = "/run/gpuslice-gs8-suite.lock"
+)
+
+// NodeSpec describes one slurmd host of the test cluster.
+type NodeSpec struct {
+	Name    string // NodeName and hostname
+	Addr    string // its address on the bridge
+	Devices string // FAKECUDA_DEVICES of its gpusliced
+	CPUs    int    // CPUs slurmd declares (SlurmdParameters=config_overrides)
+}
+
+// ClusterOptions configure the test cluster.
+type ClusterOptions struct {
+	Nodes []NodeSpec
+	// Partitions are slurm.conf PartitionName lines; the first is the default.
+	Partitions []string
+	// PlugstackArgs are the plugin's arguments after lib= and socket=.
+	PlugstackArgs string
+	// ExtraConf is appended to slurm.conf.
+	ExtraConf string
+	// Accounting replaces the default accounting lines of slurm.conf
+	// (JobAcctGatherType, AccountingStorageType, JobCompType: none), e.g.
+	// for a suite that runs slurmdbd.
+	Accounting []string
+}
+
+// defaultOptions is the suite's cluster: two hosts, the first with smaller
+// GPUs than the second.
+func defaultOptions() ClusterOptions {
+	return ClusterOptions{
+		Nodes: []NodeSpec{
+			{Name: "tn1", Addr: "10.77.0.11", Devices: "2x16GiB", CPUs: 24},
+			{Name: "tn2", Addr: "10.77.0.12", Devices: "2x40GiB", CPUs: 24},
+		},
+		Partitions: []string{
+			"PartitionName=gpu Nodes=tn1,tn2 Default=YES MaxTime=10 State=UP",
+			"PartitionName=big Nodes=tn2 MaxTime=10 State=UP",
+		},
+		PlugstackArgs: "max=" + maxQuota,
+	}
+}
 
 type proc struct {
 	name string
@@ -46,22 +100,45 @@ type testUser struct {
 	created  bool   // by this run (removed at teardown)
 }
 
-type cluster struct {
-	build   string   // build dir
-	dir     string   // temporary directory holding everything
-	conf    string   // slurm.conf
-	node    string   // NodeName
-	fakeEnv []string // FAKECUDA_* and LD_LIBRARY_PATH for jobs
-	state   string   // FAKECUDA_STATE
-	ipcSock string
+// node is one slurmd host.
+type node struct {
+	NodeSpec
+	c      *cluster
+	dir    string // its private files: <cluster>/nodes/<name>
+	holder int    // pid of the process holding its namespaces
+	// admSock is its gpusliced admin socket as seen from the host.
 	admSock string
-	users   map[string]*testUser
-	acct    *accounting // slurmdbd and MariaDB (slurmdbd_test.go); nil: none
-	mu      sync.Mutex
-	procs   map[string]*proc
+}
+
+type cluster struct {
+	opts     ClusterOptions
+	build    string   // build dir
+	dir      string   // temporary directory holding everything
+	conf     string   // slurm.conf
+	ctldHost string   // SlurmctldHost (this machine's short hostname)
+	fakeEnv  []string // FAKECUDA_STATE and LD_LIBRARY_PATH for jobs
+	state    string   // FAKECUDA_STATE (one per node: /dev/shm is the node's)
+	ipcSock  string   // gpusliced's IPC socket as jobs see it on every node
+	admSock  string   // gpusliced's admin socket as the Prolog sees it
+	nodes    []*node
+	users    map[string]*testUser
+	acct     *accounting // slurmdbd and MariaDB (slurmdbd_test.go); nil: none
+	lock     *os.File
+	mu       sync.Mutex
+	procs    map[string]*proc
 }
 
 func (c *cluster) path(p ...string) string { return filepath.Join(append([]string{c.dir}, p...)...) }
+
+// nodeByName returns the named node, nil if there is none.
+func (c *cluster) nodeByName(name string) *node {
+	for _, n := range c.nodes {
+		if n.Name == name {
+			return n
+		}
+	}
+	return nil
+}
 
 // repoBuildDir finds GPUSLICE_BUILD_DIR or <repo root>/build.
 func repoBuildDir() (string, error) {
@@ -75,6 +152,22 @@ func repoBuildDir() (string, error) {
 	for d := wd; ; d = filepath.Dir(d) {
 		if _, err := os.Stat(filepath.Join(d, "go.mod")); err == nil {
 			return filepath.Join(d, "build"), nil
+		}
+		if d == filepath.Dir(d) {
+			return "", errors.New("go.mod not found above " + wd)
+		}
+	}
+}
+
+// repoFile is a file of the source tree (the shipped job_submit.lua).
+func repoFile(rel string) (string, error) {
+	wd, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for d := wd; ; d = filepath.Dir(d) {
+		if _, err := os.Stat(filepath.Join(d, "go.mod")); err == nil {
+			return filepath.Join(d, rel), nil
 		}
 		if d == filepath.Dir(d) {
 			return "", errors.New("go.mod not found above " + wd)
@@ -167,20 +260,6 @@ func shortHostname() (string, error) {
 	return strings.TrimSpace(string(out)), nil
 }
 
-// nodeCPUs asks slurmd what it will report, so the node is not marked
-// invalid for a CPU count mismatch.
-func nodeCPUs() string {
-	out, err := exec.Command("slurmd", "-C").Output()
-	if err == nil {
-		for _, f := range strings.Fields(string(out)) {
-			if strings.HasPrefix(f, "CPUs=") {
-				return strings.TrimPrefix(f, "CPUs=")
-			}
-		}
-	}
-	return "1"
-}
-
 func writeFile(path, content string, mode os.FileMode) error {
 	if err := os.WriteFile(path, []byte(content), mode); err != nil {
 		return err
@@ -188,9 +267,18 @@ func writeFile(path, content string, mode os.FileMode) error {
 	return os.Chmod(path, mode)
 }
 
+func sh(name string, args ...string) error {
+	out, err := exec.Command(name, args...).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("%s %s: %v: %s", name, strings.Join(args, " "), err, bytes.TrimSpace(out))
+	}
+	return nil
+}
+
 // startCluster brings everything up. On error the caller still calls stop.
-func startCluster(c *cluster) error {
+func startCluster(c *cluster, opts ClusterOptions) error {
 	var err error
+	c.opts = opts
 	c.procs = map[string]*proc{}
 	if c.build, err = repoBuildDir(); err != nil {
 		return err
@@ -207,6 +295,17 @@ func startCluster(c *cluster) error {
 	if err := installPackages(); err != nil {
 		return err
 	}
+	// One run at a time owns the gs8- namespaces and the bridge.
+	if c.lock, err = os.OpenFile(lockFile, os.O_CREATE|os.O_RDWR, 0o600); err != nil {
+		return err
+	}
+	if err := syscall.Flock(int(c.lock.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		fmt.Fprintln(os.Stderr, "slurm suite: waiting for another run of this suite to finish")
+		if err := syscall.Flock(int(c.lock.Fd()), syscall.LOCK_EX); err != nil {
+			return fmt.Errorf("lock %s: %w", lockFile, err)
+		}
+	}
+	removeStale()
 	c.users = map[string]*testUser{}
 	for _, n := range testUsers {
 		u, err := lookupUser(n)
@@ -215,11 +314,9 @@ func startCluster(c *cluster) error {
 		}
 		c.users[n] = u
 	}
-	if c.node, err = shortHostname(); err != nil {
+	if c.ctldHost, err = shortHostname(); err != nil {
 		return err
 	}
-
-	removeStale()
 	if c.dir, err = os.MkdirTemp("/tmp", "gpuslice-slurm-"); err != nil {
 		return err
 	}
@@ -230,7 +327,7 @@ func startCluster(c *cluster) error {
 	if err := os.Chmod(c.dir, 0o755); err != nil {
 		return err
 	}
-	for _, d := range []string{"state", "spool", "log", "run", "gpuslice", "gpuslice/run", "gpuslice/state"} {
+	for _, d := range []string{"state", "spool", "log", "run", "dev", "gpuslice/run"} {
 		if err := os.MkdirAll(c.path(d), 0o755); err != nil {
 			return err
 		}
@@ -244,18 +341,36 @@ func startCluster(c *cluster) error {
 			return err
 		}
 	}
+	c.state = fmt.Sprintf("gpuslice-slurm-%d", os.Getpid())
+	c.ipcSock = c.path("gpuslice", "run", "ipc.sock")
+	c.admSock = c.path("gpuslice", "run", "admin.sock")
+	c.fakeEnv = []string{"FAKECUDA_STATE=" + c.state, "LD_LIBRARY_PATH=" + filepath.Join(c.build, "lib"),
+		"FAKECUDA_CTX_BYTES=0"} // the cases count allocations only, not context memory
 
 	if err := c.startMunge(); err != nil {
 		return err
 	}
-	if err := c.startGpusliced(); err != nil {
+	if err := setupBridge(); err != nil {
 		return err
 	}
-	acctConf, err := c.prepareAccounting()
-	if err != nil {
+	for _, spec := range opts.Nodes {
+		n := &node{NodeSpec: spec, c: c, dir: c.path("nodes", spec.Name)}
+		n.admSock = filepath.Join(n.dir, "run", "admin.sock")
+		c.nodes = append(c.nodes, n)
+		if err := n.setup(); err != nil {
+			return fmt.Errorf("node %s: %w", n.Name, err)
+		}
+		if err := n.restartGpusliced(); err != nil {
+			return fmt.Errorf("node %s: %w", n.Name, err)
+		}
+	}
+	if err := c.makeDevices(); err != nil {
 		return err
 	}
-	if err := c.writeSlurmConfig(acctConf); err != nil {
+	if err := c.prepareAccounting(); err != nil {
+		return err
+	}
+	if err := c.writeSlurmConfig(); err != nil {
 		return err
 	}
 	if err := c.startAccounting(); err != nil {
@@ -264,10 +379,74 @@ func startCluster(c *cluster) error {
 	if err := c.start("slurmctld", exec.Command("slurmctld", "-D", "-i", "-f", c.conf)); err != nil {
 		return err
 	}
-	if err := c.start("slurmd", exec.Command("slurmd", "-D", "-f", c.conf)); err != nil {
-		return err
+	for _, n := range c.nodes {
+		if err := c.start("slurmd-"+n.Name, n.command("slurmd", "-D", "-f", c.conf)); err != nil {
+			return err
+		}
 	}
 	return c.waitNodeState("idle", 90*time.Second)
+}
+
+// setupBridge creates the hosts' bridge with the controller's address.
+func setupBridge() error {
+	if err := sh("ip", "link", "add", bridgeName, "type", "bridge"); err != nil {
+		return err
+	}
+	if err := sh("ip", "addr", "add", bridgeAddr+"/"+subnetBits, "dev", bridgeName); err != nil {
+		return err
+	}
+	return sh("ip", "link", "set", bridgeName, "up")
+}
+
+// setup creates the node's network namespace (veth on the bridge), then a
+// process holding new UTS and mount namespaces inside it: hostname = node
+// name, the node's runtime directory mounted where jobs look for
+// gpusliced's sockets, a private /dev/shm. Every process of the node is
+// started in those namespaces (command).
+func (n *node) setup() error {
+	c := n.c
+	ns := netnsPrefix + n.Name
+	idx := len(c.nodes)
+	host, peer := fmt.Sprintf("gs8h%d", idx), fmt.Sprintf("gs8c%d", idx)
+	for _, d := range []string{"run", "state"} {
+		if err := os.MkdirAll(filepath.Join(n.dir, d), 0o755); err != nil {
+			return err
+		}
+	}
+	steps := [][]string{
+		{"ip", "netns", "add", ns},
+		{"ip", "link", "add", host, "type", "veth", "peer", "name", peer},
+		{"ip", "link", "set", peer, "netns", ns},
+		{"ip", "link", "set", host, "master", bridgeName, "up"},
+		{"ip", "-n", ns, "addr", "add", n.Addr + "/" + subnetBits, "dev", peer},
+		{"ip", "-n", ns, "link", "set", peer, "up"},
+		{"ip", "-n", ns, "link", "set", "lo", "up"},
+	}
+	for _, s := range steps {
+		if err := sh(s[0], s[1:]...); err != nil {
+			return err
+		}
+	}
+	ready := filepath.Join(n.dir, "ready")
+	script := fmt.Sprintf("hostname %s && mount --bind %s %s && mount -t tmpfs -o mode=1777,size=64m tmpfs /dev/shm && touch %s && exec sleep 86400",
+		n.Name, filepath.Join(n.dir, "run"), c.path("gpuslice", "run"), ready)
+	cmd := exec.Command("nsenter", "--net=/run/netns/"+ns, "unshare", "--uts", "--mount", "--propagation", "private", "--", "sh", "-c", script)
+	if err := c.start("holder-"+n.Name, cmd); err != nil {
+		return err
+	}
+	if err := waitFor(15*time.Second, func() error {
+		_, err := os.Stat(ready)
+		return err
+	}); err != nil {
+		return fmt.Errorf("namespaces not ready: %w", err)
+	}
+	n.holder = cmd.Process.Pid
+	return nil
+}
+
+// command runs name inside the node (its network, hostname and mounts).
+func (n *node) command(name string, args ...string) *exec.Cmd {
+	return exec.Command("nsenter", append([]string{"-t", strconv.Itoa(n.holder), "--net", "--uts", "--mount", "--", name}, args...)...)
 }
 
 func (c *cluster) startMunge() error {
@@ -312,116 +491,64 @@ func (c *cluster) startMunge() error {
 	})
 }
 
-func (c *cluster) startGpusliced() error {
-	c.state = fmt.Sprintf("gpuslice-slurm-%d", os.Getpid())
-	c.ipcSock = c.path("gpuslice", "run", "ipc.sock")
-	c.admSock = c.path("gpuslice", "run", "admin.sock")
-	c.fakeEnv = []string{
-		"FAKECUDA_DEVICES=80GiB",
-		"FAKECUDA_STATE=" + c.state,
-		"FAKECUDA_CTX_BYTES=0", // the cases count allocations only, not context memory
-		"LD_LIBRARY_PATH=" + filepath.Join(c.build, "lib"),
-	}
-	return c.restartGpusliced()
-}
-
-// restartGpusliced (re)starts gpusliced on the same directories.
-func (c *cluster) restartGpusliced() error {
-	cmd := exec.Command(c.bin("gpusliced"),
+// restartGpusliced (re)starts the node's gpusliced on the same directories.
+func (n *node) restartGpusliced() error {
+	c := n.c
+	cmd := n.command(c.bin("gpusliced"),
 		"--runtime-dir", c.path("gpuslice", "run"),
-		"--state-dir", c.path("gpuslice", "state"),
+		"--state-dir", filepath.Join(n.dir, "state"),
 		"--ipc-socket", c.ipcSock,
 		"--admin-socket", c.admSock,
 		"--nvml-library", c.bin("nvml"),
 		"--recovery-interval", "1s",
 		"--log-level", "debug")
-	cmd.Env = append(baseEnv(), c.fakeEnv[:2]...) // FAKECUDA_DEVICES, FAKECUDA_STATE
-	if err := c.start("gpusliced", cmd); err != nil {
+	cmd.Env = append(baseEnv(), "FAKECUDA_DEVICES="+n.Devices, "FAKECUDA_STATE="+c.state)
+	if err := c.start("gpusliced-"+n.Name, cmd); err != nil {
 		return err
 	}
 	return waitFor(20*time.Second, func() error {
-		_, err := c.gpus()
+		_, err := n.gpus()
 		return err
 	})
 }
 
-func (c *cluster) writeSlurmConfig(acctConf string) error {
-	ctldPort, err := freePort()
-	if err != nil {
-		return err
-	}
-	slurmdPort, err := freePort()
-	if err != nil {
-		return err
-	}
-	for ctldPort == slurmdPort {
-		if slurmdPort, err = freePort(); err != nil {
+// makeDevices creates the GPUs' character devices (Slurm's gres/gpu needs
+// them to give jobs CUDA_VISIBLE_DEVICES); every node uses the same paths.
+func (c *cluster) makeDevices() error {
+	max := 0
+	for _, n := range c.nodes {
+		gpus, err := n.gpus()
+		if err != nil {
 			return err
 		}
+		if len(gpus) > max {
+			max = len(gpus)
+		}
 	}
-	// slurmd runs the Prolog/Epilog without its own environment: the
-	// wrappers pass where gpusliced listens.
-	// They also keep the environment slurmd gave them, for the tests.
-	wrapper := func(bin, name string) string {
-		return fmt.Sprintf("#!/bin/sh\nenv > %s/%s-$SLURM_JOB_ID.env\nexec %s --admin-socket %s --retry-timeout %s \"$@\"\n",
-			c.path("log"), name, bin, c.admSock, prologRetry)
+	for i := 0; i < max; i++ {
+		p := c.path("dev", fmt.Sprintf("nvidia%d", i))
+		if err := syscall.Mknod(p, syscall.S_IFCHR|0o666, int(195<<8|i)); err != nil {
+			return fmt.Errorf("mknod %s: %w", p, err)
+		}
 	}
-	if err := writeFile(c.path("prolog.sh"), wrapper(c.bin("prolog"), "prolog"), 0o755); err != nil {
-		return err
+	return nil
+}
+
+// slurmConfig asks the node's gpuslice slurm-config for its lines.
+func (n *node) slurmConfig(print string) (string, error) {
+	c := n.c
+	cmd := n.command(c.bin("gpuslice"), "--admin-socket", c.admSock, "slurm-config", "--node", n.Name,
+		"--overcommit", "1", "--device-format", c.path("dev", "nvidia%d"), "--print", print)
+	cmd.Env = baseEnv()
+	out, err := cmd.Output()
+	if err != nil {
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			return "", fmt.Errorf("gpuslice slurm-config on %s: %v: %s", n.Name, err, ee.Stderr)
+		}
+		return "", err
 	}
-	if err := writeFile(c.path("epilog.sh"), wrapper(c.bin("epilog"), "epilog"), 0o755); err != nil {
-		return err
-	}
-	plug := fmt.Sprintf("required %s lib=%s socket=%s max=%s\n", c.bin("plugin"), c.bin("interceptor"), c.ipcSock, maxQuota)
-	if err := writeFile(c.path("plugstack.conf"), plug, 0o644); err != nil {
-		return err
-	}
-	c.conf = c.path("slurm.conf")
-	conf := fmt.Sprintf(`# gpuslice end-to-end test cluster
-ClusterName=gpuslicetest
-SlurmctldHost=%[2]s(127.0.0.1)
-SlurmctldPort=%[3]d
-SlurmdPort=%[4]d
-AuthType=auth/munge
-AuthInfo=socket=%[1]s/munge/munge.sock
-CredType=cred/munge
-SlurmUser=root
-SlurmdUser=root
-StateSaveLocation=%[1]s/state
-SlurmdSpoolDir=%[1]s/spool
-SlurmctldPidFile=%[1]s/run/slurmctld.pid
-SlurmdPidFile=%[1]s/run/slurmd.pid
-SlurmctldLogFile=%[1]s/log/slurmctld.log
-SlurmdLogFile=%[1]s/log/slurmd.log
-SlurmctldDebug=info
-SlurmdDebug=debug
-ProctrackType=proctrack/linuxproc
-TaskPlugin=task/none
-JobAcctGatherType=jobacct_gather/none
-%[6]sJobCompType=jobcomp/none
-SelectType=select/cons_tres
-SelectTypeParameters=CR_Core
-MpiDefault=none
-ReturnToService=2
-MinJobAge=3600
-SchedulerParameters=defer_batch
-KillWait=2
-MessageTimeout=10
-PlugStackConfig=%[1]s/plugstack.conf
-Prolog=%[1]s/prolog.sh
-Epilog=%[1]s/epilog.sh
-PrologFlags=Alloc
-GresTypes=gpu
-NodeName=%[2]s NodeAddr=127.0.0.1 CPUs=%[5]s Gres=gpu:1 State=UNKNOWN
-PartitionName=test Nodes=%[2]s Default=YES MaxTime=10 State=UP OverSubscribe=FORCE:8
-`, c.dir, c.node, ctldPort, slurmdPort, nodeCPUs(), acctConf)
-	if err := writeFile(c.conf, conf, 0o644); err != nil {
-		return err
-	}
-	// One gres/gpu, so that jobs asking --gres=gpu:1 reach the Prolog with
-	// SLURM_JOB_GPUS. No device cgroup is in use (TaskPlugin=task/none):
-	// the file only gives the GPU its index.
-	return writeFile(c.path("gres.conf"), "Name=gpu File=/dev/null\n", 0o644)
+	return strings.TrimSpace(string(out)), nil
 }
 
 // start runs a daemon in the background in its own process group; its
@@ -456,7 +583,7 @@ func (c *cluster) start(name string, cmd *exec.Cmd) error {
 	return nil
 }
 
-// kill stops a daemon: SIGTERM, then SIGKILL after grace.
+// kill stops a daemon: sig, then SIGKILL after grace.
 func (c *cluster) kill(name string, sig syscall.Signal, grace time.Duration) {
 	c.mu.Lock()
 	p := c.procs[name]
@@ -491,12 +618,9 @@ func (c *cluster) running(name string) bool {
 }
 
 func (c *cluster) stop() {
-	if c.dir == "" {
-		return
-	}
-	if c.conf != "" {
+	if c.dir != "" && c.conf != "" {
 		// No job may outlive the suite.
-		_ = c.cmd(nil, "scancel", "--full", "--quiet", "--partition=test").Run()
+		_ = c.cmd(nil, "scancel", "--full", "--quiet").Run()
 		_ = waitFor(30*time.Second, func() error {
 			out, _ := c.cmd(nil, "squeue", "-h", "-o", "%i").Output()
 			if strings.TrimSpace(string(out)) != "" {
@@ -505,20 +629,37 @@ func (c *cluster) stop() {
 			return nil
 		})
 	}
-	for _, n := range []string{"slurmd", "slurmctld", "slurmdbd", "mariadbd", "gpusliced", "munged"} {
-		c.kill(n, syscall.SIGTERM, 10*time.Second)
+	for _, n := range c.nodes {
+		c.kill("slurmd-"+n.Name, syscall.SIGTERM, 10*time.Second)
 	}
-	killStrays(c.dir)
+	c.kill("slurmctld", syscall.SIGTERM, 10*time.Second)
+	for _, n := range c.nodes {
+		c.kill("gpusliced-"+n.Name, syscall.SIGTERM, 10*time.Second)
+	}
+	c.mu.Lock()
+	var rest []string
+	for name := range c.procs {
+		rest = append(rest, name)
+	}
+	c.mu.Unlock()
+	for _, name := range rest {
+		c.kill(name, syscall.SIGTERM, 5*time.Second)
+	}
+	if c.dir != "" {
+		killStrays(c.dir)
+	}
+	removeNetwork()
 	for _, u := range c.users {
 		if u.created {
 			_ = exec.Command("userdel", u.name).Run()
 		}
 	}
-	if c.state != "" {
-		matches, _ := filepath.Glob("/dev/shm/*" + c.state + "*")
-		for _, m := range matches {
-			_ = os.RemoveAll(m)
-		}
+	if c.lock != nil {
+		_ = syscall.Flock(int(c.lock.Fd()), syscall.LOCK_UN)
+		c.lock.Close()
+	}
+	if c.dir == "" {
+		return
 	}
 	if os.Getenv("GPUSLICE_KEEP_TEST_DIR") != "" {
 		fmt.Fprintf(os.Stderr, "slurm suite: keeping %s\n", c.dir)
@@ -527,10 +668,34 @@ func (c *cluster) stop() {
 	_ = os.RemoveAll(c.dir)
 }
 
+// removeNetwork deletes this suite's namespaces (killing what still runs
+// in them) and its bridge; the veths go with the namespaces.
+func removeNetwork() {
+	out, _ := exec.Command("ip", "netns", "list").Output()
+	for _, line := range strings.Split(string(out), "\n") {
+		f := strings.Fields(line)
+		if len(f) == 0 || !strings.HasPrefix(f[0], netnsPrefix) {
+			continue
+		}
+		pids, _ := exec.Command("ip", "netns", "pids", f[0]).Output()
+		for _, p := range strings.Fields(string(pids)) {
+			if pid, err := strconv.Atoi(p); err == nil && pid > 1 {
+				_ = syscall.Kill(pid, syscall.SIGKILL)
+			}
+		}
+		_ = exec.Command("ip", "netns", "del", f[0]).Run()
+	}
+	if exec.Command("ip", "link", "show", bridgeName).Run() == nil {
+		_ = exec.Command("ip", "link", "del", bridgeName).Run()
+	}
+}
+
 // removeStale cleans up after an earlier run that could not tear down
 // (killed, or timed out by go test): its daemons died with it (Pdeathsig),
-// but job processes and files may remain.
+// but job processes, namespaces, the bridge and files may remain. Called
+// with the suite's lock held.
 func removeStale() {
+	removeNetwork()
 	dirs, _ := filepath.Glob("/tmp/gpuslice-slurm-*")
 	for _, d := range dirs {
 		b, err := os.ReadFile(filepath.Join(d, "owner.pid"))
@@ -552,7 +717,7 @@ func removeStale() {
 }
 
 // killStrays kills processes left behind (slurmstepd of a job that did not
-// end) whose command line mentions dir.
+// end) whose command line or environment mentions dir.
 func killStrays(dir string) {
 	ents, _ := os.ReadDir("/proc")
 	for _, e := range ents {
@@ -585,8 +750,9 @@ func waitFor(d time.Duration, f func() error) error {
 	}
 }
 
-// cmd builds a Slurm client command, run as u (root when nil), with the
-// cluster's SLURM_CONF and the fake GPU environment, in u's directory.
+// cmd builds a Slurm client command on the submit host (the machine
+// itself), run as u (root when nil), with the cluster's SLURM_CONF and the
+// fake GPU environment, in u's directory.
 func (c *cluster) cmd(u *testUser, name string, args ...string) *exec.Cmd {
 	cmd := exec.Command(name, args...)
 	cmd.Env = append(baseEnv(), "SLURM_CONF="+c.conf)
@@ -596,6 +762,27 @@ func (c *cluster) cmd(u *testUser, name string, args ...string) *exec.Cmd {
 		cmd.Dir = u.dir
 		cmd.Env = append(cmd.Env, "HOME="+u.dir, "USER="+u.name, "LOGNAME="+u.name)
 		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: u.uid, Gid: u.gid}}
+	}
+	return cmd
+}
+
+// onNode builds a command that runs on node n (its namespaces) as u (root
+// when nil), with the fake GPU environment: what a user logged in to the
+// node would run.
+func (n *node) onNode(u *testUser, name string, args ...string) *exec.Cmd {
+	c := n.c
+	cmd := n.command(name, args...)
+	cmd.Env = append(baseEnv(), "SLURM_CONF="+c.conf)
+	cmd.Env = append(cmd.Env, c.fakeEnv...)
+	cmd.Dir = c.dir
+	if u != nil {
+		// nsenter enters as root, then becomes the user.
+		cmd = exec.Command("nsenter", append([]string{"-t", strconv.Itoa(n.holder), "--net", "--uts", "--mount",
+			"-S", strconv.Itoa(int(u.uid)), "-G", strconv.Itoa(int(u.gid)), "--", name}, args...)...)
+		cmd.Env = append(baseEnv(), "SLURM_CONF="+c.conf)
+		cmd.Env = append(cmd.Env, c.fakeEnv...)
+		cmd.Dir = u.dir
+		cmd.Env = append(cmd.Env, "HOME="+u.dir, "USER="+u.name, "LOGNAME="+u.name)
 	}
 	return cmd
 }

@@ -16,25 +16,27 @@ import (
 
 // gpusliced down when a job starts (docs/slurm.md, "Failures"):
 //   - back within the Prolog's retry window: the job runs normally;
-//   - down for longer: the Prolog fails with the reason in slurmd's log,
-//     the node is drained and the batch job requeued held; once the admin
+//   - down for longer: an unhealthy node, by Slurm's convention: the
+//     Prolog fails with the reason in slurmd's log, the node is drained
+//     and the batch job requeued held; once the admin
 //     restarts the daemon, resumes the node and releases the job, it runs
 //     with its quota.
 func TestDaemonDownAtJobStart(t *testing.T) {
 	c := needCluster(t)
 	u := c.users["gsltest1"]
+	n := c.nodes[0]
 	t.Cleanup(func() {
-		if !c.running("gpusliced") {
-			if err := c.restartGpusliced(); err != nil {
+		if !c.running("gpusliced-" + n.Name) {
+			if err := n.restartGpusliced(); err != nil {
 				t.Errorf("restart gpusliced: %v", err)
 			}
 		}
-		_ = c.cmd(nil, "scontrol", "update", "nodename="+c.node, "state=resume").Run()
+		_ = c.cmd(nil, "scontrol", "update", "nodename="+n.Name, "state=resume").Run()
 	})
 
 	t.Run("restarted within the retry window", func(t *testing.T) {
-		c.kill("gpusliced", syscall.SIGKILL, 10*time.Second)
-		cmd := c.cmd(u, "srun", "-v", "--gpu-mem=2G", c.bin("target_app"), "--step", "1G", "--count", "3")
+		c.kill("gpusliced-"+n.Name, syscall.SIGKILL, 10*time.Second)
+		cmd := c.cmd(u, "srun", "-v", "-w", n.Name, "--gpu-mem=2G", c.bin("target_app"), "--step", "1G", "--count", "3")
 		done := make(chan result, 1)
 		go func() { done <- run(context.Background(), cmd) }()
 		// The job is allocated: its Prolog runs (CONFIGURING), retrying.
@@ -47,7 +49,7 @@ func TestDaemonDownAtJobStart(t *testing.T) {
 		}); err != nil {
 			t.Fatal(err)
 		}
-		if err := c.restartGpusliced(); err != nil {
+		if err := n.restartGpusliced(); err != nil {
 			t.Fatal(err)
 		}
 		var r result
@@ -67,10 +69,10 @@ func TestDaemonDownAtJobStart(t *testing.T) {
 	})
 
 	t.Run("down for longer: node drained, job held, recovered by the admin", func(t *testing.T) {
-		c.kill("gpusliced", syscall.SIGKILL, 10*time.Second)
+		c.kill("gpusliced-"+n.Name, syscall.SIGKILL, 10*time.Second)
 		script := fmt.Sprintf("#!/bin/sh\n#SBATCH --gpu-mem=1G\n#SBATCH --output=%s/down-%%j.out\n%s --step 1G --count 2\n",
 			u.dir, c.bin("target_app"))
-		id := c.sbatch(t, u, "down", script)
+		id := c.sbatch(t, u, "down", script, "-w", n.Name)
 		if err := waitFor(2*time.Minute, func() error {
 			j, err := c.job(id)
 			if err != nil {
@@ -83,14 +85,14 @@ func TestDaemonDownAtJobStart(t *testing.T) {
 		}); err != nil {
 			t.Fatal(err)
 		}
-		if st, _ := c.nodeState(); st != "drained" {
-			t.Errorf("node %s is %q after the Prolog failed, want drained", c.node, st)
+		if st, _ := c.nodeState(n.Name); st != "drained" {
+			t.Errorf("node %s is %q after the Prolog failed, want drained", n.Name, st)
 		}
-		node, _ := c.cmd(nil, "scontrol", "-o", "show", "node", c.node).Output()
+		node, _ := c.cmd(nil, "scontrol", "-o", "show", "node", n.Name).Output()
 		if !strings.Contains(string(node), "Reason=Prolog error") {
 			t.Errorf("node reason: %s", node)
 		}
-		slurmd := readFile(t, c.path("log", "slurmd.log"))
+		slurmd := readFile(t, c.path("log", "slurmd-"+n.Name+".log"))
 		want := "gpuslice-prolog: job " + id + ": cannot set up the GPU memory quota of 1GiB per GPU"
 		if !strings.Contains(slurmd, want) {
 			t.Errorf("slurmd's log does not give the Prolog's reason %q", want)
@@ -99,10 +101,10 @@ func TestDaemonDownAtJobStart(t *testing.T) {
 			t.Errorf("the job ran without its quota")
 		}
 
-		if err := c.restartGpusliced(); err != nil {
+		if err := n.restartGpusliced(); err != nil {
 			t.Fatal(err)
 		}
-		if out, err := c.cmd(nil, "scontrol", "update", "nodename="+c.node, "state=resume").CombinedOutput(); err != nil {
+		if out, err := c.cmd(nil, "scontrol", "update", "nodename="+n.Name, "state=resume").CombinedOutput(); err != nil {
 			t.Fatalf("resume: %v: %s", err, out)
 		}
 		if out, err := c.cmd(nil, "scontrol", "release", id).CombinedOutput(); err != nil {
@@ -131,16 +133,17 @@ func TestDaemonDownAtJobStart(t *testing.T) {
 func TestDaemonDownAtJobEnd(t *testing.T) {
 	c := needCluster(t)
 	u := c.users["gsltest2"]
+	n := c.nodes[1]
 	t.Cleanup(func() {
-		if !c.running("gpusliced") {
-			_ = c.restartGpusliced()
+		if !c.running("gpusliced-" + n.Name) {
+			_ = n.restartGpusliced()
 		}
-		_ = c.cmd(nil, "scontrol", "update", "nodename="+c.node, "state=resume").Run()
+		_ = c.cmd(nil, "scontrol", "update", "nodename="+n.Name, "state=resume").Run()
 	})
 	marker := filepath.Join(u.dir, "end-go")
 	script := fmt.Sprintf("#!/bin/sh\n#SBATCH --gpu-mem=1G\n#SBATCH --output=%s/end-%%j.out\nwhile [ ! -e %s ]; do sleep 0.1; done\n",
 		u.dir, marker)
-	id := c.sbatch(t, u, "end", script)
+	id := c.sbatch(t, u, "end", script, "-w", n.Name)
 	c.waitSession(t, id, 0, 0, 90*time.Second)
 	if err := waitFor(time.Minute, func() error {
 		j, err := c.job(id)
@@ -151,7 +154,7 @@ func TestDaemonDownAtJobEnd(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	c.kill("gpusliced", syscall.SIGKILL, 10*time.Second)
+	c.kill("gpusliced-"+n.Name, syscall.SIGKILL, 10*time.Second)
 	if err := os.WriteFile(marker, nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -162,16 +165,16 @@ func TestDaemonDownAtJobEnd(t *testing.T) {
 	if err := c.waitNodeState("idle", 30*time.Second); err != nil {
 		t.Fatalf("node after an Epilog without daemon: %v", err)
 	}
-	if err := c.restartGpusliced(); err != nil {
+	if err := n.restartGpusliced(); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.session(id); err != nil {
+	if _, err := n.session(id); err != nil {
 		t.Fatalf("session %s after the restart: %v (it should wait for the TTL reaper)", id, err)
 	}
 	// What the reaper would do, done by hand to leave the node clean.
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	cl := c.client()
+	cl := n.client()
 	defer cl.Close()
 	if _, err := cl.DeleteSession(ctx, id); err != nil && !errors.Is(err, client.ErrNotFound) {
 		t.Fatal(err)

@@ -1,7 +1,14 @@
 // Package slurm is gpuslice's end-to-end suite on a real Slurm: Debian's
-// slurmctld, slurmd and munge on loopback, the built SPANK plugin,
-// Prolog/Epilog, gpusliced and fakecuda (one 80 GiB device), all in a
-// temporary directory. See docs/slurm.md.
+// slurmctld and munge on the machine, two slurmd hosts in namespaces of
+// their own, each with its gpusliced and fakecuda GPUs (2x16 GiB on tn1,
+// 2x40 GiB on tn2), the built SPANK plugin, Prolog/Epilog and the shipped
+// job_submit.lua, all in a temporary directory. See docs/slurm.md.
+//
+// The harness, for suites that plug in: startCluster(c, ClusterOptions)
+// (defaultOptions()), c.cmd(user, ...) submits as a user from the submit
+// host, n.onNode(user, ...) runs on a node, n.client()/n.session/n.gpus
+// query a node's gpusliced, c.jobNodes(id) tells where a job ran, and
+// c.drained() samples sinfo.
 package slurm
 
 import (
@@ -10,15 +17,13 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"sort"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/gpuslice/gpuslice/internal/client"
 )
-
-// prologRetry is the Prolog/Epilog --retry-timeout in the test cluster.
-const prologRetry = 10 * time.Second
 
 var (
 	cl       *cluster
@@ -28,18 +33,20 @@ var (
 
 func TestMain(m *testing.M) {
 	if os.Geteuid() != 0 {
-		skipWhy = "the Slurm end-to-end suite needs root (it runs slurmctld, slurmd, munged and submits jobs as test users)"
+		skipWhy = "the Slurm end-to-end suite needs root (it runs slurmctld, slurmd, munged, network namespaces and submits jobs as test users)"
 		fmt.Fprintln(os.Stderr, "slurm suite: SKIP: "+skipWhy)
 		os.Exit(m.Run())
 	}
+	start := time.Now()
 	cl = &cluster{}
-	setupErr = startCluster(cl)
+	setupErr = startCluster(cl, defaultOptions())
 	if setupErr != nil {
 		fmt.Fprintf(os.Stderr, "slurm suite: cluster setup failed: %v\n", setupErr)
 		cl.dumpLogs(os.Stderr)
 		cl.stop()
 		os.Exit(1)
 	}
+	fmt.Fprintf(os.Stderr, "slurm suite: two-node cluster up in %v\n", time.Since(start).Round(time.Second))
 	code := m.Run()
 	if code != 0 {
 		cl.dumpLogs(os.Stderr)
@@ -48,7 +55,7 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// cluster returns the running cluster or skips the test.
+// needCluster returns the running cluster or skips the test.
 func needCluster(t *testing.T) *cluster {
 	t.Helper()
 	if skipWhy != "" {
@@ -61,7 +68,11 @@ func (c *cluster) dumpLogs(w *os.File) {
 	if c == nil || c.dir == "" {
 		return
 	}
-	for _, f := range []string{"slurmctld.log", "slurmd.log", "gpusliced.out", "slurmctld.out", "slurmd.out", "munged.out"} {
+	files := []string{"slurmctld.log", "slurmctld.out", "munged.out"}
+	for _, n := range c.nodes {
+		files = append(files, "slurmd-"+n.Name+".log", "slurmd-"+n.Name+".out", "gpusliced-"+n.Name+".out")
+	}
+	for _, f := range files {
 		b, err := os.ReadFile(c.path("log", f))
 		if err != nil || len(b) == 0 {
 			continue
@@ -74,45 +85,106 @@ func (c *cluster) dumpLogs(w *os.File) {
 	}
 }
 
-func (c *cluster) client() *client.Client { return client.New(c.admSock) }
+func (n *node) client() *client.Client { return client.New(n.admSock) }
 
-func (c *cluster) gpus() ([]client.GPU, error) {
+func (n *node) gpus() ([]client.GPU, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	cl := c.client()
+	cl := n.client()
 	defer cl.Close()
 	return cl.GPUs(ctx)
 }
 
-func (c *cluster) session(id string) (*client.Session, error) {
+func (n *node) session(id string) (*client.Session, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	cl := c.client()
+	cl := n.client()
 	defer cl.Close()
 	return cl.GetSession(ctx, id)
 }
 
-// nodeState is sinfo's %T for the node ("idle", "mixed", "allocated",
-// "drained", ...).
-func (c *cluster) nodeState() (string, error) {
-	out, err := c.cmd(nil, "sinfo", "-h", "-n", c.node, "-o", "%T").Output()
-	if err != nil {
-		return "", fmt.Errorf("sinfo: %w", err)
-	}
-	return strings.TrimSpace(string(out)), nil
+func (n *node) sessions() ([]client.Session, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	cl := n.client()
+	defer cl.Close()
+	return cl.ListSessions(ctx)
 }
 
+// session finds job id's session on whichever node holds it.
+func (c *cluster) session(id string) (*client.Session, error) {
+	var last error = client.ErrNotFound
+	for _, n := range c.nodes {
+		s, err := n.session(id)
+		if err == nil {
+			return s, nil
+		}
+		if !errors.Is(err, client.ErrNotFound) {
+			last = err
+		}
+	}
+	return nil, last
+}
+
+// nodeStates maps each node to sinfo's %T ("idle", "mixed", "allocated",
+// "drained", ...).
+func (c *cluster) nodeStates() (map[string]string, error) {
+	out, err := c.cmd(nil, "sinfo", "-h", "-N", "-o", "%N %T").Output()
+	if err != nil {
+		return nil, fmt.Errorf("sinfo: %w", err)
+	}
+	m := map[string]string{}
+	for _, l := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		if f := strings.Fields(l); len(f) == 2 {
+			m[f[0]] = f[1]
+		}
+	}
+	return m, nil
+}
+
+// drained returns the nodes sinfo shows drained, draining, down or failing
+// (a node slow to answer, "idle*" under load, is none of these).
+func (c *cluster) drained() ([]string, error) {
+	m, err := c.nodeStates()
+	if err != nil {
+		return nil, err
+	}
+	var bad []string
+	for n, st := range m {
+		if strings.HasPrefix(st, "drain") || strings.HasPrefix(st, "down") || strings.HasPrefix(st, "fail") {
+			bad = append(bad, n+"="+st)
+		}
+	}
+	sort.Strings(bad)
+	return bad, nil
+}
+
+// waitNodeState waits until every node is in state want.
 func (c *cluster) waitNodeState(want string, d time.Duration) error {
 	return waitFor(d, func() error {
-		st, err := c.nodeState()
+		m, err := c.nodeStates()
 		if err != nil {
 			return err
 		}
-		if st != want {
-			return fmt.Errorf("node %s is %q, want %q", c.node, st, want)
+		if len(m) != len(c.nodes) {
+			return fmt.Errorf("sinfo shows %v", m)
+		}
+		for n, st := range m {
+			if st != want {
+				return fmt.Errorf("node %s is %q, want %q", n, st, want)
+			}
 		}
 		return nil
 	})
+}
+
+// nodeState is node n's state.
+func (c *cluster) nodeState(n string) (string, error) {
+	m, err := c.nodeStates()
+	if err != nil {
+		return "", err
+	}
+	return m[n], nil
 }
 
 // job returns scontrol's fields of a job (one-line form).
@@ -121,13 +193,58 @@ func (c *cluster) job(id string) (map[string]string, error) {
 	if err != nil {
 		return nil, fmt.Errorf("scontrol show job %s: %v: %s", id, err, out)
 	}
+	// An array's first task shares the array's id: scontrol then shows
+	// every task, one line each; keep the line of the job asked for.
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	line := lines[0]
+	for _, l := range lines {
+		if strings.HasPrefix(l, "JobId="+id+" ") {
+			line = l
+		}
+	}
 	m := map[string]string{}
-	for _, f := range strings.Fields(string(out)) {
+	for _, f := range strings.Fields(line) {
 		if k, v, ok := strings.Cut(f, "="); ok {
-			m[k] = v
+			if _, seen := m[k]; !seen {
+				m[k] = v
+			}
 		}
 	}
 	return m, nil
+}
+
+// jobNodes lists the nodes job id ran (or runs) on.
+func (c *cluster) jobNodes(t *testing.T, id string) []*node {
+	t.Helper()
+	j, err := c.job(id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	list := j["NodeList"]
+	expanded, err := c.cmd(nil, "scontrol", "show", "hostnames", list).Output()
+	if err != nil || list == "" {
+		t.Fatalf("job %s: no node list (%q): %v", id, list, err)
+	}
+	var ns []*node
+	for _, name := range strings.Fields(string(expanded)) {
+		if n := c.nodeByName(name); n != nil {
+			ns = append(ns, n)
+		}
+	}
+	if len(ns) == 0 {
+		t.Fatalf("job %s ran on %q, not a test node", id, list)
+	}
+	return ns
+}
+
+// jobNode is the one node job id ran on.
+func (c *cluster) jobNode(t *testing.T, id string) *node {
+	t.Helper()
+	ns := c.jobNodes(t, id)
+	if len(ns) != 1 {
+		t.Fatalf("job %s ran on %d nodes, want 1", id, len(ns))
+	}
+	return ns[0]
 }
 
 // jobCount is the number of jobs slurmctld knows (MinJobAge keeps finished
@@ -170,63 +287,75 @@ func (c *cluster) waitJobEnd(t *testing.T, id string, d time.Duration) map[strin
 	return last
 }
 
-// assertReleased checks what must hold after every job: the session is
-// gone, the GPU has no committed or used bytes left, the node is idle (not
-// drained), and `gpuslice report <id>` shows the job's figures. It returns
-// the report's text.
+// assertReleased checks what must hold after every job, on the node(s) it
+// ran on: the session is gone, the GPUs have no committed or used bytes
+// left, no node is drained, and `gpuslice report <id>` shows the job's
+// figures. It returns the report's text (of the first node).
 func (c *cluster) assertReleased(t *testing.T, id string) string {
 	t.Helper()
-	if err := waitFor(30*time.Second, func() error {
-		_, err := c.session(id)
-		if errors.Is(err, client.ErrNotFound) {
-			return nil
+	var text string
+	for i, n := range c.jobNodes(t, id) {
+		if err := waitFor(30*time.Second, func() error {
+			_, err := n.session(id)
+			if errors.Is(err, client.ErrNotFound) {
+				return nil
+			}
+			return fmt.Errorf("session %s on %s still exists (err %v)", id, n.Name, err)
+		}); err != nil {
+			t.Fatal(err)
 		}
-		return fmt.Errorf("session %s still exists (err %v)", id, err)
-	}); err != nil {
-		t.Fatal(err)
+		if err := n.waitIdleGPUs(30 * time.Second); err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		rep := run(ctx, n.onNode(nil, c.bin("gpuslice"), "--admin-socket", c.admSock, "report", id))
+		cancel()
+		if rep.code != 0 {
+			t.Fatalf("gpuslice report %s on %s: %s", id, n.Name, rep)
+		}
+		if !strings.Contains(rep.stdout, "PEAK") || !strings.Contains(rep.stdout, "FINAL USED") {
+			t.Fatalf("gpuslice report %s on %s shows no peak and final usage:\n%s", id, n.Name, rep.stdout)
+		}
+		if i == 0 {
+			text = rep.stdout
+		}
 	}
-	if err := waitFor(30*time.Second, func() error {
-		gpus, err := c.gpus()
+	if bad, err := c.drained(); err != nil || len(bad) > 0 {
+		t.Fatalf("after job %s: drained nodes %v (%v)", id, bad, err)
+	}
+	return text
+}
+
+// waitIdleGPUs waits until no session holds or uses any of n's GPUs.
+func (n *node) waitIdleGPUs(d time.Duration) error {
+	return waitFor(d, func() error {
+		gpus, err := n.gpus()
 		if err != nil {
 			return err
 		}
 		for _, g := range gpus {
 			if g.CommittedBytes != 0 || g.UsedBytes != 0 || g.Sessions != 0 {
-				return fmt.Errorf("GPU %s: committed %d, used %d, sessions %d", g.UUID, g.CommittedBytes, g.UsedBytes, g.Sessions)
+				return fmt.Errorf("%s GPU %s: committed %d, used %d, sessions %d", n.Name, g.UUID, g.CommittedBytes, g.UsedBytes, g.Sessions)
 			}
 		}
 		return nil
-	}); err != nil {
-		t.Fatal(err)
-	}
-	if err := c.waitNodeState("idle", 30*time.Second); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	cmd := c.cmd(nil, c.bin("gpuslice"), "report", id)
-	cmd.Env = append(cmd.Env, "GPUSLICE_ADMIN_SOCK="+c.admSock)
-	rep := run(ctx, cmd)
-	if rep.code != 0 {
-		t.Fatalf("gpuslice report %s: %s", id, rep)
-	}
-	if !strings.Contains(rep.stdout, "PEAK") || !strings.Contains(rep.stdout, "FINAL USED") {
-		t.Fatalf("gpuslice report %s shows no peak and final usage:\n%s", id, rep.stdout)
-	}
-	return rep.stdout
+	})
 }
 
 // history is the report of a released session as `gpuslice report --json`
-// prints it.
+// prints it on the node the job ran on.
 func (c *cluster) history(t *testing.T, id string) *client.Report {
+	t.Helper()
+	return c.jobNode(t, id).history(t, id)
+}
+
+func (n *node) history(t *testing.T, id string) *client.Report {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	cmd := c.cmd(nil, c.bin("gpuslice"), "report", "--json", id)
-	cmd.Env = append(cmd.Env, "GPUSLICE_ADMIN_SOCK="+c.admSock)
-	r := run(ctx, cmd)
+	r := run(ctx, n.onNode(nil, n.c.bin("gpuslice"), "--admin-socket", n.c.admSock, "report", "--json", id))
 	if r.code != 0 {
-		t.Fatalf("gpuslice report --json %s: %s", id, r)
+		t.Fatalf("gpuslice report --json %s on %s: %s", id, n.Name, r)
 	}
 	var rep client.Report
 	if err := json.Unmarshal([]byte(r.stdout), &rep); err != nil {
@@ -236,4 +365,10 @@ func (c *cluster) history(t *testing.T, id string) *client.Report {
 		t.Fatalf("gpuslice report --json %s: %+v", id, rep)
 	}
 	return &rep
+}
+
+// prologEnv is the environment the Prolog of job id got on node n.
+func (c *cluster) prologEnv(t *testing.T, id string, n *node) string {
+	t.Helper()
+	return readFile(t, c.path("log", "prolog-"+id+"-"+n.Name+".env"))
 }

@@ -94,13 +94,14 @@ echo "event=submitted kind=step exit=$?"
 				t.Errorf("inner job %s (%s) without --gpu-mem: %v; want no LD_PRELOAD, GPUSLICE_SESSION or SLURM_SPANK_GPU_MEM",
 					e["job"], kind, e)
 			}
-			env := readFile(t, c.path("log", "prolog-"+e["job"]+".env"))
+			jn := c.jobNode(t, e["job"])
+			env := c.prologEnv(t, e["job"], jn)
 			if strings.Contains(env, "SPANK_GPU_MEM") || strings.Contains(env, "gpuslice_gpu_mem") {
 				t.Errorf("the Prolog of inner job %s (%s) got a quota:\n%s", e["job"], kind, env)
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
-			cl := c.client()
+			cl := jn.client()
 			defer cl.Close()
 			if rep, err := cl.History(ctx, e["job"]); !errors.Is(err, client.ErrNotFound) {
 				t.Errorf("gpusliced knows a session for inner job %s (%s), which asked for no quota: %+v %v",

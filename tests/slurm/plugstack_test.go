@@ -1,7 +1,6 @@
 package slurm
 
 import (
-	"fmt"
 	"os"
 	"strings"
 	"testing"
@@ -23,8 +22,7 @@ func (c *cluster) withPlugstack(t *testing.T, args string) {
 			t.Errorf("restore plugstack.conf: %v", err)
 		}
 	})
-	line := fmt.Sprintf("required %s lib=%s socket=%s %s\n", c.bin("plugin"), c.bin("interceptor"), c.ipcSock, args)
-	if err := writeFile(path, line, 0o644); err != nil {
+	if err := c.writePlugstack(args); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -74,6 +72,8 @@ func TestPlugstackArguments(t *testing.T) {
 		{"default=8G max=4G", "gpuslice: plugstack.conf: default= is larger than max="},
 		{"lib=relative.so", "gpuslice: plugstack.conf argument lib=relative.so: expected an absolute path"},
 		{"socket", "gpuslice: plugstack.conf argument 'socket': expected key=value"},
+		{"nogpu=maybe", "gpuslice: plugstack.conf argument nogpu=maybe: expected hide or allow"},
+		{"refused=run/refused", "gpuslice: plugstack.conf argument refused=run/refused: expected an absolute path"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.args, func(t *testing.T) {

@@ -26,29 +26,38 @@ type accounting struct {
 func accountingWanted() bool { return os.Getenv("GPUSLICE_SLURM_ACCOUNTING") != "0" }
 
 // prepareAccounting picks the ports and returns the slurm.conf lines.
-func (c *cluster) prepareAccounting() (string, error) {
+func (c *cluster) prepareAccounting() error {
 	if !accountingWanted() {
-		return "AccountingStorageType=accounting_storage/none\n", nil
+		return nil
 	}
 	debPackages = append(debPackages, accountingPackages...)
 	if err := installPackages(); err != nil {
-		return "", err
+		return err
 	}
 	a := &accounting{dbDir: c.path("mariadb")}
 	var err error
 	for a.dbPort == a.dbdPort {
 		if a.dbPort, err = freePort(); err != nil {
-			return "", err
+			return err
 		}
 		if a.dbdPort, err = freePort(); err != nil {
-			return "", err
+			return err
 		}
 	}
 	c.acct = a
+	// slurmdbd listens on the bridge's host address, which slurmctld and the
+	// nodes' Epilogs (sacctmgr, in the nodes' network namespaces) reach.
 	// AccountingStoragePass names the munge socket of connections to
 	// slurmdbd (AuthInfo's does not apply to them).
-	return fmt.Sprintf("AccountingStorageType=accounting_storage/slurmdbd\nAccountingStorageHost=127.0.0.1\n"+
-		"AccountingStoragePort=%d\nAccountingStoragePass=%s\n", a.dbdPort, c.path("munge", "munge.sock")), nil
+	c.opts.Accounting = []string{
+		"JobAcctGatherType=jobacct_gather/none",
+		"AccountingStorageType=accounting_storage/slurmdbd",
+		"AccountingStorageHost=" + bridgeAddr,
+		fmt.Sprintf("AccountingStoragePort=%d", a.dbdPort),
+		"AccountingStoragePass=" + c.path("munge", "munge.sock"),
+		"JobCompType=jobcomp/none",
+	}
+	return nil
 }
 
 // startAccounting starts MariaDB and slurmdbd and registers the cluster.
@@ -85,7 +94,7 @@ func (c *cluster) startAccounting() error {
 	conf := fmt.Sprintf(`AuthType=auth/munge
 AuthInfo=socket=%[1]s/munge/munge.sock
 DbdHost=%[2]s
-DbdAddr=127.0.0.1
+DbdAddr=%[5]s
 DbdPort=%[3]d
 SlurmUser=root
 DebugLevel=info
@@ -97,7 +106,7 @@ StoragePort=%[4]d
 StorageUser=slurm
 StoragePass=gpuslice-test
 StorageLoc=slurm_acct_db
-`, c.dir, c.node, a.dbdPort, a.dbPort)
+`, c.dir, c.ctldHost, a.dbdPort, a.dbPort, bridgeAddr)
 	// slurmdbd reads slurmdbd.conf next to slurm.conf (SLURM_CONF); it must
 	// be private to SlurmUser.
 	if err := writeFile(c.path("slurmdbd.conf"), conf, 0o600); err != nil {

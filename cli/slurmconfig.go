@@ -1,0 +1,127 @@
+package cli
+
+import (
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"strings"
+
+	"github.com/spf13/pflag"
+
+	"github.com/gpuslice/gpuslice/daemon/config"
+	"github.com/gpuslice/gpuslice/internal/client"
+	"github.com/gpuslice/gpuslice/internal/size"
+)
+
+var slurmConfigCommand = command{"slurm-config", "[flags]", "print this node's gres.conf and slurm.conf Gres= lines",
+	"Prints, from the GPUs gpusliced sees, the lines Slurm needs to schedule GPU memory on this node:\n" +
+		"gres/gpu and gres/shard with one shard per MiB of each GPU (times gpusliced's overcommit),\n" +
+		"as the shipped job_submit.lua expects (docs/slurm.md). --print node gives the slurm.conf\n" +
+		"NodeName line's Gres= part, --print gres the gres.conf lines (prefixed with NodeName= so the\n" +
+		"output of every node can be concatenated into one shared gres.conf).", slurmConfigCmd}
+
+// SlurmLines are one node's Slurm configuration lines.
+type SlurmLines struct {
+	// Node is the slurm.conf NodeName line (Gres= only).
+	Node string
+	// Gres are the gres.conf lines.
+	Gres []string
+	// Notes are comments (e.g. GPUs of different sizes on one node).
+	Notes []string
+}
+
+// SlurmConfigLines computes a node's lines. deviceFormat names GPU i's
+// device file (a Printf format with one %d, e.g. /dev/nvidia%d).
+func SlurmConfigLines(node string, gpus []client.GPU, overcommit float64, deviceFormat string) (SlurmLines, error) {
+	var out SlurmLines
+	if node == "" || strings.ContainsAny(node, " \t=,") {
+		return out, usagef("--node %q: expected a Slurm node name", node)
+	}
+	if overcommit <= 0 {
+		return out, usagef("--overcommit %v: must be > 0", overcommit)
+	}
+	if strings.Count(deviceFormat, "%d") != 1 || strings.Count(deviceFormat, "%") != 1 {
+		return out, usagef("--device-format %q: expected one %%d, e.g. /dev/nvidia%%d", deviceFormat)
+	}
+	if len(gpus) == 0 {
+		return out, fmt.Errorf("gpusliced reports no GPU on this node: nothing to schedule")
+	}
+	var total uint64
+	sizes := map[uint64]bool{}
+	for _, g := range gpus {
+		shards := uint64(math.Floor(float64(g.PhysicalBytes) * overcommit / float64(1<<20)))
+		if shards == 0 {
+			return out, fmt.Errorf("GPU %d (%s) has less than 1 MiB of memory", g.Index, g.UUID)
+		}
+		total += shards
+		sizes[shards] = true
+		dev := fmt.Sprintf(deviceFormat, g.Index)
+		out.Gres = append(out.Gres, fmt.Sprintf("NodeName=%s Name=gpu File=%s", node, dev))
+		out.Gres = append(out.Gres, fmt.Sprintf("NodeName=%s Name=shard Count=%d File=%s", node, shards, dev))
+		out.Notes = append(out.Notes, fmt.Sprintf("GPU %d %s %s: %s, %d shards of 1 MiB", g.Index, g.UUID, g.Name,
+			size.Format(g.PhysicalBytes), shards))
+	}
+	if len(sizes) > 1 {
+		out.Notes = append(out.Notes, "GPUs of different sizes on one node: job_submit.lua takes the average per GPU "+
+			"as this node's GPU size when it checks --gpu-mem at submission")
+	}
+	out.Node = fmt.Sprintf("NodeName=%s Gres=gpu:%d,shard:%d", node, len(gpus), total)
+	return out, nil
+}
+
+func slurmConfigCmd(fs *pflag.FlagSet, e *env) func([]string) error {
+	host, _ := os.Hostname()
+	host, _, _ = strings.Cut(host, ".")
+	node := fs.String("node", host, "Slurm NodeName of this node")
+	overcommit := fs.Float64("overcommit", 0, "shards per MiB of GPU memory (default: gpusliced's overcommit from its configuration)")
+	configFile := fs.String("config", "", "gpusliced configuration file read for overcommit (default "+config.DefaultFile+" if it exists)")
+	devFmt := fs.String("device-format", "/dev/nvidia%d", "device file of GPU N (gres.conf File=)")
+	print := fs.String("print", "all", "what to print: all (commented), node (the slurm.conf NodeName line) or gres (gres.conf lines)")
+	return func(args []string) error {
+		if len(args) != 0 {
+			return usagef("slurm-config takes no arguments")
+		}
+		if *print != "all" && *print != "node" && *print != "gres" {
+			return usagef("--print %q: expected all, node or gres", *print)
+		}
+		oc := *overcommit
+		if !fs.Changed("overcommit") {
+			cargs := []string{}
+			if *configFile != "" {
+				cargs = append(cargs, "--config", *configFile)
+			}
+			dc, err := config.Load(cargs, io.Discard)
+			if err != nil {
+				return fmt.Errorf("gpusliced configuration (for overcommit; or pass --overcommit): %w", err)
+			}
+			oc = dc.Overcommit
+		}
+		ctx, cancel := ctxTimeout()
+		defer cancel()
+		gpus, err := e.client().GPUs(ctx)
+		if err != nil {
+			return err
+		}
+		l, err := SlurmConfigLines(*node, gpus, oc, *devFmt)
+		if err != nil {
+			return err
+		}
+		w := e.stdout
+		switch *print {
+		case "node":
+			fmt.Fprintln(w, l.Node)
+		case "gres":
+			fmt.Fprintln(w, strings.Join(l.Gres, "\n"))
+		default:
+			fmt.Fprintf(w, "# gpuslice slurm-config: node %s, overcommit %g (one shard = 1 MiB of GPU memory)\n", *node, oc)
+			for _, n := range l.Notes {
+				fmt.Fprintf(w, "#   %s\n", n)
+			}
+			fmt.Fprintf(w, "# slurm.conf (same on every host): GresTypes=gpu,shard, JobSubmitPlugins=lua, and this\n"+
+				"# node's line gets Gres= (keep its other fields):\n%s\n", l.Node)
+			fmt.Fprintf(w, "# gres.conf (on this node, or all nodes' lines in one shared file):\n%s\n", strings.Join(l.Gres, "\n"))
+		}
+		return nil
+	}
+}

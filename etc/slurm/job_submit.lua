@@ -1,0 +1,411 @@
+--[[
+gpuslice job_submit.lua: slurmctld schedules GPU memory.
+
+Install next to slurm.conf (Slurm loads job_submit.lua from the directory of
+slurm.conf) and set JobSubmitPlugins=lua. See docs/slurm.md.
+
+Every GPU is described to Slurm as gres/gpu plus gres/shard with one shard
+per MiB of GPU memory (times gpusliced's overcommit), as printed by
+`gpuslice slurm-config`. This script turns what the user asked for into what
+slurmctld schedules, on the controller, so a user cannot bypass it:
+
+  --gpu-mem=SIZE                  gres/shard:<SIZE in MiB>: SIZE of one GPU
+                                  on each node of the job (Slurm 22.05
+                                  takes a job's shards on a node from one
+                                  GPU, and never puts more shards on a GPU
+                                  than it has)
+  --gpus/--gres=gpu:N[/--gpu-mem] N whole GPUs on a node of its own
+                                  (exclusive), with the quota on each when
+                                  --gpu-mem is given
+  neither                         untouched: the job gets no GPU
+  --gres=shard:N or mps           refused: ask --gpu-mem instead
+  --gpu-mem larger than every GPU of the partition (or of the nodes the job
+  names with -w): refused, naming the largest GPU.
+
+Whole GPUs get a node of their own because Slurm 22.05 gives a gres/gpu
+job a GPU whose shards other jobs use; a gres/shard job is never placed on
+a GPU a gres/gpu job holds.
+
+The SPANK plugin passes --gpu-mem (in bytes) as GPU_MEM=<bytes> in the job's
+spank_job_env. GPU sizes come from the NodeName lines of slurm.conf
+(Gres=gpu:N,shard:M: M/N MiB per GPU).
+
+The decisions are pure functions of their arguments (gpuslice.translate and
+the parsers below): tests call them with lua5.1 outside slurmctld.
+]]
+
+local gpuslice = {}
+
+local MiB = 1048576
+
+-- The job_desc fields through which Slurm passes GPU requests.
+gpuslice.tres_fields = {"tres_per_node", "tres_per_job", "tres_per_task", "tres_per_socket"}
+
+-- Sizes as people read them: 8GiB, 512MiB.
+function gpuslice.format_mib(mib)
+	if mib >= 1024 * 1024 and mib % (1024 * 1024) == 0 then
+		return string.format("%dTiB", mib / (1024 * 1024))
+	elseif mib >= 1024 and mib % 1024 == 0 then
+		return string.format("%dGiB", mib / 1024)
+	end
+	return string.format("%dMiB", mib)
+end
+
+-- GPU_MEM=<bytes> from spank_job_env (a 0-indexed table of NAME=VALUE).
+-- Returns the byte count, nil when absent, or nil and an error.
+function gpuslice.gpu_mem_from_env(env)
+	if env == nil then
+		return nil
+	end
+	for _, kv in pairs(env) do
+		if type(kv) == "string" then
+			local v = string.match(kv, "^GPU_MEM=(.*)$")
+			if v ~= nil then
+				if not string.match(v, "^%d+$") or tonumber(v) == 0 then
+					return nil, "invalid GPU_MEM '" .. v .. "' in the job's SPANK environment"
+				end
+				return tonumber(v)
+			end
+		end
+	end
+	return nil
+end
+
+-- MiB asked for a byte count, rounded up.
+function gpuslice.mib_ceil(bytes)
+	return math.ceil(bytes / MiB)
+end
+
+-- A TRES/gres list ("gres:gpu:2,gres:shard:10", "gres/gpu:a100:1", "gpu:1")
+-- as a list of {name=, type=, count=, raw=}. Count defaults to 1.
+function gpuslice.parse_gres(s)
+	local out = {}
+	if s == nil or s == "" then
+		return out
+	end
+	for item in string.gmatch(s, "[^,]+") do
+		local rest = string.gsub(item, "^gres[:/]", "")
+		local parts = {}
+		for p in string.gmatch(rest, "[^:]+") do
+			table.insert(parts, p)
+		end
+		local e = {name = parts[1], raw = item, count = 1}
+		if #parts == 2 then
+			if string.match(parts[2], "^%d+$") then
+				e.count = tonumber(parts[2])
+			else
+				e.type = parts[2]
+			end
+		elseif #parts >= 3 then
+			e.type = parts[2]
+			e.count = tonumber(string.match(parts[3], "^%d+")) or 1
+		end
+		table.insert(out, e)
+	end
+	return out
+end
+
+-- Expands a Slurm hostlist: "tn[1-3,5],gpu01" -> {"tn1","tn2","tn3","tn5","gpu01"}.
+function gpuslice.expand_hostlist(s)
+	local out = {}
+	if s == nil then
+		return out
+	end
+	-- split on commas outside brackets
+	local items, depth, cur = {}, 0, ""
+	for ch in string.gmatch(s, ".") do
+		if ch == "[" then
+			depth = depth + 1
+		elseif ch == "]" then
+			depth = depth - 1
+		end
+		if ch == "," and depth == 0 then
+			table.insert(items, cur)
+			cur = ""
+		else
+			cur = cur .. ch
+		end
+	end
+	if cur ~= "" then
+		table.insert(items, cur)
+	end
+	for _, item in ipairs(items) do
+		local pre, ranges, post = string.match(item, "^(.-)%[(.-)%](.*)$")
+		if pre == nil then
+			table.insert(out, item)
+		else
+			for r in string.gmatch(ranges, "[^,]+") do
+				local a, b = string.match(r, "^(%d+)-(%d+)$")
+				if a == nil then
+					table.insert(out, pre .. r .. post)
+				else
+					local width = string.len(a)
+					for i = tonumber(a), tonumber(b) do
+						table.insert(out, pre .. string.format("%0" .. width .. "d", i) .. post)
+					end
+				end
+			end
+		end
+	end
+	return out
+end
+
+local function kv_fields(line)
+	local f = {}
+	for k, v in string.gmatch(line, "(%w+)=(%S+)") do
+		f[string.lower(k)] = v
+	end
+	return f
+end
+
+-- Reads slurm.conf lines: GPU MiB per node (from Gres=gpu:N,shard:M) and
+-- partitions. Returns {nodes = {name = {gpus=, gpu_mib=}}, partitions =
+-- {name = {nodes = {...}, default = bool}}, default_partition = name}.
+function gpuslice.parse_conf(lines)
+	local conf = {nodes = {}, partitions = {}, node_order = {}}
+	for _, line in ipairs(lines) do
+		line = string.gsub(line, "#.*$", "")
+		local f = kv_fields(line)
+		if f.nodename ~= nil and f.nodename ~= "DEFAULT" then
+			local gpus, shards = 0, 0
+			for _, g in ipairs(gpuslice.parse_gres(f.gres)) do
+				if g.name == "gpu" then
+					gpus = gpus + g.count
+				elseif g.name == "shard" then
+					shards = shards + g.count
+				end
+			end
+			for _, n in ipairs(gpuslice.expand_hostlist(f.nodename)) do
+				local node = {gpus = gpus}
+				if gpus > 0 and shards > 0 then
+					node.gpu_mib = math.floor(shards / gpus)
+				end
+				if conf.nodes[n] == nil then
+					table.insert(conf.node_order, n)
+				end
+				conf.nodes[n] = node
+			end
+		elseif f.partitionname ~= nil and f.partitionname ~= "DEFAULT" then
+			local p = {default = string.upper(f.default or "") == "YES", nodes = {}}
+			if f.nodes == "ALL" then
+				p.all = true
+			else
+				p.nodes = gpuslice.expand_hostlist(f.nodes)
+			end
+			conf.partitions[f.partitionname] = p
+			if p.default then
+				conf.default_partition = f.partitionname
+			end
+		end
+	end
+	return conf
+end
+
+-- Per-GPU MiB of the nodes a job names (--nodelist/-w, a hostlist), and
+-- a description for messages. Nodes without GPUs count as none.
+function gpuslice.node_gpu_sizes(conf, req_nodes)
+	local sizes = {}
+	for _, n in ipairs(gpuslice.expand_hostlist(req_nodes)) do
+		local node = conf.nodes[n]
+		if node ~= nil and node.gpu_mib ~= nil then
+			table.insert(sizes, node.gpu_mib)
+		end
+	end
+	return sizes, "nodes " .. req_nodes
+end
+
+-- Per-GPU MiB of every node with GPUs in the job's partition(s) (a
+-- comma-separated list, or nil for the default partition). Returns the
+-- list of sizes and the partition name(s) for messages.
+function gpuslice.partition_gpu_sizes(conf, partition)
+	local names = {}
+	if partition == nil or partition == "" then
+		if conf.default_partition == nil then
+			return {}, "(default)"
+		end
+		names = {conf.default_partition}
+	else
+		for p in string.gmatch(partition, "[^,]+") do
+			table.insert(names, p)
+		end
+	end
+	local sizes = {}
+	for _, name in ipairs(names) do
+		local p = conf.partitions[name]
+		if p ~= nil then
+			local nodes = p.nodes
+			if p.all then
+				nodes = conf.node_order
+			end
+			for _, n in ipairs(nodes) do
+				local node = conf.nodes[n]
+				if node ~= nil and node.gpu_mib ~= nil then
+					table.insert(sizes, node.gpu_mib)
+				end
+			end
+		end
+	end
+	return sizes, table.concat(names, ",")
+end
+
+local function append(list, item)
+	if list == nil or list == "" then
+		return item
+	end
+	return list .. "," .. item
+end
+
+--[[
+translate(req, sizes, pname) decides what slurmctld schedules.
+
+req: {gpu_mem = bytes or nil, tres_per_node, tres_per_job, tres_per_task,
+      tres_per_socket}
+sizes: per-GPU MiB of the nodes the job may use; pname: where they are, for
+messages ("partition gpu", "nodes tn1").
+
+Returns a change table {tres_per_node=, set=bool, exclusive=bool, why=}
+(when set, tres_per_node replaces the job's), or nil and the message for
+the user.
+]]
+function gpuslice.translate(req, sizes, pname)
+	local gpus = false
+	for _, field in ipairs(gpuslice.tres_fields) do
+		for _, g in ipairs(gpuslice.parse_gres(req[field])) do
+			if g.name == "shard" or g.name == "mps" then
+				return nil, "gpuslice: --gres=" .. g.name .. " is not accepted here: ask for GPU memory with " ..
+					"--gpu-mem=SIZE (e.g. --gpu-mem=8G), the scheduler places the job by it"
+			end
+			if g.name == "gpu" then
+				gpus = true
+			end
+		end
+	end
+	local largest = 0
+	for _, s in ipairs(sizes) do
+		if s > largest then
+			largest = s
+		end
+	end
+
+	if req.gpu_mem == nil then
+		if not gpus then
+			return {set = false, why = "no GPU asked"}
+		end
+		return {set = false, exclusive = true, why = "whole GPUs: a node of its own"}
+	end
+
+	local mib = gpuslice.mib_ceil(req.gpu_mem)
+	if largest == 0 then
+		return nil, "gpuslice: --gpu-mem: " .. pname .. " has no GPU known to gpuslice " ..
+			"(no Gres=gpu:N,shard:M in slurm.conf)"
+	end
+	if mib > largest then
+		return nil, string.format("gpuslice: --gpu-mem=%s is larger than any GPU in %s: the largest has %s",
+			gpuslice.format_mib(mib), pname, gpuslice.format_mib(largest))
+	end
+	if gpus then
+		return {set = false, exclusive = true,
+			why = gpuslice.format_mib(mib) .. " on each of its whole GPUs: a node of its own"}
+	end
+	return {set = true, tres_per_node = append(req.tres_per_node, "gres:shard:" .. mib),
+		why = gpuslice.format_mib(mib) .. " of one GPU"}
+end
+
+-- slurm.conf next to this script (Slurm requires job_submit.lua to sit in
+-- the directory of slurm.conf), and the files it includes.
+local function script_dir()
+	local src = debug.getinfo(1, "S").source
+	return string.match(src, "^@(.*)/[^/]*$") or "."
+end
+
+local function read_conf_lines(path, out, depth)
+	local f = io.open(path, "r")
+	if f == nil then
+		return out
+	end
+	local dir = string.match(path, "^(.*)/[^/]*$") or "."
+	for line in f:lines() do
+		local inc = string.match(line, "^%s*[Ii]nclude%s+(%S+)")
+		if inc ~= nil and depth < 4 then
+			if string.sub(inc, 1, 1) ~= "/" then
+				inc = dir .. "/" .. inc
+			end
+			read_conf_lines(inc, out, depth + 1)
+		else
+			table.insert(out, line)
+		end
+	end
+	f:close()
+	return out
+end
+
+function gpuslice.load_conf()
+	local path = os.getenv("SLURM_CONF") or (script_dir() .. "/slurm.conf")
+	return gpuslice.parse_conf(read_conf_lines(path, {}, 0))
+end
+
+-- Apply a decision to job_desc (slurmctld's object).
+local function apply(job_desc, change)
+	if change.set then
+		job_desc.tres_per_node = change.tres_per_node
+	end
+	if change.exclusive then
+		job_desc.shared = 0
+	end
+end
+
+function slurm_job_submit(job_desc, part_list, submit_uid)
+	local mem, err = gpuslice.gpu_mem_from_env(job_desc.spank_job_env)
+	if err ~= nil then
+		slurm.log_user("gpuslice: " .. err)
+		return slurm.ERROR
+	end
+	local conf = gpuslice.load_conf()
+	-- A job that names its nodes can only use their GPUs (Slurm would keep
+	-- a request none of them can hold pending forever).
+	local sizes, pname
+	if job_desc.req_nodes ~= nil and job_desc.req_nodes ~= "" then
+		sizes, pname = gpuslice.node_gpu_sizes(conf, job_desc.req_nodes)
+	else
+		sizes, pname = gpuslice.partition_gpu_sizes(conf, job_desc.partition)
+		pname = "partition " .. pname
+	end
+	local req = {gpu_mem = mem, tres_per_node = job_desc.tres_per_node, tres_per_job = job_desc.tres_per_job,
+		tres_per_task = job_desc.tres_per_task, tres_per_socket = job_desc.tres_per_socket}
+	local change, msg = gpuslice.translate(req, sizes, pname)
+	if change == nil then
+		slurm.log_user(msg)
+		return slurm.ERROR
+	end
+	apply(job_desc, change)
+	if change.set or change.exclusive then
+		slurm.log_info("gpuslice: job from uid %u: %s (tres_per_node=%s)", submit_uid, change.why,
+			tostring(job_desc.tres_per_node))
+	end
+	return slurm.SUCCESS
+end
+
+-- A user may not change GPU requests after submission (that would undo the
+-- translation); root may.
+function slurm_job_modify(job_desc, job_rec, part_list, modify_uid)
+	if modify_uid == 0 then
+		return slurm.SUCCESS
+	end
+	for _, field in ipairs(gpuslice.tres_fields) do
+		if job_desc[field] ~= nil then
+			-- Slurm 22.05 discards log_user here: the user sees scontrol's
+			-- "Unspecified error"; the reason goes to slurmctld's log.
+			slurm.log_info("gpuslice: uid %u may not change the GPU requests of job %u (%s): they are fixed at submission",
+				modify_uid, job_rec.job_id, field)
+			return slurm.ERROR
+		end
+	end
+	return slurm.SUCCESS
+end
+
+-- slurmctld checks the script's return value when it loads it; tests
+-- (lua5.1 outside slurmctld, where there is no slurm table) get the module.
+if slurm ~= nil and slurm.SUCCESS ~= nil then
+	return slurm.SUCCESS
+end
+return gpuslice

@@ -1,0 +1,161 @@
+-- Tests of etc/slurm/job_submit.lua's pure functions, outside slurmctld:
+--   lua5.1 tests/slurm/lua/job_submit_test.lua etc/slurm/job_submit.lua
+-- (make test-slurm runs it). Exits 1 on the first failure of each case and
+-- prints every failure.
+
+local path = arg[1] or "etc/slurm/job_submit.lua"
+local gs = dofile(path)
+local failures, cases = 0, 0
+local GiB, MiB = 1073741824, 1048576
+
+local function show(v)
+	if type(v) ~= "table" then
+		return tostring(v)
+	end
+	local keys = {}
+	for k in pairs(v) do
+		table.insert(keys, tostring(k))
+	end
+	table.sort(keys)
+	local parts = {}
+	for _, k in ipairs(keys) do
+		local val = v[k]
+		if val == nil then
+			val = v[tonumber(k)]
+		end
+		table.insert(parts, k .. "=" .. show(val))
+	end
+	return "{" .. table.concat(parts, " ") .. "}"
+end
+
+local function check(name, got, want)
+	cases = cases + 1
+	if show(got) ~= show(want) then
+		failures = failures + 1
+		io.stderr:write(string.format("FAIL %s\n  got  %s\n  want %s\n", name, show(got), show(want)))
+	end
+end
+
+-- gpu_mem_from_env
+check("GPU_MEM found", {gs.gpu_mem_from_env({[0] = "OTHER=1", [1] = "GPU_MEM=8589934592"})}, {8 * GiB})
+check("no GPU_MEM", {gs.gpu_mem_from_env({[0] = "OTHER=1"})}, {})
+check("no env", {gs.gpu_mem_from_env(nil)}, {})
+check("bad GPU_MEM", {gs.gpu_mem_from_env({[0] = "GPU_MEM=8G"})}, {nil, "invalid GPU_MEM '8G' in the job's SPANK environment"})
+check("zero GPU_MEM", {gs.gpu_mem_from_env({[0] = "GPU_MEM=0"})}, {nil, "invalid GPU_MEM '0' in the job's SPANK environment"})
+
+-- mib_ceil, format_mib
+check("1 byte is 1 MiB", gs.mib_ceil(1), 1)
+check("8 GiB", gs.mib_ceil(8 * GiB), 8192)
+check("8 GiB + 1", gs.mib_ceil(8 * GiB + 1), 8193)
+check("format GiB", gs.format_mib(16384), "16GiB")
+check("format MiB", gs.format_mib(512), "512MiB")
+check("format not whole GiB", gs.format_mib(1536), "1536MiB")
+
+-- parse_gres
+check("gres list", gs.parse_gres("gres:gpu:2,gres/shard:100,gpu:a100:3,gres:gpu"), {
+	{name = "gpu", count = 2, raw = "gres:gpu:2"},
+	{name = "shard", count = 100, raw = "gres/shard:100"},
+	{name = "gpu", type = "a100", count = 3, raw = "gpu:a100:3"},
+	{name = "gpu", count = 1, raw = "gres:gpu"},
+})
+check("empty gres", gs.parse_gres(nil), {})
+
+-- expand_hostlist
+check("hostlist", gs.expand_hostlist("tn[1-3,5],gpu01,n[08-10]"),
+	{"tn1", "tn2", "tn3", "tn5", "gpu01", "n08", "n09", "n10"})
+
+-- parse_conf, partition_gpu_sizes
+local conf = gs.parse_conf({
+	"# comment NodeName=ignored Gres=gpu:9,shard:9",
+	"NodeName=tn1 NodeAddr=10.0.0.1 Gres=gpu:2,shard:32768 CPUs=8",
+	"NodeName=tn[2-3] Gres=gpu:2,shard:163840",
+	"NodeName=cpu1 CPUs=4",
+	"PartitionName=gpu Nodes=tn[1-3] Default=YES",
+	"PartitionName=big Nodes=tn2,tn3",
+	"PartitionName=cpu Nodes=cpu1",
+	"PartitionName=all Nodes=ALL",
+})
+check("node sizes", {conf.nodes.tn1.gpu_mib, conf.nodes.tn3.gpu_mib, conf.nodes.cpu1.gpu_mib}, {16384, 81920})
+check("default partition", conf.default_partition, "gpu")
+check("default partition sizes", {gs.partition_gpu_sizes(conf, nil)}, {{16384, 81920, 81920}, "gpu"})
+check("named partition sizes", {gs.partition_gpu_sizes(conf, "big")}, {{81920, 81920}, "big"})
+check("ALL partition sizes", {gs.partition_gpu_sizes(conf, "all")}, {{16384, 81920, 81920}, "all"})
+check("cpu partition", {gs.partition_gpu_sizes(conf, "cpu")}, {{}, "cpu"})
+check("requested nodes", {gs.node_gpu_sizes(conf, "tn[1-2],cpu1")}, {{16384, 81920}, "nodes tn[1-2],cpu1"})
+local tn1_sizes = gs.node_gpu_sizes(conf, "tn1")
+check("requested node too small", {gs.translate({gpu_mem = 20 * GiB}, tn1_sizes, "nodes tn1")},
+	{nil, "gpuslice: --gpu-mem=20GiB is larger than any GPU in nodes tn1: the largest has 16GiB"})
+
+-- translate
+local sizes = {16384, 81920}
+local tests = {
+	{"--gpu-mem only: shards of one GPU", {gpu_mem = 8 * GiB}, sizes,
+		{set = true, tres_per_node = "gres:shard:8192", why = "8GiB of one GPU"}},
+	{"--gpu-mem rounds up to MiB", {gpu_mem = 8 * GiB + 1}, sizes,
+		{set = true, tres_per_node = "gres:shard:8193", why = "8193MiB of one GPU"}},
+	{"other gres kept", {gpu_mem = 4 * GiB, tres_per_node = "gres:nic:1"}, sizes,
+		{set = true, tres_per_node = "gres:nic:1,gres:shard:4096", why = "4GiB of one GPU"}},
+	{"--gpu-mem = the largest GPU", {gpu_mem = 80 * GiB}, sizes,
+		{set = true, tres_per_node = "gres:shard:81920", why = "80GiB of one GPU"}},
+	{"--gpu-mem larger than any GPU", {gpu_mem = 100 * GiB}, sizes,
+		nil, "gpuslice: --gpu-mem=100GiB is larger than any GPU in partition gpu: the largest has 80GiB"},
+	{"--gpu-mem one MiB too large", {gpu_mem = 80 * GiB + 1}, sizes,
+		nil, "gpuslice: --gpu-mem=81921MiB is larger than any GPU in partition gpu: the largest has 80GiB"},
+	{"--gpu-mem on a partition without GPUs", {gpu_mem = GiB}, {},
+		nil, "gpuslice: --gpu-mem: partition gpu has no GPU known to gpuslice (no Gres=gpu:N,shard:M in slurm.conf)"},
+	{"--gres=gpu:1 --gpu-mem: whole GPU, node of its own", {gpu_mem = 4 * GiB, tres_per_node = "gres:gpu:1"}, sizes,
+		{set = false, exclusive = true, why = "4GiB on each of its whole GPUs: a node of its own"}},
+	{"--gpus=2 --gpu-mem", {gpu_mem = 8 * GiB, tres_per_job = "gres:gpu:2"}, sizes,
+		{set = false, exclusive = true, why = "8GiB on each of its whole GPUs: a node of its own"}},
+	{"--gpus-per-task --gpu-mem", {gpu_mem = 8 * GiB, tres_per_task = "gres:gpu:1"}, sizes,
+		{set = false, exclusive = true, why = "8GiB on each of its whole GPUs: a node of its own"}},
+	{"--gpus=2 --gpu-mem too large", {gpu_mem = 81 * GiB, tres_per_job = "gres:gpu:2"}, sizes,
+		nil, "gpuslice: --gpu-mem=81GiB is larger than any GPU in partition gpu: the largest has 80GiB"},
+	{"whole GPU: node of its own", {tres_per_node = "gres:gpu:1"}, sizes,
+		{set = false, exclusive = true, why = "whole GPUs: a node of its own"}},
+	{"--gpus-per-socket", {tres_per_socket = "gres:gpu:1"}, sizes,
+		{set = false, exclusive = true, why = "whole GPUs: a node of its own"}},
+	{"no GPU: untouched", {}, sizes, {set = false, why = "no GPU asked"}},
+	{"--gres=shard refused", {tres_per_node = "gres:shard:100"}, sizes,
+		nil, "gpuslice: --gres=shard is not accepted here: ask for GPU memory with --gpu-mem=SIZE (e.g. --gpu-mem=8G), the scheduler places the job by it"},
+	{"--gres=mps refused", {gpu_mem = GiB, tres_per_job = "gres:mps:50"}, sizes,
+		nil, "gpuslice: --gres=mps is not accepted here: ask for GPU memory with --gpu-mem=SIZE (e.g. --gpu-mem=8G), the scheduler places the job by it"},
+}
+for _, tt in ipairs(tests) do
+	local change, msg = gs.translate(tt[2], tt[3], "partition gpu")
+	check(tt[1], {change, msg}, {tt[4], tt[5]})
+end
+
+-- The entry points slurmctld calls, with a stand-in for its slurm table
+-- and slurm.conf.
+local logged = {}
+slurm = {SUCCESS = 0, ERROR = -1,
+	log_user = function(fmt, ...) table.insert(logged, "user: " .. string.format(fmt, ...)) end,
+	log_info = function(fmt, ...) table.insert(logged, "info: " .. string.format(fmt, ...)) end}
+gs.load_conf = function() return conf end
+local function submit(job_desc)
+	logged = {}
+	local rc = slurm_job_submit(job_desc, {}, 1001)
+	return rc, job_desc, logged
+end
+local rc, jd, log = submit({spank_job_env = {[0] = "GPU_MEM=4294967296"}})
+check("submit --gpu-mem", {rc, jd.tres_per_node, jd.shared}, {0, "gres:shard:4096"})
+rc, jd, log = submit({spank_job_env = {[0] = "GPU_MEM=4294967296"}, tres_per_job = "gres:gpu:2"})
+check("submit --gpus=2 --gpu-mem", {rc, jd.tres_per_node, jd.tres_per_job, jd.shared}, {0, nil, "gres:gpu:2", 0})
+rc, jd, log = submit({spank_job_env = {[0] = "GPU_MEM=107374182400"}, partition = "big"})
+check("submit too large", {rc, log[1]}, {-1, "user: gpuslice: --gpu-mem=100GiB is larger than any GPU in partition big: the largest has 80GiB"})
+rc, jd, log = submit({spank_job_env = {[0] = "GPU_MEM=21474836480"}, req_nodes = "tn1"})
+check("submit too large for -w", {rc, log[1]}, {-1, "user: gpuslice: --gpu-mem=20GiB is larger than any GPU in nodes tn1: the largest has 16GiB"})
+rc, jd, log = submit({spank_job_env = {[0] = "GPU_MEM=x"}})
+check("submit bad GPU_MEM", {rc, log[1]}, {-1, "user: gpuslice: invalid GPU_MEM 'x' in the job's SPANK environment"})
+rc, jd, log = submit({})
+check("submit without GPU", {rc, jd.tres_per_node, jd.shared, #log}, {0, nil, nil, 0})
+check("modify by the owner", slurm_job_modify({tres_per_node = "gres:shard:1"}, {job_id = 7}, {}, 1001), -1)
+check("modify by root", slurm_job_modify({tres_per_node = "gres:shard:1"}, {job_id = 7}, {}, 0), 0)
+check("modify of something else", slurm_job_modify({time_limit = 5}, {job_id = 7}, {}, 1001), 0)
+
+if failures > 0 then
+	io.stderr:write(string.format("job_submit.lua: %d of %d checks failed\n", failures, cases))
+	os.exit(1)
+end
+print(string.format("job_submit.lua: %d checks passed", cases))
