@@ -1,0 +1,136 @@
+package session
+
+import (
+	"errors"
+	"fmt"
+	"os"
+
+	"github.com/gpuslice/gpuslice/daemon/reclaim"
+	"github.com/gpuslice/gpuslice/internal/api"
+	"github.com/gpuslice/gpuslice/internal/ledger"
+	"golang.org/x/sys/unix"
+)
+
+// Attachment is what an ATTACH returns; the caller closes it.
+type Attachment struct {
+	Slot       int
+	NGPUs      int
+	Generation uint64
+	Limits     *os.File
+	Counters   *os.File
+}
+
+// Attach registers pid (with the peer uid) in session id.
+func (m *Manager) Attach(id string, uid, pid uint32) (Attachment, error) {
+	m.mu.RLock()
+	s, ok := m.sessions[id]
+	m.mu.RUnlock()
+	if !ok {
+		return Attachment{}, fmt.Errorf("%w: session %q", api.ErrNotFound, id)
+	}
+	if uid != 0 && uid != s.uid {
+		return Attachment{}, fmt.Errorf("%w: session %q belongs to uid %d, not %d", ErrNotPermitted, id, s.uid, uid)
+	}
+	start, err := reclaim.StartTime(pid)
+	if err != nil {
+		return Attachment{}, fmt.Errorf("read /proc/%d/stat: %w", pid, err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.released {
+		return Attachment{}, fmt.Errorf("%w: session %q", api.ErrNotFound, id)
+	}
+	now := uint64(m.opt.Now().UnixNano())
+	slot, again, err := s.led.Claim(pid, start, now)
+	if err != nil {
+		return Attachment{}, err
+	}
+	if again {
+		// The same process attaching a second time is a new program image:
+		// the interceptor attaches once per image (a failed attach leaves
+		// nothing charged), so the old image was replaced by exec, and the
+		// driver freed its memory then. Its charge is given back and the
+		// new image starts from an empty slot.
+		m.watcher.Remove(reclaim.Key{Session: id, Slot: slot, PID: pid, StartTime: start})
+		m.reclaimSlotLocked(s, slot)
+		if slot, _, err = s.led.Claim(pid, start, now); err != nil {
+			return Attachment{}, err
+		}
+	}
+	k := reclaim.Key{Session: id, Slot: slot, PID: pid, StartTime: start}
+	if err := m.watcher.Add(k); err != nil {
+		if errors.Is(err, reclaim.ErrGone) {
+			m.reclaimSlotLocked(s, slot)
+			return Attachment{}, fmt.Errorf("process %d exited during attach", pid)
+		}
+		m.opt.Log.Warn("pidfd watch failed; relying on the /proc sweep", "pid", pid, "err", err)
+	}
+	m.opt.Log.Debug("attached", "session", id, "pid", pid, "slot", slot, "new_image", again)
+	// Duplicate the fds under the session lock: a concurrent release closes
+	// the ledger's own files, and a closed fd number must never be sent.
+	lim, ctr := s.led.Files()
+	limFD, err := unix.FcntlInt(lim.Fd(), unix.F_DUPFD_CLOEXEC, 0)
+	if err != nil {
+		return Attachment{}, fmt.Errorf("dup ledger fd: %w", err)
+	}
+	ctrFD, err := unix.FcntlInt(ctr.Fd(), unix.F_DUPFD_CLOEXEC, 0)
+	if err != nil {
+		unix.Close(limFD)
+		return Attachment{}, fmt.Errorf("dup ledger fd: %w", err)
+	}
+	return Attachment{Slot: slot, NGPUs: s.led.NGPUs(), Generation: s.led.Generation(),
+		Limits: os.NewFile(uintptr(limFD), "limits"), Counters: os.NewFile(uintptr(ctrFD), "counters")}, nil
+}
+
+// Close closes the attachment's fds (after they were sent).
+func (a Attachment) Close() {
+	a.Limits.Close()
+	a.Counters.Close()
+}
+
+// Detach frees the slot of pid; hint is the session the connection
+// attached to ("" to search every session).
+func (m *Manager) Detach(hint string, slot int, pid uint32) error {
+	m.mu.RLock()
+	var cands []*Session
+	if s, ok := m.sessions[hint]; ok {
+		cands = append(cands, s)
+	} else {
+		for _, s := range m.sessions {
+			cands = append(cands, s)
+		}
+	}
+	m.mu.RUnlock()
+	for _, s := range cands {
+		s.mu.Lock()
+		if slot >= 0 && slot < s.led.NSlots() {
+			st, p := s.led.SlotState(slot)
+			if st == ledger.SlotAttached && p == pid && !s.released {
+				sl := s.led.Slot(slot)
+				m.watcher.Remove(reclaim.Key{Session: s.rec.ID, Slot: slot, PID: pid, StartTime: sl.StartTime})
+				m.reclaimSlotLocked(s, slot)
+				s.mu.Unlock()
+				m.opt.Log.Debug("detached", "session", s.rec.ID, "pid", pid, "slot", slot)
+				return nil
+			}
+		}
+		s.mu.Unlock()
+	}
+	return fmt.Errorf("%w: slot %d is not attached by pid %d", ErrNotPermitted, slot, pid)
+}
+
+// CheckOwner applies the attach ownership rule for STATUS.
+func (m *Manager) CheckOwner(id string, uid uint32) error {
+	m.mu.RLock()
+	s, ok := m.sessions[id]
+	m.mu.RUnlock()
+	if !ok {
+		return fmt.Errorf("%w: session %q", api.ErrNotFound, id)
+	}
+	if uid != 0 && uid != s.uid {
+		return fmt.Errorf("%w: session %q belongs to uid %d, not %d", ErrNotPermitted, id, s.uid, uid)
+	}
+	return nil
+}
+
+// reclaimSlotLocked gives back slot's bytes and re-bases the ledger when no
