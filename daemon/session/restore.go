@@ -15,7 +15,7 @@ import (
 // Restore re-adopts the persisted sessions: ledgers are mapped again (or
 // recreated with used=0 when missing or unreadable), limits re-applied from
 // the database, live processes watched again and dead ones reclaimed.
-// Ledger files without a session are removed.
+// Ledger files without a session are kept (and logged).
 func (m *Manager) Restore() error {
 	recs, err := m.st.Sessions()
 	if err != nil {
@@ -75,16 +75,23 @@ func (m *Manager) Restore() error {
 		m.mu.Unlock()
 		m.opt.Log.Info("session re-adopted", "session", rec.ID, "processes", adopted)
 	}
-	// Remove orphan ledger files (a crash between ledger and database writes).
+	// Ledger files without a session record are kept and reported: a
+	// database that lost a record must not also lose the ledger of a job
+	// that may still be running (only an unfinished ".tmp" is removed).
 	entries, err := os.ReadDir(m.opt.LedgerDir)
 	if err != nil {
 		return fmt.Errorf("read ledger dir: %w", err)
 	}
 	for _, e := range entries {
 		name := e.Name()
-		id := strings.TrimSuffix(strings.TrimSuffix(strings.TrimSuffix(name, ".tmp"), ".limits"), ".counters")
-		if !known[id] {
+		if strings.HasSuffix(name, ".tmp") {
 			os.Remove(filepath.Join(m.opt.LedgerDir, name))
+			continue
+		}
+		id := strings.TrimSuffix(strings.TrimSuffix(name, ".limits"), ".counters")
+		if !known[id] {
+			m.opt.Log.Warn("ledger file without a session record kept; remove it once no job uses it",
+				"file", filepath.Join(m.opt.LedgerDir, name))
 		}
 	}
 	return nil
