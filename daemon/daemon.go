@@ -125,7 +125,7 @@ func Run(ctx context.Context, cfg config.Config, logw io.Writer) error {
 	met.Attach(mgr, cfg.MetricsDebug)
 
 	ipcSrv := ipcserver.New(mgr, ipcserver.Options{Token: cfg.IPCToken, TokenRequired: cfg.IPCTokenRequired,
-		Log: log, Observe: met.ObserveIPC})
+		ConnsPerUID: cfg.IPCConnsPerUID, Log: log, Observe: met.ObserveIPC})
 	adminSrv := &http.Server{Handler: admin.Handler(mgr, met.Registry, log), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: time.Minute,
 		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
 	var pubSrv *http.Server

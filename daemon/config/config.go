@@ -270,9 +270,9 @@ var intKeys = map[string]bool{"ledger_slots": true, "ipc_conns_per_uid": true}
 
 // Lower bounds below which a period only burns CPU.
 const (
-	MinRecoveryInterval = 100 * time.Millisecond
+	MinRecoveryInterval = 10 * time.Millisecond
 	MinAuditInterval    = 10 * time.Millisecond
-	MinTTL              = time.Second
+	MinTTL              = 100 * time.Millisecond
 )
 
 // fieldErrors checks each value on its own, keyed by configuration key.

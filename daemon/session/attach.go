@@ -40,23 +40,34 @@ func (m *Manager) Attach(id string, uid, pid uint32) (Attachment, error) {
 	if s.released {
 		return Attachment{}, fmt.Errorf("%w: session %q", api.ErrNotFound, id)
 	}
+	if s.deleting {
+		return Attachment{}, fmt.Errorf("%w: session %q is being deleted", api.ErrNotFound, id)
+	}
 	now := uint64(m.opt.Now().UnixNano())
 	slot, again, err := s.led.Claim(pid, start, now)
 	if err != nil {
 		return Attachment{}, err
 	}
+	img := reclaim.ImageToken(pid)
 	if again {
-		// The same process attaching a second time is a new program image:
-		// the interceptor attaches once per image (a failed attach leaves
-		// nothing charged), so the old image was replaced by exec, and the
-		// driver freed its memory then. Its charge is given back and the
-		// new image starts from an empty slot.
+		// The same process attaching a second time. After an exec (a new
+		// program image: the kernel gave it a new stack, so its argument
+		// and environment addresses moved) the old image's memory was
+		// freed by the driver: its charge is given back and the new image
+		// starts from an empty slot. The same image attaching again keeps
+		// its slot and every byte charged to it: a second ATTACH never
+		// uncharges memory that is still allocated.
+		if old, ok := s.images[slot]; ok && (img == 0 || old == img) {
+			m.opt.Log.Info("second attach of the same image keeps its charge", "session", id, "pid", pid, "slot", slot)
+			return m.attachmentLocked(s, slot)
+		}
 		m.watcher.Remove(reclaim.Key{Session: id, Slot: slot, PID: pid, StartTime: start})
 		m.reclaimSlotLocked(s, slot)
 		if slot, _, err = s.led.Claim(pid, start, now); err != nil {
 			return Attachment{}, err
 		}
 	}
+	s.images[slot] = img
 	k := reclaim.Key{Session: id, Slot: slot, PID: pid, StartTime: start}
 	if err := m.watcher.Add(k); err != nil {
 		if errors.Is(err, reclaim.ErrGone) {
@@ -66,6 +77,11 @@ func (m *Manager) Attach(id string, uid, pid uint32) (Attachment, error) {
 		m.opt.Log.Warn("pidfd watch failed; relying on the /proc sweep", "pid", pid, "err", err)
 	}
 	m.opt.Log.Debug("attached", "session", id, "pid", pid, "slot", slot, "new_image", again)
+	return m.attachmentLocked(s, slot)
+}
+
+// attachmentLocked duplicates the ledger fds for slot. Caller holds s.mu.
+func (m *Manager) attachmentLocked(s *Session, slot int) (Attachment, error) {
 	// Duplicate the fds under the session lock: a concurrent release closes
 	// the ledger's own files, and a closed fd number must never be sent.
 	lim, ctr := s.led.Files()
@@ -88,8 +104,10 @@ func (a Attachment) Close() {
 	a.Counters.Close()
 }
 
-// Detach frees the slot of pid; hint is the session the connection
-// attached to ("" to search every session).
+// Detach acknowledges that pid is done with its slot when that slot is
+// pid's. It gives nothing back: what the process allocated may still be
+// allocated (nothing the process says proves otherwise), so its slot and
+// charge stay until the process has exited (pidfd or /proc sweep).
 func (m *Manager) Detach(hint string, slot int, pid uint32) error {
 	m.mu.RLock()
 	var cands []*Session
@@ -103,14 +121,11 @@ func (m *Manager) Detach(hint string, slot int, pid uint32) error {
 	m.mu.RUnlock()
 	for _, s := range cands {
 		s.mu.Lock()
-		if slot >= 0 && slot < s.led.NSlots() {
+		if slot >= 0 && slot < s.led.NSlots() && !s.released {
 			st, p := s.led.SlotState(slot)
-			if st == ledger.SlotAttached && p == pid && !s.released {
-				sl := s.led.Slot(slot)
-				m.watcher.Remove(reclaim.Key{Session: s.rec.ID, Slot: slot, PID: pid, StartTime: sl.StartTime})
-				m.reclaimSlotLocked(s, slot)
+			if st == ledger.SlotAttached && p == pid {
 				s.mu.Unlock()
-				m.opt.Log.Debug("detached", "session", s.rec.ID, "pid", pid, "slot", slot)
+				m.opt.Log.Debug("detach acknowledged; the slot is freed when the process exits", "session", s.rec.ID, "pid", pid, "slot", slot)
 				return nil
 			}
 		}

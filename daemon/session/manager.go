@@ -63,8 +63,10 @@ type Manager struct {
 
 // Session is one live session.
 type Session struct {
-	mu       sync.Mutex // serialises slot changes and limit changes
-	released bool       // set under mu when the session is released
+	mu       sync.Mutex     // serialises slot changes and limit changes
+	released bool           // set under mu when the session is released
+	deleting bool           // delete asked while processes were alive: released when they are gone
+	images   map[int]uint64 // slot -> program image of its process (reclaim.ImageToken)
 	rec      store.Record
 	uid      uint32 // owner, = rec.UID; never changes, read without mu
 	led      *ledger.Ledger

@@ -7,6 +7,7 @@ import (
 
 // process is left. Caller holds s.mu.
 func (m *Manager) reclaimSlotLocked(s *Session, slot int) {
+	delete(s.images, slot)
 	got := s.led.Reclaim(slot)
 	var total uint64
 	for g, b := range got {
@@ -54,6 +55,9 @@ func (m *Manager) onExit(k reclaim.Key) {
 		m.ev.ProcessReclaim()
 	}
 	m.opt.Log.Debug("process exited", "session", k.Session, "pid", k.PID, "slot", k.Slot)
+	if s.deleting && s.led.NInUse() == 0 {
+		go m.releaseDeleting(k.Session) // takes m.mu, then s.mu
+	}
 }
 
 // reclaimDeadLocked gives back what the session's dead processes held and

@@ -42,7 +42,7 @@ func (m *Manager) Restore() error {
 				return fmt.Errorf("recreate ledger %s: %w", rec.ID, err)
 			}
 		}
-		s := &Session{rec: rec, uid: rec.UID, led: led, gidx: idx}
+		s := &Session{rec: rec, uid: rec.UID, led: led, gidx: idx, images: map[int]uint64{}}
 		want := m.limitSlice(rec)
 		for g, v := range want {
 			if led.Limit(g) != v {
@@ -57,11 +57,13 @@ func (m *Manager) Restore() error {
 			k := reclaim.Key{Session: rec.ID, Slot: sl.Index, PID: sl.PID, StartTime: sl.StartTime}
 			if sl.State == ledger.SlotAttached {
 				if err := m.watcher.Add(k); err == nil {
+					s.images[sl.Index] = reclaim.ImageToken(sl.PID)
 					adopted++
 					continue
 				} else if !errors.Is(err, reclaim.ErrGone) {
 					m.opt.Log.Warn("pidfd watch failed; relying on the /proc sweep", "pid", sl.PID, "err", err)
 					if reclaim.Alive(sl.PID, sl.StartTime) {
+						s.images[sl.Index] = reclaim.ImageToken(sl.PID)
 						adopted++
 						continue
 					}

@@ -52,7 +52,7 @@ func (m *Manager) Create(req api.SessionRequest) (api.Session, bool, error) {
 		led.Remove()
 		return api.Session{}, false, fmt.Errorf("persist session: %w", err)
 	}
-	s := &Session{rec: rec, uid: rec.UID, led: led, gidx: idx}
+	s := &Session{rec: rec, uid: rec.UID, led: led, gidx: idx, images: map[int]uint64{}}
 	m.sessions[rec.ID] = s
 	if m.ev.Created != nil {
 		m.ev.Created()
@@ -206,9 +206,42 @@ func (m *Manager) limitSlice(rec store.Record) []uint64 {
 	return out
 }
 
-// Delete releases a session and returns its report.
+// Delete releases a session and returns its report. A session with a
+// live process is not released: its memory is still allocated, and
+// releasing would leave it uncounted while the GPU is promised to the
+// next job. The error (api.ErrConflict) names the processes; the session
+// refuses new attaches from then on and is released ("deleted") as soon
+// as its last process has exited.
 func (m *Manager) Delete(id string) (api.Report, error) {
-	return m.release(id, "deleted")
+	var live []uint32
+	rep, err := m.releaseIf(id, "deleted", func(s *Session) bool {
+		if m.reclaimDeadLocked(s) == 0 {
+			return true
+		}
+		s.deleting = true
+		for _, i := range s.led.InUse() {
+			_, pid := s.led.SlotState(i)
+			live = append(live, pid)
+		}
+		return false
+	})
+	if errors.Is(err, errStillInUse) {
+		m.opt.Log.Warn("delete of a session with live processes: released when they exit", "session", id, "pids", live)
+		return api.Report{}, fmt.Errorf("%w: session %q has %d live process(es) (pids %v) holding GPU memory; it is released when they exit",
+			api.ErrConflict, id, len(live), live)
+	}
+	return rep, err
+}
+
+// releaseDeleting releases session id once a delete is pending and no
+// process is left.
+func (m *Manager) releaseDeleting(id string) {
+	_, err := m.releaseIf(id, "deleted", func(s *Session) bool {
+		return s.deleting && m.reclaimDeadLocked(s) == 0
+	})
+	if err != nil && !errors.Is(err, api.ErrNotFound) && !errors.Is(err, errStillInUse) {
+		m.opt.Log.Warn("release deleted session", "session", id, "err", err)
+	}
 }
 
 func (m *Manager) release(id, reason string) (api.Report, error) {

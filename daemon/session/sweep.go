@@ -19,7 +19,7 @@ func (m *Manager) Sweep() {
 	}
 	m.mu.RUnlock()
 	now := m.opt.Now()
-	var expired []string
+	var expired, deleted []string
 	var dirty []store.Record
 	for _, s := range ss {
 		s.mu.Lock()
@@ -30,7 +30,9 @@ func (m *Manager) Sweep() {
 		var changed bool
 		if m.reclaimDeadLocked(s) == 0 {
 			s.led.Rebase()
-			if now.After(s.rec.Expires) {
+			if s.deleting {
+				deleted = append(deleted, s.rec.ID)
+			} else if now.After(s.rec.Expires) {
 				expired = append(expired, s.rec.ID)
 			}
 		} else if slack := min(s.rec.TTL/2, time.Hour); s.rec.Expires.Before(now.Add(s.rec.TTL - slack)) {
@@ -62,6 +64,9 @@ func (m *Manager) Sweep() {
 	}
 	if err := m.st.PutSessions(dirty); err != nil {
 		m.opt.Log.Warn("persist peaks and expiry", "err", err)
+	}
+	for _, id := range deleted {
+		m.releaseDeleting(id)
 	}
 	for _, id := range expired {
 		if _, err := m.releaseIf(id, "ttl", func(s *Session) bool {
