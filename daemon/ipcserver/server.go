@@ -321,6 +321,8 @@ func codeFor(err error) uint32 {
 		return ipc.CodeNotPermitted
 	case errors.Is(err, ledger.ErrNoSlot):
 		return ipc.CodeNoSlot
+	case errors.Is(err, session.ErrNoSession):
+		return ipc.CodeNoSession
 	default:
 		return ipc.CodeInternal
 	}
@@ -363,7 +365,7 @@ func (s *Server) handleAttach(cc *conn, req ipc.Request) error {
 		return cc.writeError(codeFor(err), err.Error())
 	}
 	defer a.Close()
-	cc.session = id
+	cc.session = a.Session
 	cc.out = ipc.AppendAttachOK(cc.out[:0], uint32(a.Slot), uint32(a.NGPUs), a.Generation)
 	oob := unix.UnixRights(int(a.Limits.Fd()), int(a.Counters.Fd()))
 	cc.c.SetWriteDeadline(time.Now().Add(FrameTimeout))

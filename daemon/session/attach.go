@@ -13,6 +13,7 @@ import (
 
 // Attachment is what an ATTACH returns; the caller closes it.
 type Attachment struct {
+	Session    string // the session attached to
 	Slot       int
 	NGPUs      int
 	Generation uint64
@@ -20,8 +21,30 @@ type Attachment struct {
 	Counters   *os.File
 }
 
-// Attach registers pid (with the peer uid) in session id.
+// Attach registers pid (with the peer uid) in a session. When pid runs in
+// a Slurm job (Options.Identity, from the kernel), that job's session is
+// the one, whatever id the process named; a job without a session gets
+// ErrNoSession. Outside Slurm the named id is used (gpuslice run); naming
+// none is ErrNoSession.
 func (m *Manager) Attach(id string, uid, pid uint32) (Attachment, error) {
+	if m.opt.Identity != nil {
+		if job, how := m.opt.Identity(pid); job != "" {
+			if id != job && id != "" {
+				m.opt.Log.Info("attach: the session named by the process is not its Slurm job's; using the job's",
+					"pid", pid, "named", id, "job", job, "by", how)
+			}
+			m.mu.RLock()
+			_, ok := m.sessions[job]
+			m.mu.RUnlock()
+			if !ok {
+				return Attachment{}, fmt.Errorf("%w: process %d runs in Slurm job %s, which has no gpuslice session", ErrNoSession, pid, job)
+			}
+			id = job
+		}
+	}
+	if id == "" {
+		return Attachment{}, fmt.Errorf("%w: process %d runs in no Slurm job and named no session", ErrNoSession, pid)
+	}
 	m.mu.RLock()
 	s, ok := m.sessions[id]
 	m.mu.RUnlock()
@@ -94,7 +117,7 @@ func (m *Manager) attachmentLocked(s *Session, slot int) (Attachment, error) {
 		unix.Close(limFD)
 		return Attachment{}, fmt.Errorf("dup ledger fd: %w", err)
 	}
-	return Attachment{Slot: slot, NGPUs: s.led.NGPUs(), Generation: s.led.Generation(),
+	return Attachment{Session: s.rec.ID, Slot: slot, NGPUs: s.led.NGPUs(), Generation: s.led.Generation(),
 		Limits: os.NewFile(uintptr(limFD), "limits"), Counters: os.NewFile(uintptr(ctrFD), "counters")}, nil
 }
 

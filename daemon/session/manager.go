@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/gpuslice/gpuslice/daemon/gpu"
+	"github.com/gpuslice/gpuslice/daemon/identity"
 	"github.com/gpuslice/gpuslice/daemon/reclaim"
 	"github.com/gpuslice/gpuslice/daemon/store"
 	"github.com/gpuslice/gpuslice/internal/ledger"
@@ -20,6 +21,8 @@ import (
 var (
 	ErrNotPermitted = errors.New("not permitted")
 	ErrNoSlot       = ledger.ErrNoSlot
+	// ErrNoSession: the process belongs to no session and runs unmanaged.
+	ErrNoSession = errors.New("no session")
 )
 
 // Options configure a Manager.
@@ -31,6 +34,9 @@ type Options struct {
 	HistoryRetention time.Duration
 	Log              *slog.Logger
 	Now              func() time.Time
+	// Identity returns the Slurm job pid runs in ("" when none), decided
+	// from the kernel (daemon/identity). Nil: names from the process only.
+	Identity func(pid uint32) (job string, how identity.How)
 }
 
 // Events receives counts for metrics. Nil fields are skipped.
@@ -67,10 +73,15 @@ type Session struct {
 	released bool           // set under mu when the session is released
 	deleting bool           // delete asked while processes were alive: released when they are gone
 	images   map[int]uint64 // slot -> program image of its process (reclaim.ImageToken)
-	rec      store.Record
-	uid      uint32 // owner, = rec.UID; never changes, read without mu
-	led      *ledger.Ledger
-	gidx     []int // ledger GPU g -> inventory index
+
+	auditPeak   []uint64 // per ledger GPU: the most the driver reported the session holding
+	auditNotes  []string // audited overruns, for the report
+	auditKilled int
+	fig         *figures
+	rec         store.Record
+	uid         uint32 // owner, = rec.UID; never changes, read without mu
+	led         *ledger.Ledger
+	gidx        []int // ledger GPU g -> inventory index
 }
 
 // New creates a Manager. Call Restore, then start the watcher's Run.

@@ -11,6 +11,7 @@ func (m *Manager) reclaimSlotLocked(s *Session, slot int) {
 	got := s.led.Reclaim(slot)
 	var total uint64
 	for g, b := range got {
+		b = s.addReclaimed(g, b)
 		total += b
 		if b > 0 && m.ev.Reclaimed != nil && s.gidx[g] >= 0 {
 			m.ev.Reclaimed(s.gidx[g], b)

@@ -52,7 +52,7 @@ func (m *Manager) Create(req api.SessionRequest) (api.Session, bool, error) {
 		led.Remove()
 		return api.Session{}, false, fmt.Errorf("persist session: %w", err)
 	}
-	s := &Session{rec: rec, uid: rec.UID, led: led, gidx: idx, images: map[int]uint64{}}
+	s := &Session{rec: rec, uid: rec.UID, led: led, gidx: idx, images: map[int]uint64{}, auditPeak: make([]uint64, len(idx)), fig: newFigures(len(idx))}
 	m.sessions[rec.ID] = s
 	if m.ev.Created != nil {
 		m.ev.Created()
@@ -119,8 +119,8 @@ func (m *Manager) viewLocked(s *Session) api.Session {
 		GPUs: []api.SessionGPU{}, Processes: []api.Process{}}
 	for g, uuid := range s.rec.GPUs {
 		sg := api.SessionGPU{UUID: uuid, Index: s.gidx[g], LimitBytes: s.led.Limit(g),
-			PhysicalBytes: s.led.Physical(g), UsedBytes: s.led.Used(g),
-			PeakBytes: max(s.led.Peak(g), s.rec.Peak[uuid]), Denied: s.led.Denied(g)}
+			PhysicalBytes: s.led.Physical(g), UsedBytes: s.usedOf(g),
+			PeakBytes: s.peakOf(g), Denied: s.deniedOf(g, m.opt.Now())}
 		if i := s.gidx[g]; i >= 0 {
 			sg.Name = m.gpus[i].Name
 		}
@@ -269,11 +269,12 @@ func (m *Manager) releaseIf(id, reason string, cond func(*Session) bool) (api.Re
 	// yet (its pidfd event still queued): count its bytes as reclaimed, not
 	// as final usage.
 	m.reclaimDeadLocked(s)
-	rep := api.Report{ID: id, UID: s.rec.UID, Created: s.rec.Created, Released: m.opt.Now().UTC(), Reason: reason}
+	rep := api.Report{ID: id, UID: s.rec.UID, Created: s.rec.Created, Released: m.opt.Now().UTC(), Reason: reason,
+		Audit: s.auditNotes, AuditKilled: s.auditKilled}
 	for g, uuid := range s.rec.GPUs {
 		rep.GPUs = append(rep.GPUs, api.ReportGPU{UUID: uuid, LimitBytes: s.led.Limit(g),
-			PeakBytes: max(s.led.Peak(g), s.rec.Peak[uuid]), FinalUsedBytes: s.led.Used(g),
-			Denied: s.led.Denied(g), ReclaimedBytes: s.led.Reclaimed(g)})
+			PeakBytes: s.peakOf(g), FinalUsedBytes: s.usedOf(g),
+			Denied: s.deniedOf(g, m.opt.Now()), ReclaimedBytes: s.reclaimedOf(g), AuditPeakBytes: s.auditPeak[g]})
 	}
 	if err := m.st.Release(id, rep); err != nil {
 		m.mu.Unlock()
@@ -286,7 +287,7 @@ func (m *Manager) releaseIf(id, reason string, cond func(*Session) bool) (api.Re
 	m.releasedMu.Lock()
 	for g, i := range s.gidx {
 		if i >= 0 {
-			m.releasedDenied[i] += s.led.Denied(g)
+			m.releasedDenied[i] += s.deniedOf(g, m.opt.Now())
 		}
 	}
 	m.releasedMu.Unlock()
@@ -330,7 +331,7 @@ func (m *Manager) usedLocked() []uint64 {
 	for _, s := range m.sessions {
 		for g, i := range s.gidx {
 			if i >= 0 {
-				used[i] += s.led.Used(g)
+				used[i] += s.usedOf(g)
 			}
 		}
 	}
@@ -362,6 +363,7 @@ func (m *Manager) Snapshot(perSession bool) Stats {
 	m.mu.RLock()
 	defer m.mu.RUnlock()
 	st := Stats{Sessions: len(m.sessions)}
+	now := m.opt.Now()
 	st.Committed, st.Count = m.committedLocked("")
 	st.Used = m.usedLocked()
 	m.releasedMu.Lock()
@@ -370,7 +372,7 @@ func (m *Manager) Snapshot(perSession bool) Stats {
 	for _, s := range m.sessions {
 		for g, i := range s.gidx {
 			if i >= 0 {
-				st.Denied[i] += s.led.Denied(g)
+				st.Denied[i] += s.deniedOf(g, now)
 			}
 		}
 		st.Attached += s.led.NInUse()
@@ -378,8 +380,8 @@ func (m *Manager) Snapshot(perSession bool) Stats {
 			ss := SessionStats{ID: s.rec.ID, UUIDs: s.rec.GPUs}
 			for g := range s.rec.GPUs {
 				ss.Limit = append(ss.Limit, s.led.Limit(g))
-				ss.Used = append(ss.Used, s.led.Used(g))
-				ss.Peak = append(ss.Peak, s.led.Peak(g))
+				ss.Used = append(ss.Used, s.usedOf(g))
+				ss.Peak = append(ss.Peak, min(s.led.Peak(g), s.bytesBound(g)))
 			}
 			st.PerSess = append(st.PerSess, ss)
 		}

@@ -45,7 +45,7 @@ func (m *Manager) Sweep() {
 		}
 		// Keep the peaks in the database too: they outlive a lost ledger.
 		for g, uuid := range s.rec.GPUs {
-			if p := s.led.Peak(g); p > s.rec.Peak[uuid] {
+			if p := s.peakOf(g); p > s.rec.Peak[uuid] {
 				if !changed {
 					peaks := make(map[string]uint64, len(s.rec.GPUs))
 					for k, v := range s.rec.Peak {
