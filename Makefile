@@ -41,7 +41,11 @@ help: ## list targets
 
 build: fakecuda interceptor go-build spank ## build everything into build/
 
-test: deps build test-go test-fakecuda test-interceptor test-core test-slurm test-packages ## run every test suite (what CI runs)
+test: deps build test-go test-fakecuda test-interceptor test-core test-security test-slurm test-packages ## run every test suite (what CI runs)
+
+.PHONY: test-security
+test-security: fakecuda-libs fakecuda-examples interceptor interceptor-tests go-build ## attack regression tests: real gpusliced, interceptor and fakecuda (tests/security, as root)
+	$(GO) test -count=1 -timeout 10m ./tests/security/...
 
 demo: deps build ## run the demo: gpusliced on a private socket + fakecuda, target_app under a 128 MiB quota
 	@bash scripts/demo.sh
