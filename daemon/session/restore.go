@@ -15,11 +15,19 @@ import (
 // Restore re-adopts the persisted sessions: ledgers are mapped again (or
 // recreated with used=0 when missing or unreadable), limits re-applied from
 // the database, live processes watched again and dead ones reclaimed.
-// Ledger files without a session are kept (and logged).
+// Live ledgers without a session are left alone (and logged).
 func (m *Manager) Restore() error {
 	recs, err := m.st.Sessions()
 	if err != nil {
 		return fmt.Errorf("load sessions: %w", err)
+	}
+	// The ledgers are memfds: after a restart they are found in the
+	// processes that map them. A session none of whose processes is
+	// alive gets a fresh ledger (nothing is allocated; its peak is in the
+	// database).
+	live, err := ledger.FindLive(m.opt.LedgerDir)
+	if err != nil {
+		return fmt.Errorf("find live ledgers: %w", err)
 	}
 	known := map[string]bool{}
 	for _, rec := range recs {
@@ -30,13 +38,20 @@ func (m *Manager) Restore() error {
 		}
 		known[rec.ID] = true
 		lg, idx := m.ledgerGPUs(rec)
-		led, err := ledger.Open(m.opt.LedgerDir, rec.ID)
-		if err == nil && !sameGPUs(led, rec.GPUs) {
-			led.Close()
-			err = fmt.Errorf("%w: GPU list differs from the stored session", ledger.ErrInvalid)
+		var led *ledger.Ledger
+		err := errors.New("no live process maps it")
+		if lv, ok := live[rec.ID]; ok {
+			led, err = ledger.Adopt(m.opt.LedgerDir, rec.ID, lv)
+			if err == nil && !sameGPUs(led, rec.GPUs) {
+				led.Close()
+				err = fmt.Errorf("%w: GPU list differs from the stored session", ledger.ErrInvalid)
+			}
+			if err != nil {
+				m.opt.Log.Warn("a live ledger cannot be adopted; recreating it", "session", rec.ID, "pid", lv.PID, "reason", err)
+			}
 		}
 		if err != nil {
-			m.opt.Log.Warn("recreating ledger", "session", rec.ID, "reason", err)
+			m.opt.Log.Info("new ledger", "session", rec.ID, "reason", err)
 			led, err = ledger.Create(m.opt.LedgerDir, rec.ID, lg, m.opt.Slots)
 			if err != nil {
 				return fmt.Errorf("recreate ledger %s: %w", rec.ID, err)
@@ -77,23 +92,25 @@ func (m *Manager) Restore() error {
 		m.mu.Unlock()
 		m.opt.Log.Info("session re-adopted", "session", rec.ID, "processes", adopted)
 	}
-	// Ledger files without a session record are kept and reported: a
-	// database that lost a record must not also lose the ledger of a job
-	// that may still be running (only an unfinished ".tmp" is removed).
+	// A live ledger without a session record (a crash between the ledger
+	// and the database writes, or a database restored from a backup) is
+	// reported, never taken away from the processes that map it. Links
+	// left by the previous daemon to ledgers no longer there are removed.
+	for id, lv := range live {
+		if !known[id] {
+			m.opt.Log.Warn("a live process maps a ledger of a session the database does not list; left alone",
+				"session", id, "pid", lv.PID)
+		}
+	}
 	entries, err := os.ReadDir(m.opt.LedgerDir)
 	if err != nil {
 		return fmt.Errorf("read ledger dir: %w", err)
 	}
 	for _, e := range entries {
 		name := e.Name()
-		if strings.HasSuffix(name, ".tmp") {
-			os.Remove(filepath.Join(m.opt.LedgerDir, name))
-			continue
-		}
-		id := strings.TrimSuffix(strings.TrimSuffix(name, ".limits"), ".counters")
+		id := strings.TrimSuffix(strings.TrimSuffix(strings.TrimSuffix(name, ".tmp"), ".limits"), ".counters")
 		if !known[id] {
-			m.opt.Log.Warn("ledger file without a session record kept; remove it once no job uses it",
-				"file", filepath.Join(m.opt.LedgerDir, name))
+			os.Remove(filepath.Join(m.opt.LedgerDir, name))
 		}
 	}
 	return nil

@@ -8,7 +8,6 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/gpuslice/gpuslice/internal/ledger"
 	"github.com/gpuslice/gpuslice/internal/testenv"
 )
 
@@ -32,6 +31,8 @@ func TestDamagedDatabaseStopsDaemon(t *testing.T) {
 		t.Run(damage.name, func(t *testing.T) {
 			d := daemon(t)
 			id := session(t, d, "", 0, GiB).ID
+			p := startCmd(t, probeCmd(t, "dev:0", "alloc:64M", "pause"), jobEnv(t, d, id))
+			p.Expect("paused")
 			d.Stop()
 			db := filepath.Join(d.StateDir, "gpusliced.db")
 			whole, err := os.ReadFile(db)
@@ -39,13 +40,18 @@ func TestDamagedDatabaseStopsDaemon(t *testing.T) {
 				t.Fatal(err)
 			}
 			os.WriteFile(db, damage.data(whole), 0o600)
-			limPath, _ := ledger.Paths(d.LedgerDir, id)
 			if !startFails(t, d) {
 				t.Fatal("gpusliced started on a damaged database")
 			}
-			if _, err := os.Stat(limPath); err != nil {
-				t.Fatalf("the live session's ledger is gone: %v", err)
+			// The admin puts the backup back: nothing was lost, the job's
+			// process is still charged in its ledger.
+			os.WriteFile(db, whole, 0o600)
+			d.Restart()
+			if got := used(t, d, id); got != 64*MiB {
+				t.Fatalf("after the database came back the session counts %d bytes, want 64 MiB", got)
 			}
+			p.Send("")
+			p.Wait()
 		})
 	}
 }

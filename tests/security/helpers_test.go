@@ -308,3 +308,5 @@ func timeAfter(t *testing.T) <-chan time.Time {
 	t.Helper()
 	return time.After(10 * time.Second)
 }
+
+func itoa(v uint64) string { return strconv.FormatUint(v, 10) }
