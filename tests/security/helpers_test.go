@@ -310,3 +310,11 @@ func timeAfter(t *testing.T) <-chan time.Time {
 }
 
 func itoa(v uint64) string { return strconv.FormatUint(v, 10) }
+
+type procT = probe.Proc
+
+// probeCmdNamed is one of the interceptor's test programs with args.
+func probeCmdNamed(t *testing.T, name string, args ...string) *exec.Cmd {
+	t.Helper()
+	return exec.Command(probe.Bin(t, name), args...)
+}
