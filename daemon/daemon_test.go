@@ -233,6 +233,10 @@ func TestAttachPatchLive(t *testing.T) {
 	if _, err := conn.Attach("nope", ""); !errors.As(err, &re) || re.Code != ipc.CodeUnknown {
 		t.Fatalf("attach to an unknown session = %v", err)
 	}
+	// A process in no Slurm job that names no session belongs to none.
+	if _, err := conn.Attach("", ""); !errors.As(err, &re) || re.Code != ipc.CodeNoSession {
+		t.Fatalf("attach naming no session outside a job = %v, want code %d", err, ipc.CodeNoSession)
+	}
 }
 
 func TestReclaimOnExitAndNoSlot(t *testing.T) {

@@ -63,7 +63,7 @@ func Defaults() Config {
 		LogLevel:         "info",
 		LedgerSlots:      256,
 		HistoryRetention: 30 * 24 * time.Hour,
-		AuditInterval:    250 * time.Millisecond,
+		AuditInterval:    500 * time.Millisecond,
 		AuditPolicy:      "kill",
 		IPCConnsPerUID:   64,
 	}

@@ -2,6 +2,7 @@ package gpu
 
 import (
 	"fmt"
+	"math"
 
 	"github.com/NVIDIA/go-nvml/pkg/dl"
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
@@ -63,6 +64,9 @@ func (p *Processes) Read() ([]audit.Sample, error) {
 			return nil, fmt.Errorf("NVML device %d running processes: %s", i, p.lib.ErrorString(ret))
 		}
 		for _, pr := range procs {
+			if pr.UsedGpuMemory == math.MaxUint64 { // NVML_VALUE_NOT_AVAILABLE
+				continue
+			}
 			out = append(out, audit.Sample{PID: pr.Pid, GPU: i, Bytes: pr.UsedGpuMemory})
 		}
 	}

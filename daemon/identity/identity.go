@@ -170,7 +170,7 @@ func (r Resolver) parent(pid uint32) (uint32, bool) {
 func (r Resolver) stepdJob(pid uint32) string {
 	d := r.dir(pid)
 	exe, err := os.Readlink(filepath.Join(d, "exe"))
-	if err != nil || filepath.Base(strings.TrimSuffix(exe, " (deleted)")) != "slurmstepd" {
+	if err != nil || !isStepdExe(exe) {
 		return ""
 	}
 	if !rootProcess(filepath.Join(d, "status")) {
@@ -181,6 +181,14 @@ func (r Resolver) stepdJob(pid uint32) string {
 		return ""
 	}
 	return ParseStepdTitle(string(bytes.TrimRight(cmd, "\x00")))
+}
+
+// isStepdExe: the executable is Slurm's step daemon, "slurmstepd" or a
+// distribution's build of it behind an alternatives link ("slurmstepd-wlm"
+// on Debian).
+func isStepdExe(exe string) bool {
+	b := filepath.Base(strings.TrimSuffix(exe, " (deleted)"))
+	return b == "slurmstepd" || strings.HasPrefix(b, "slurmstepd-")
 }
 
 // rootProcess reads the Uid: line of a status file: real, effective, saved

@@ -69,6 +69,9 @@ func TestJob(t *testing.T) {
 		{pid: 600, ppid: 1, exe: "/bin/sleep", uids: userUIDs, cmdline: "sleep", cgroup: "0::/user.slice/user-1000.slice/user@1000.service/app.slice/job_77\n"},
 		// cgroup v1
 		{pid: 700, ppid: 1, exe: "/bin/sleep", uids: userUIDs, cmdline: "sleep", cgroup: "4:memory:/slurm/uid_1000/job_55/step_batch\n1:name=systemd:/user.slice\n"},
+		// Debian's slurmstepd (alternatives: /usr/sbin/slurmstepd-wlm)
+		{pid: 900, ppid: 1, exe: "/usr/sbin/slurmstepd-wlm", uids: rootUIDs, cmdline: "slurmstepd: [1.0]", cgroup: "0::/\n"},
+		{pid: 901, ppid: 900, exe: "/bin/sleep", uids: userUIDs, cmdline: "sleep", cgroup: "0::/\n"},
 		// batch step
 		{pid: 800, ppid: 1, exe: stepd + " (deleted)", uids: rootUIDs, cmdline: "slurmstepd: [1300.batch]", cgroup: "0::/\n"},
 		{pid: 801, ppid: 800, exe: "/bin/bash", uids: userUIDs, cmdline: "bash", cgroup: "0::/\n"},
@@ -89,6 +92,7 @@ func TestJob(t *testing.T) {
 		{"user-made job cgroup", 600, "", None},
 		{"cgroup v1 job", 700, "55", ByCgroup},
 		{"batch step", 801, "1300", ByStepd},
+		{"Debian slurmstepd-wlm", 901, "1", ByStepd},
 		{"init", 1, "", None},
 		{"gone", 12345, "", None},
 	}

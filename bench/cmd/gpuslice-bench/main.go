@@ -150,7 +150,8 @@ var targets = []struct {
 	{"daemon_rss_mib_1000x4", "gpusliced RSS, 1000 sessions x 4 GPUs", true, 40, "MiB"},
 	{"audit_overrun_to_kill_p50_ms", "audit: overrun (quota lowered) -> process killed, p50", true, 1000, "ms"},
 	{"audit_overrun_to_kill_max_ms", "audit: overrun -> process killed, max", true, 1000, "ms"},
-	{"audit_cpu_pct_per_1000_procs", "daemon CPU with the audit, scaled to 1,000 processes", true, 1, "% core"},
+	{"audit_cpu_pct_per_1000_procs", "daemon CPU with the audit, scaled to 1,000 processes (fakecuda NVML)", true, 1, "% core"},
+	{"audit_decide_us_per_1000_procs", "audit pass without the NVML read, 1,000 processes", true, 2500, "µs"},
 }
 
 func (r *results) print(w *os.File) {
@@ -334,6 +335,7 @@ func measure(o options, r *results) error {
 	} else {
 		r.set("audit_cpu_pct_per_1000_procs", pct)
 	}
+	r.set("audit_decide_us_per_1000_procs", auditDecideBench())
 	if rss, err := rssBench(o); err != nil {
 		r.fail("daemon_rss_mib_1000x4", err)
 	} else {
