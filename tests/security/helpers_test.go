@@ -165,7 +165,12 @@ func stepd(t *testing.T, job string, env []string, asUser string, prog string, a
 	argv = append(argv, args...)
 	cmd := exec.Command(bin, append([]string{"-c", `"$@" <&0 & wait $!`, "bash"}, argv...)...)
 	cmd.Args[0] = "slurmstepd: [" + job + ".0]"
-	return probe.StartCmd(t, cmd, env)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	p := probe.StartCmd(t, cmd, env)
+	// Runs before the probe's own cleanup: the program is a grandchild
+	// holding the output pipe, so the whole group goes.
+	t.Cleanup(func() { syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) })
+	return p
 }
 
 func copyFile(t *testing.T, from, to string, mode os.FileMode) {
