@@ -46,10 +46,14 @@ help: ## list targets
 build: fakecuda interceptor go-build spank ## build everything into build/
 
 # Every suite CI runs, in order.
-TEST_SUITES := test-go test-fakecuda test-interceptor test-core \
+TEST_SUITES := test-go test-fakecuda test-interceptor test-core test-security \
                test-slurm test-slurm24 test-packages \
                test-nvidia-runtime test-nvidia-tools test-monitoring test-docs
 test: deps build $(TEST_SUITES) ## run every test suite (what CI runs)
+
+.PHONY: test-security
+test-security: fakecuda-libs fakecuda-examples interceptor interceptor-tests go-build ## attack regression tests: real gpusliced, interceptor and fakecuda (tests/security, as root)
+	$(GO) test -count=1 -timeout 10m ./tests/security/...
 
 demo: deps build ## run the demo: gpusliced on a private socket + fakecuda, target_app under a 128 MiB quota
 	@bash scripts/demo.sh

@@ -18,8 +18,10 @@ import (
 	"time"
 
 	"github.com/gpuslice/gpuslice/daemon/admin"
+	"github.com/gpuslice/gpuslice/daemon/audit"
 	"github.com/gpuslice/gpuslice/daemon/config"
 	"github.com/gpuslice/gpuslice/daemon/gpu"
+	"github.com/gpuslice/gpuslice/daemon/identity"
 	"github.com/gpuslice/gpuslice/daemon/ipcserver"
 	"github.com/gpuslice/gpuslice/daemon/metrics"
 	"github.com/gpuslice/gpuslice/daemon/session"
@@ -111,6 +113,7 @@ func Run(ctx context.Context, cfg config.Config, logw io.Writer) error {
 	mgr, err := session.New(session.Options{
 		LedgerDir: ledgerDir, Slots: cfg.LedgerSlots, Overcommit: cfg.Overcommit,
 		DefaultTTL: cfg.DefaultTTL, HistoryRetention: cfg.HistoryRetention, Log: log,
+		Identity: identity.Resolver{}.Job,
 	}, gpus, st, met.Events())
 	if err != nil {
 		return err
@@ -125,7 +128,7 @@ func Run(ctx context.Context, cfg config.Config, logw io.Writer) error {
 	met.Attach(mgr, cfg.MetricsDebug)
 
 	ipcSrv := ipcserver.New(mgr, ipcserver.Options{Token: cfg.IPCToken, TokenRequired: cfg.IPCTokenRequired,
-		Log: log, Observe: met.ObserveIPC})
+		ConnsPerUID: cfg.IPCConnsPerUID, Log: log, Observe: met.ObserveIPC})
 	adminSrv := &http.Server{Handler: admin.Handler(mgr, met.Registry, log), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: time.Minute,
 		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
 	var pubSrv *http.Server
@@ -172,8 +175,13 @@ func Run(ctx context.Context, cfg config.Config, logw io.Writer) error {
 		}
 	}()
 
+	if err := startAudit(ctx, cfg, log, mgr, met, gpus, &wg); err != nil {
+		log.Warn("audit disabled: the driver's per-process figures cannot be read", "err", err)
+	}
+
 	log.Info("gpusliced started", "version", version.Version, "ipc", cfg.IPCSocket, "admin", cfg.AdminSocket,
-		"listen", cfg.Listen, "gpus", len(gpus), "config", cfg.File, "overcommit", cfg.Overcommit)
+		"listen", cfg.Listen, "gpus", len(gpus), "config", cfg.File, "overcommit", cfg.Overcommit,
+		"audit_interval", cfg.AuditInterval, "audit_policy", cfg.AuditPolicy)
 	if cfg.IPCTokenRequired {
 		log.Info("ipc token required")
 	}
@@ -196,6 +204,46 @@ func Run(ctx context.Context, cfg config.Config, logw io.Writer) error {
 	wg.Wait()
 	log.Info("stopped")
 	return runErr
+}
+
+// startAudit runs the audit loop (daemon/audit) until ctx ends.
+func startAudit(ctx context.Context, cfg config.Config, log *slog.Logger, mgr *session.Manager, met *metrics.Metrics,
+	gpus []gpu.GPU, wg *sync.WaitGroup) error {
+	if len(gpus) == 0 {
+		return nil
+	}
+	src, err := gpu.OpenProcesses(cfg.NVMLLibrary, len(gpus))
+	if err != nil {
+		return err
+	}
+	jobs := mgr.AuditJobs()
+	kill := cfg.AuditPolicy == "kill"
+	var actor audit.Actor = audit.LogOnly{Log: log}
+	if kill {
+		actor = audit.Killer{Log: log, Jobs: jobs}
+	}
+	loop := &audit.Loop{Source: src, Jobs: jobs, Actor: actor, Interval: cfg.AuditInterval,
+		Confirm: min(cfg.AuditInterval/5, 20*time.Millisecond), Log: log,
+		Events: audit.Events{
+			Usage: mgr.ObserveAudit,
+			Overrun: func(o audit.Overrun, stopped []uint32) {
+				mgr.NoteOverrun(o, stopped, kill)
+				met.AuditOverrun(o.GPU, len(stopped))
+			},
+			Pass: func(d time.Duration, err error) {
+				met.AuditPass(d, err)
+				if err != nil {
+					log.Warn("audit pass failed", "err", err)
+				}
+			},
+		}}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		defer src.Close()
+		loop.Run(ctx)
+	}()
+	return nil
 }
 
 // listenUnix listens on path with mode. An existing socket is removed only

@@ -217,20 +217,25 @@ func TestAttachPatchLive(t *testing.T) {
 	if err := json.Unmarshal(raw, &viaIPC); err != nil || viaIPC.ID != "live" || viaIPC.GPUs[0].UsedBytes != giB {
 		t.Fatalf("STATUS = %s, %v", raw, err)
 	}
-	// DETACH gives the bytes back.
+	// DETACH is acknowledged but gives nothing back: the memory may still
+	// be allocated, and the process is alive.
 	if err := conn.Detach(a.Slot); err != nil {
 		t.Fatal(err)
 	}
 	got = get(t, d, "live")
-	if got.GPUs[0].UsedBytes != 0 || len(got.Processes) != 0 {
+	if got.GPUs[0].UsedBytes != giB || len(got.Processes) != 1 {
 		t.Fatalf("session after detach: %+v", got)
 	}
-	if err := conn.Detach(a.Slot); err == nil {
-		t.Fatal("second DETACH of the same slot succeeded")
+	if err := conn.Detach(a.Slot + 1); err == nil {
+		t.Fatal("DETACH of a slot that is not the process's succeeded")
 	}
 	var re *ipc.RemoteError
 	if _, err := conn.Attach("nope", ""); !errors.As(err, &re) || re.Code != ipc.CodeUnknown {
 		t.Fatalf("attach to an unknown session = %v", err)
+	}
+	// A process in no Slurm job that names no session belongs to none.
+	if _, err := conn.Attach("", ""); !errors.As(err, &re) || re.Code != ipc.CodeNoSession {
+		t.Fatalf("attach naming no session outside a job = %v, want code %d", err, ipc.CodeNoSession)
 	}
 }
 
@@ -371,7 +376,7 @@ func TestBadFrameClosesOnlyThatConnection(t *testing.T) {
 		{"length over 4096", oversize, ipc.CodeBadRequest},
 		{"ping over 64 bytes", frame(ipc.Magic, 1, 1, make([]byte, 65)), ipc.CodeBadRequest},
 		{"attach trailing byte", frame(ipc.Magic, 1, 3, []byte{1, 0, 'a', 0, 0, 9}), ipc.CodeBadRequest},
-		{"attach empty session", frame(ipc.Magic, 1, 3, []byte{0, 0, 0, 0}), ipc.CodeBadRequest},
+		{"status empty session", frame(ipc.Magic, 1, 7, []byte{0, 0}), ipc.CodeBadRequest},
 		{"detach short", frame(ipc.Magic, 1, 5, []byte{1}), ipc.CodeBadRequest},
 	}
 	for _, tc := range tests {

@@ -21,7 +21,7 @@ func TestConcurrentChurn(t *testing.T) {
 	c := d.Client()
 	const workers, rounds = 6, 25
 	var wg sync.WaitGroup
-	errc := make(chan error, workers*4)
+	errc := make(chan error, workers*rounds*4+64)
 	for w := 0; w < workers; w++ {
 		wg.Add(1)
 		go func(w int) {
@@ -38,18 +38,28 @@ func TestConcurrentChurn(t *testing.T) {
 					errc <- fmt.Errorf("create %s: %w", id, err)
 					return
 				}
-				a, err := conn.Attach(id, "")
-				if err != nil {
-					errc <- fmt.Errorf("attach %s: %w", id, err)
-					return
-				}
-				if _, err := conn.Status(id, ""); err != nil {
-					errc <- fmt.Errorf("status %s: %w", id, err)
-				}
-				if i%2 == 0 {
+				if i%2 == 1 {
+					// A session this (live) test process is attached to
+					// cannot be released: delete is refused and the
+					// session takes no new process.
+					a, err := conn.Attach(id, "")
+					if err != nil {
+						errc <- fmt.Errorf("attach %s: %w", id, err)
+						return
+					}
+					if _, err := conn.Status(id, ""); err != nil {
+						errc <- fmt.Errorf("status %s: %w", id, err)
+					}
 					conn.Detach(a.Slot)
+					a.Close()
+					if _, err := c.DeleteSession(ctx(t), id); !errors.Is(err, client.ErrConflict) {
+						errc <- fmt.Errorf("delete %s with a live process: %v, want ErrConflict", id, err)
+					}
+					if _, err := conn.Attach(id, ""); err == nil {
+						errc <- fmt.Errorf("attach to %s after its delete succeeded", id)
+					}
+					continue
 				}
-				a.Close()
 				if _, err := c.ListSessions(ctx(t)); err != nil {
 					errc <- err
 				}
@@ -91,9 +101,11 @@ func TestConcurrentChurn(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Only the sessions this process is still attached to remain.
+	pending := workers * (rounds / 2)
 	for _, g := range gpus {
-		if g.CommittedBytes != 0 || g.Sessions != 0 || g.UsedBytes != 0 {
-			t.Fatalf("leftovers after churn: %+v", g)
+		if g.CommittedBytes != uint64(pending)*giB || g.Sessions != pending || g.UsedBytes != 0 {
+			t.Fatalf("after churn: %+v, want %d sessions pending release", g, pending)
 		}
 	}
 	if !d.Running() {

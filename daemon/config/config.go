@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -41,6 +42,9 @@ type Config struct {
 	Debug            bool          `mapstructure:"debug" yaml:"debug"`
 	LedgerSlots      int           `mapstructure:"ledger_slots" yaml:"ledger_slots"`
 	HistoryRetention time.Duration `mapstructure:"history_retention" yaml:"history_retention"`
+	AuditInterval    time.Duration `mapstructure:"audit_interval" yaml:"audit_interval"`
+	AuditPolicy      string        `mapstructure:"audit_policy" yaml:"audit_policy"`
+	IPCConnsPerUID   int           `mapstructure:"ipc_conns_per_uid" yaml:"ipc_conns_per_uid"`
 
 	// File is the configuration file that was read ("" if none).
 	File string `mapstructure:"-" yaml:"-"`
@@ -59,6 +63,9 @@ func Defaults() Config {
 		LogLevel:         "info",
 		LedgerSlots:      256,
 		HistoryRetention: 30 * 24 * time.Hour,
+		AuditInterval:    500 * time.Millisecond,
+		AuditPolicy:      "kill",
+		IPCConnsPerUID:   64,
 	}
 }
 
@@ -88,6 +95,9 @@ var keys = []key{
 	{"debug", "", nil, "same as log_level debug"},
 	{"ledger_slots", "ledger-slots", nil, "process slots per session ledger"},
 	{"history_retention", "history-retention", nil, "how long reports of released sessions are kept"},
+	{"audit_interval", "audit-interval", nil, "period of the audit of NVML per-process usage against the quotas"},
+	{"audit_policy", "audit-policy", nil, "what an audited overrun does: kill (the offending processes) or log-only"},
+	{"ipc_conns_per_uid", "ipc-conns-per-uid", nil, "open IPC connections one uid may hold (root: unlimited)"},
 }
 
 // Load builds the configuration from args (without the program name) and
@@ -114,6 +124,9 @@ func Load(args []string, stderr io.Writer) (Config, error) {
 	fs.String("log-level", def.LogLevel, keys[12].help)
 	fs.Int("ledger-slots", def.LedgerSlots, keys[14].help)
 	fs.Duration("history-retention", def.HistoryRetention, keys[15].help)
+	fs.Duration("audit-interval", def.AuditInterval, keys[16].help)
+	fs.String("audit-policy", def.AuditPolicy, keys[17].help)
+	fs.Int("ipc-conns-per-uid", def.IPCConnsPerUID, keys[18].help)
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "Usage: gpusliced [flags]\n\ngpusliced keeps per-job GPU-memory quotas (see docs/daemon.md).\n"+
 			"Precedence: defaults < config file < GPUSLICE_* environment < flags.\n\nFlags:\n%s", fs.FlagUsages())
@@ -144,6 +157,9 @@ func Load(args []string, stderr io.Writer) (Config, error) {
 	v.SetDefault("debug", false)
 	v.SetDefault("ledger_slots", def.LedgerSlots)
 	v.SetDefault("history_retention", def.HistoryRetention)
+	v.SetDefault("audit_interval", def.AuditInterval)
+	v.SetDefault("audit_policy", def.AuditPolicy)
+	v.SetDefault("ipc_conns_per_uid", def.IPCConnsPerUID)
 
 	file := *configFile
 	if file == "" {
@@ -230,35 +246,80 @@ func checkFile(file string, data []byte) error {
 	}
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	dec.KnownFields(true)
-	var c Config
+	c := Defaults()
 	if err := dec.Decode(&c); err != nil && !errors.Is(err, io.EOF) {
 		return fmt.Errorf("config %s: %w", file, err)
 	}
+	// Values that decode but are wrong, reported at their line. yaml
+	// truncates 1.5 into an int field without a word: refuse it here.
+	bad := c.fieldErrors()
+	for i := 0; i+1 < len(doc.Content); i += 2 {
+		kn, vn := doc.Content[i], doc.Content[i+1]
+		if intKeys[kn.Value] && (vn.Kind != yaml.ScalarNode || vn.Tag != "!!int") {
+			return fmt.Errorf("config %s: line %d: %s must be a whole number (got %q)", file, vn.Line, kn.Value, vn.Value)
+		}
+		if err := bad[kn.Value]; err != nil {
+			return fmt.Errorf("config %s: line %d: %w", file, vn.Line, err)
+		}
+	}
 	return nil
+}
+
+// intKeys are the keys whose value must be written as an integer.
+var intKeys = map[string]bool{"ledger_slots": true, "ipc_conns_per_uid": true}
+
+// Lower bounds below which a period only burns CPU.
+const (
+	MinRecoveryInterval = 10 * time.Millisecond
+	MinAuditInterval    = 10 * time.Millisecond
+	MinTTL              = 100 * time.Millisecond
+)
+
+// fieldErrors checks each value on its own, keyed by configuration key.
+func (c Config) fieldErrors() map[string]error {
+	bad := map[string]error{}
+	if math.IsNaN(c.Overcommit) || math.IsInf(c.Overcommit, 0) || c.Overcommit <= 0 || c.Overcommit > 1000 {
+		bad["overcommit"] = fmt.Errorf("overcommit must be a number in (0, 1000] (got %v)", c.Overcommit)
+	}
+	if c.DefaultTTL < MinTTL {
+		bad["default_ttl"] = fmt.Errorf("default_ttl must be at least %v (got %v)", MinTTL, c.DefaultTTL)
+	}
+	if c.RecoveryInterval < MinRecoveryInterval {
+		bad["recovery_interval"] = fmt.Errorf("recovery_interval must be at least %v (got %v)", MinRecoveryInterval, c.RecoveryInterval)
+	}
+	if c.HistoryRetention < MinTTL {
+		bad["history_retention"] = fmt.Errorf("history_retention must be at least %v (got %v)", MinTTL, c.HistoryRetention)
+	}
+	if c.AuditInterval < MinAuditInterval {
+		bad["audit_interval"] = fmt.Errorf("audit_interval must be at least %v (got %v)", MinAuditInterval, c.AuditInterval)
+	}
+	switch c.AuditPolicy {
+	case "kill", "log-only":
+	default:
+		bad["audit_policy"] = fmt.Errorf("audit_policy must be kill or log-only (got %q)", c.AuditPolicy)
+	}
+	if c.IPCConnsPerUID < 1 || c.IPCConnsPerUID > 65536 {
+		bad["ipc_conns_per_uid"] = fmt.Errorf("ipc_conns_per_uid must be 1..65536 (got %d)", c.IPCConnsPerUID)
+	}
+	if c.LedgerSlots < 1 || c.LedgerSlots > 65536 {
+		bad["ledger_slots"] = fmt.Errorf("ledger_slots must be 1..65536 (got %d)", c.LedgerSlots)
+	}
+	switch c.LogLevel {
+	case "debug", "info", "warn", "error":
+	default:
+		bad["log_level"] = fmt.Errorf("log_level must be debug, info, warn or error (got %q)", c.LogLevel)
+	}
+	return bad
 }
 
 // Validate checks values that decode but make no sense.
 func (c Config) Validate() error {
 	var errs []error
-	if c.Overcommit <= 0 {
-		errs = append(errs, fmt.Errorf("overcommit must be > 0 (got %v)", c.Overcommit))
-	}
-	if c.DefaultTTL <= 0 {
-		errs = append(errs, fmt.Errorf("default_ttl must be > 0 (got %v)", c.DefaultTTL))
-	}
-	if c.RecoveryInterval <= 0 {
-		errs = append(errs, fmt.Errorf("recovery_interval must be > 0 (got %v)", c.RecoveryInterval))
-	}
-	if c.HistoryRetention <= 0 {
-		errs = append(errs, fmt.Errorf("history_retention must be > 0 (got %v)", c.HistoryRetention))
-	}
-	if c.LedgerSlots < 1 || c.LedgerSlots > 65536 {
-		errs = append(errs, fmt.Errorf("ledger_slots must be 1..65536 (got %d)", c.LedgerSlots))
-	}
-	switch c.LogLevel {
-	case "debug", "info", "warn", "error":
-	default:
-		errs = append(errs, fmt.Errorf("log_level must be debug, info, warn or error (got %q)", c.LogLevel))
+	bad := c.fieldErrors()
+	for _, k := range keys {
+		if err := bad[k.name]; err != nil {
+			errs = append(errs, err)
+		}
 	}
 	if c.IPCTokenRequired && c.IPCToken == "" {
 		errs = append(errs, errors.New("ipc_token_required is set but ipc_token (GPUSLICE_IPC_TOKEN) is empty"))

@@ -31,7 +31,11 @@ const (
 // interceptor only needs a connection while it attaches).
 const MaxConns = 4096
 
-func (s *Server) refusedConn() {
+// DefaultConnsPerUID bounds the connections one non-root uid holds, so
+// that one user's idle connections never use up MaxConns for the others.
+const DefaultConnsPerUID = 64
+
+func (s *Server) refusedConn(uid uint32, perUID bool) {
 	now := time.Now()
 	s.mu.Lock()
 	warn := now.Sub(s.lastRefusal) > 10*time.Second
@@ -39,7 +43,12 @@ func (s *Server) refusedConn() {
 		s.lastRefusal = now
 	}
 	s.mu.Unlock()
-	if warn {
+	if !warn {
+		return
+	}
+	if perUID {
+		s.opt.Log.Warn("ipc: a uid holds too many open connections; closing its new ones", "uid", uid, "max", s.opt.ConnsPerUID)
+	} else {
 		s.opt.Log.Warn("ipc: too many open connections; closing new ones", "max", MaxConns)
 	}
 }
@@ -49,6 +58,9 @@ type Options struct {
 	Token         string
 	TokenRequired bool
 	Log           *slog.Logger
+	// ConnsPerUID bounds the open connections of one non-root uid
+	// (0: DefaultConnsPerUID).
+	ConnsPerUID int
 	// Observe records one request's duration (seconds) by type; may be nil.
 	Observe func(t ipc.Type, seconds float64)
 }
@@ -62,6 +74,7 @@ type Server struct {
 	mu     sync.Mutex
 	ln     *net.UnixListener
 	conns  map[*net.UnixConn]struct{}
+	perUID map[uint32]int
 	closed bool
 	wg     sync.WaitGroup
 
@@ -73,7 +86,11 @@ func New(m *session.Manager, opt Options) *Server {
 	if opt.Log == nil {
 		opt.Log = slog.Default()
 	}
-	return &Server{m: m, opt: opt, token: sha256.Sum256([]byte(opt.Token)), conns: map[*net.UnixConn]struct{}{}}
+	if opt.ConnsPerUID <= 0 {
+		opt.ConnsPerUID = DefaultConnsPerUID
+	}
+	return &Server{m: m, opt: opt, token: sha256.Sum256([]byte(opt.Token)), conns: map[*net.UnixConn]struct{}{},
+		perUID: map[uint32]int{}}
 }
 
 // Serve accepts connections on ln until Close.
@@ -101,22 +118,32 @@ func (s *Server) Serve(ln *net.UnixListener) error {
 			}
 			return fmt.Errorf("ipc accept: %w", err)
 		}
+		// The peer is known from the kernel at once: a uid over its share
+		// is closed before it costs a goroutine.
+		cred, err := peerCred(c)
+		if err != nil {
+			s.opt.Log.Warn("ipc: SO_PEERCRED", "err", err)
+			c.Close()
+			continue
+		}
 		s.mu.Lock()
 		if s.closed {
 			s.mu.Unlock()
 			c.Close()
 			return nil
 		}
-		if len(s.conns) >= MaxConns {
+		overUID := cred.Uid != 0 && s.perUID[cred.Uid] >= s.opt.ConnsPerUID
+		if overUID || len(s.conns) >= MaxConns {
 			s.mu.Unlock()
 			c.Close()
-			s.refusedConn()
+			s.refusedConn(cred.Uid, overUID)
 			continue
 		}
 		s.conns[c] = struct{}{}
+		s.perUID[cred.Uid]++
 		s.wg.Add(1)
 		s.mu.Unlock()
-		go s.serveConn(c)
+		go s.serveConn(c, cred)
 	}
 }
 
@@ -163,19 +190,17 @@ func peerCred(c *net.UnixConn) (*unix.Ucred, error) {
 	return cred, cerr
 }
 
-func (s *Server) serveConn(c *net.UnixConn) {
+func (s *Server) serveConn(c *net.UnixConn, cred *unix.Ucred) {
 	defer func() {
 		c.Close()
 		s.mu.Lock()
 		delete(s.conns, c)
+		if s.perUID[cred.Uid]--; s.perUID[cred.Uid] <= 0 {
+			delete(s.perUID, cred.Uid)
+		}
 		s.mu.Unlock()
 		s.wg.Done()
 	}()
-	cred, err := peerCred(c)
-	if err != nil {
-		s.opt.Log.Warn("ipc: SO_PEERCRED", "err", err)
-		return
-	}
 	cc := &conn{c: c, cred: cred, buf: make([]byte, ipc.HeaderSize+ipc.MaxPayload), out: make([]byte, 0, 256)}
 	for {
 		t, payload, err := cc.readFrame()
@@ -296,67 +321,85 @@ func codeFor(err error) uint32 {
 		return ipc.CodeNotPermitted
 	case errors.Is(err, ledger.ErrNoSlot):
 		return ipc.CodeNoSlot
+	case errors.Is(err, session.ErrNoSession):
+		return ipc.CodeNoSession
 	default:
 		return ipc.CodeInternal
 	}
 }
 
+// handler answers one request type; a returned error closes the connection.
+type handler func(s *Server, cc *conn, req ipc.Request) error
+
+// handlers maps each request type to its handler. A new request type is a
+// new entry (a file may add its own in an init function).
+var handlers = map[ipc.Type]handler{
+	ipc.TypePing:   (*Server).handlePing,
+	ipc.TypeAttach: (*Server).handleAttach,
+	ipc.TypeDetach: (*Server).handleDetach,
+	ipc.TypeStatus: (*Server).handleStatus,
+	ipc.TypeView:   (*Server).handleView,
+}
+
 // handle answers one request. A returned error closes the connection.
 func (s *Server) handle(cc *conn, req ipc.Request) error {
-	switch req.Type {
-	case ipc.TypePing:
-		cc.out = ipc.AppendFrame(cc.out[:0], ipc.TypePong, req.Ping)
-		return cc.write(cc.out)
-
-	case ipc.TypeAttach:
-		if !s.tokenOK(req.Token) {
-			s.opt.Log.Warn("ipc: attach with a bad token", "pid", cc.cred.Pid, "uid", cc.cred.Uid)
-			return cc.writeError(ipc.CodeBadToken, "bad or missing token")
-		}
-		id := string(req.Session)
-		a, err := s.m.Attach(id, cc.cred.Uid, uint32(cc.cred.Pid))
-		if err != nil {
-			s.opt.Log.Info("ipc: attach refused", "session", id, "pid", cc.cred.Pid, "uid", cc.cred.Uid, "err", err)
-			return cc.writeError(codeFor(err), err.Error())
-		}
-		defer a.Close()
-		cc.session = id
-		cc.out = ipc.AppendAttachOK(cc.out[:0], uint32(a.Slot), uint32(a.NGPUs), a.Generation)
-		oob := unix.UnixRights(int(a.Limits.Fd()), int(a.Counters.Fd()))
-		cc.c.SetWriteDeadline(time.Now().Add(FrameTimeout))
-		_, _, err = cc.c.WriteMsgUnix(cc.out, oob, nil)
-		return err
-
-	case ipc.TypeDetach:
-		if err := s.m.Detach(cc.session, int(req.Slot), uint32(cc.cred.Pid)); err != nil {
-			return cc.writeError(codeFor(err), err.Error())
-		}
-		cc.out = ipc.AppendFrame(cc.out[:0], ipc.TypeOK, nil)
-		return cc.write(cc.out)
-
-	case ipc.TypeStatus:
-		if !s.tokenOK(req.Token) {
-			return cc.writeError(ipc.CodeBadToken, "bad or missing token")
-		}
-		id := string(req.Session)
-		if err := s.m.CheckOwner(id, cc.cred.Uid); err != nil {
-			return s.refuseRead(cc, err)
-		}
-		v, err := s.m.Get(id)
-		if err != nil {
-			return s.refuseRead(cc, err)
-		}
-		b, err := json.Marshal(v)
-		if err != nil || len(b) > ipc.MaxPayload {
-			// Too many processes to fit a frame: drop the process list.
-			v.Processes = nil
-			b, _ = json.Marshal(v)
-		}
-		cc.out = ipc.AppendFrame(cc.out[:0], ipc.TypeStatusOK, b)
-		return cc.write(cc.out)
-
-	case ipc.TypeView:
-		return s.handleView(cc, req)
+	if h, ok := handlers[req.Type]; ok {
+		return h(s, cc, req)
 	}
 	return cc.writeError(ipc.CodeBadRequest, "not a request")
+}
+
+func (s *Server) handlePing(cc *conn, req ipc.Request) error {
+	cc.out = ipc.AppendFrame(cc.out[:0], ipc.TypePong, req.Ping)
+	return cc.write(cc.out)
+}
+
+func (s *Server) handleAttach(cc *conn, req ipc.Request) error {
+	if !s.tokenOK(req.Token) {
+		s.opt.Log.Warn("ipc: attach with a bad token", "pid", cc.cred.Pid, "uid", cc.cred.Uid)
+		return cc.writeError(ipc.CodeBadToken, "bad or missing token")
+	}
+	id := string(req.Session)
+	a, err := s.m.Attach(id, cc.cred.Uid, uint32(cc.cred.Pid))
+	if err != nil {
+		s.opt.Log.Info("ipc: attach refused", "session", id, "pid", cc.cred.Pid, "uid", cc.cred.Uid, "err", err)
+		return cc.writeError(codeFor(err), err.Error())
+	}
+	defer a.Close()
+	cc.session = a.Session
+	cc.out = ipc.AppendAttachOK(cc.out[:0], uint32(a.Slot), uint32(a.NGPUs), a.Generation)
+	oob := unix.UnixRights(int(a.Limits.Fd()), int(a.Counters.Fd()))
+	cc.c.SetWriteDeadline(time.Now().Add(FrameTimeout))
+	_, _, err = cc.c.WriteMsgUnix(cc.out, oob, nil)
+	return err
+}
+
+func (s *Server) handleDetach(cc *conn, req ipc.Request) error {
+	if err := s.m.Detach(cc.session, int(req.Slot), uint32(cc.cred.Pid)); err != nil {
+		return cc.writeError(codeFor(err), err.Error())
+	}
+	cc.out = ipc.AppendFrame(cc.out[:0], ipc.TypeOK, nil)
+	return cc.write(cc.out)
+}
+
+func (s *Server) handleStatus(cc *conn, req ipc.Request) error {
+	if !s.tokenOK(req.Token) {
+		return cc.writeError(ipc.CodeBadToken, "bad or missing token")
+	}
+	id := string(req.Session)
+	if err := s.m.CheckOwner(id, cc.cred.Uid); err != nil {
+		return s.refuseRead(cc, err)
+	}
+	v, err := s.m.Get(id)
+	if err != nil {
+		return s.refuseRead(cc, err)
+	}
+	b, err := json.Marshal(v)
+	if err != nil || len(b) > ipc.MaxPayload {
+		// Too many processes to fit a frame: drop the process list.
+		v.Processes = nil
+		b, _ = json.Marshal(v)
+	}
+	cc.out = ipc.AppendFrame(cc.out[:0], ipc.TypeStatusOK, b)
+	return cc.write(cc.out)
 }

@@ -28,13 +28,16 @@ var errStillRunning = errors.New("no report yet")
 func mayRead(cred *unix.Ucred, owner uint32) bool { return cred.Uid == 0 || cred.Uid == owner }
 
 // callerJob decides which job the caller is in. The session the client
-// names (its GPUSLICE_SESSION) wins; it can only select among the caller's
-// own sessions, since ownership is checked on the result. Without one, a
-// caller with exactly one live session on the node is in that one. This is
-// the single place to switch to the daemon's own pid → job resolution.
+// names wins; it can only select among the caller's own sessions, since
+// ownership is checked on the result. Without one, the Slurm job the kernel
+// places the caller in (the daemon's pid → job resolution); outside Slurm, a
+// caller with exactly one live session on the node is in that one.
 func (s *Server) callerJob(cred *unix.Ucred, named string) (string, error) {
 	if named != "" {
 		return named, nil
+	}
+	if job := s.m.JobOf(uint32(cred.Pid)); job != "" {
+		return job, nil
 	}
 	found := ""
 	for _, v := range s.m.List() {

@@ -7,6 +7,7 @@ package metrics
 import (
 	"runtime"
 	"strconv"
+	"time"
 
 	"github.com/gpuslice/gpuslice/daemon/gpu"
 	"github.com/gpuslice/gpuslice/daemon/session"
@@ -27,6 +28,10 @@ type Metrics struct {
 	released       *prometheus.CounterVec
 	ipcDuration    *prometheus.HistogramVec
 	ipcObservers   [16]prometheus.Observer
+	auditOverruns  *prometheus.CounterVec
+	auditKills     *prometheus.CounterVec
+	auditPasses    *prometheus.CounterVec
+	auditDuration  prometheus.Histogram
 	gpus           []gpu.GPU
 }
 
@@ -58,6 +63,29 @@ func New(gpus []gpu.GPU) *Metrics {
 		Help:    "Time to answer one IPC request, by request type.",
 		Buckets: []float64{5e-6, 1e-5, 2e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 5e-3, 2.5e-2, 0.1},
 	}, []string{"type"})
+	m.auditOverruns = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "gpuslice_audit_overruns_total",
+		Help: "Times the audit found a session holding more than its quota on the GPU by the driver's per-process figures.",
+	}, []string{"gpu", "uuid"})
+	m.auditKills = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "gpuslice_audit_kills_total",
+		Help: "Processes the audit killed for holding more than their session's quota on the GPU.",
+	}, []string{"gpu", "uuid"})
+	m.auditPasses = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "gpuslice_audit_passes_total",
+		Help: "Audit passes, by result (ok, error).",
+	}, []string{"result"})
+	m.auditDuration = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name:    "gpuslice_audit_pass_duration_seconds",
+		Help:    "Time one audit pass takes (read, decide, act).",
+		Buckets: []float64{1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 1e-2, 2.5e-2, 5e-2, 0.1, 0.5},
+	})
+	for _, g := range gpus {
+		m.auditOverruns.WithLabelValues(strconv.Itoa(g.Index), g.UUID)
+		m.auditKills.WithLabelValues(strconv.Itoa(g.Index), g.UUID)
+	}
+	m.auditPasses.WithLabelValues("ok")
+	m.auditPasses.WithLabelValues("error")
 	for _, t := range []ipc.Type{ipc.TypePing, ipc.TypeAttach, ipc.TypeDetach, ipc.TypeStatus, ipc.TypeView} {
 		m.ipcObservers[t] = m.ipcDuration.WithLabelValues(t.String())
 	}
@@ -73,6 +101,7 @@ func New(gpus []gpu.GPU) *Metrics {
 	})
 	buildInfo.Set(1)
 	m.Registry.MustRegister(m.reclaims, m.reclaimedBytes, m.refusals, m.created, m.released, m.ipcDuration, buildInfo,
+		m.auditOverruns, m.auditKills, m.auditPasses, m.auditDuration,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -89,6 +118,27 @@ func (m *Metrics) Events() session.Events {
 		AdmissionRefuse: m.refusals.Inc,
 		Created:         m.created.Inc,
 		Released:        func(r string) { m.released.WithLabelValues(r).Inc() },
+	}
+}
+
+// AuditOverrun counts one audited overrun on inventory GPU i and the
+// processes killed for it.
+func (m *Metrics) AuditOverrun(i, killed int) {
+	if i < 0 || i >= len(m.gpus) {
+		return
+	}
+	l := []string{strconv.Itoa(i), m.gpus[i].UUID}
+	m.auditOverruns.WithLabelValues(l...).Inc()
+	m.auditKills.WithLabelValues(l...).Add(float64(killed))
+}
+
+// AuditPass records one audit pass.
+func (m *Metrics) AuditPass(d time.Duration, err error) {
+	m.auditDuration.Observe(d.Seconds())
+	if err != nil {
+		m.auditPasses.WithLabelValues("error").Inc()
+	} else {
+		m.auditPasses.WithLabelValues("ok").Inc()
 	}
 }
 

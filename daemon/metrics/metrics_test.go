@@ -2,6 +2,7 @@ package metrics
 
 import (
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -49,7 +50,12 @@ func TestLintAndValues(t *testing.T) {
 	if _, _, err := mgr.Create(api.SessionRequest{ID: "j2", UID: 0, QuotaBytes: 80 << 30, GPUs: []string{"1"}}); err == nil {
 		t.Fatal("admission let 80GiB onto a 40GiB GPU")
 	}
-	a, err := mgr.Attach("j1", 0, uint32(os.Getpid()))
+	child := exec.Command("sleep", "3600")
+	if err := child.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { child.Process.Kill(); child.Wait() })
+	a, err := mgr.Attach("j1", 0, uint32(child.Process.Pid))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -102,18 +108,18 @@ gpuslice_admission_refusals_total 1
 	if err := testutil.GatherAndCompare(m.Registry, strings.NewReader(want), names...); err != nil {
 		t.Fatal(err)
 	}
-	// Detach reclaims the held bytes; denials stay counted after release.
-	if err := mgr.Detach("j1", a.Slot, uint32(os.Getpid())); err != nil {
-		t.Fatal(err)
-	}
+	// The process's death reclaims the held bytes; denials stay counted
+	// after release.
+	child.Process.Kill()
+	child.Wait()
+	mgr.Sweep()
 	if _, err := mgr.Delete("j1"); err != nil {
 		t.Fatal(err)
 	}
 	if got := testutil.ToFloat64(m.reclaimedBytes.WithLabelValues("0", testGPUs[0].UUID)); got != 1<<30 {
 		t.Fatalf("reclaimed bytes %v", got)
 	}
-	if got := testutil.ToFloat64(m.reclaims); got != 0 {
-		// DETACH is not a death: it is not counted as a process reclaim.
+	if got := testutil.ToFloat64(m.reclaims); got != 1 {
 		t.Fatalf("reclaims %v", got)
 	}
 	if err := testutil.GatherAndCompare(m.Registry, strings.NewReader(`

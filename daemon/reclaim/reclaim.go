@@ -59,16 +59,80 @@ func parseStat(b []byte) (state byte, start uint64, err error) {
 }
 
 // Alive reports whether pid runs and is the process that had startTime.
-// A zombie has exited (its memory is gone) and counts as dead. Only a
-// missing /proc entry or a different start time prove a process gone: any
-// other error (EMFILE, ENOMEM, ...) answers "alive", so a transient failure
-// never reclaims a live process's bytes.
+// A process is dead only when all its threads are: a zombie thread-group
+// leader (its main thread called pthread_exit) whose other threads still
+// run is alive, and so is the memory it holds. A process whose threads
+// are all zombies has exited. Only a missing /proc entry or a different
+// start time prove a process gone: any other error (EMFILE, ENOMEM, ...)
+// answers "alive", so a transient failure never reclaims a live process.
 func Alive(pid uint32, startTime uint64) bool {
 	state, st, err := procStat(pid)
 	if err != nil {
 		return !errors.Is(err, fs.ErrNotExist) && !errors.Is(err, unix.ESRCH)
 	}
-	return st == startTime && state != 'Z' && state != 'X'
+	if st != startTime {
+		return false
+	}
+	if state != 'Z' && state != 'X' {
+		return true
+	}
+	return anyThreadRuns(pid)
+}
+
+// anyThreadRuns reports whether a thread of pid other than a zombie is
+// left. Unreadable task lists answer "yes" (see Alive).
+func anyThreadRuns(pid uint32) bool {
+	dir := "/proc/" + strconv.FormatUint(uint64(pid), 10) + "/task"
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return !errors.Is(err, fs.ErrNotExist) && !errors.Is(err, unix.ESRCH)
+	}
+	for _, e := range ents {
+		b, err := os.ReadFile(dir + "/" + e.Name() + "/stat")
+		if err != nil {
+			continue // that thread is gone
+		}
+		if state, _, err := parseStat(b); err == nil && state != 'Z' && state != 'X' {
+			return true
+		}
+	}
+	return false
+}
+
+// ImageToken identifies the program image pid runs: the addresses of its
+// argument and environment strings (/proc/<pid>/stat fields 48 and 50),
+// which exec places on a new, randomised stack and which a process cannot
+// move without CAP_SYS_RESOURCE. 0 when unreadable. Two attaches of one
+// process with the same token come from the same image.
+func ImageToken(pid uint32) uint64 {
+	var buf [1024]byte
+	f, err := os.Open("/proc/" + strconv.FormatUint(uint64(pid), 10) + "/stat")
+	if err != nil {
+		return 0
+	}
+	n, err := f.Read(buf[:])
+	f.Close()
+	if err != nil {
+		return 0
+	}
+	return parseImageToken(buf[:n])
+}
+
+func parseImageToken(b []byte) uint64 {
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return 0
+	}
+	fields := bytes.Fields(b[i+1:])
+	if len(fields) < 48 { // field 50 is fields[47]
+		return 0
+	}
+	argStart, err1 := strconv.ParseUint(string(fields[45]), 10, 64)
+	envStart, err2 := strconv.ParseUint(string(fields[47]), 10, 64)
+	if err1 != nil || err2 != nil {
+		return 0
+	}
+	return argStart ^ (envStart << 1) ^ (envStart >> 63)
 }
 
 // Key identifies a watched process to the exit callback.

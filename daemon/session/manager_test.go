@@ -2,9 +2,11 @@ package session
 
 import (
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync/atomic"
@@ -131,8 +133,9 @@ func TestTTLRunsFromLastProcess(t *testing.T) {
 	if _, _, err := f.m.Create(api.SessionRequest{ID: "job", QuotaBytes: 1 << 30}); err != nil {
 		t.Fatal(err)
 	}
-	// This test process is the job's live process.
-	pid := uint32(os.Getpid())
+	// A child is the job's live process.
+	child := startChild(t, "sleep", "3600")
+	pid := uint32(child.Process.Pid)
 	at, err := f.m.Attach("job", 0, pid)
 	if err != nil {
 		t.Fatal(err)
@@ -148,9 +151,9 @@ func TestTTLRunsFromLastProcess(t *testing.T) {
 		t.Fatalf("expires %v, want the TTL from now (%v)", s.Expires, now.Add(time.Hour))
 	}
 	// The process leaves: the session is idle, and goes one TTL later.
-	if err := f.m.Detach("job", at.Slot, pid); err != nil {
-		t.Fatal(err)
-	}
+	child.Process.Kill()
+	child.Wait()
+	f.m.Sweep()
 	f.advance(59 * time.Minute)
 	f.m.Sweep()
 	if _, err := f.m.Get("job"); err != nil {
@@ -240,8 +243,10 @@ func TestRestoreRecreatesCorruptLedgerAndKeepsPeak(t *testing.T) {
 	if v.GPUs[0].LimitBytes != 2<<30 || v.GPUs[0].UsedBytes != 0 || v.GPUs[0].PeakBytes != 1<<30 {
 		t.Fatalf("restored session %+v", v.GPUs[0])
 	}
+	// A stale file no process maps is removed (a live ledger without a
+	// record is left alone: tests/security).
 	if _, err := os.Stat(orphan); !errors.Is(err, os.ErrNotExist) {
-		t.Fatalf("orphan ledger file kept: %v", err)
+		t.Fatalf("stale ledger file kept: %v", err)
 	}
 	rep, err := f2.m.Delete("k")
 	if err != nil || rep.GPUs[0].PeakBytes != 1<<30 {
@@ -249,15 +254,38 @@ func TestRestoreRecreatesCorruptLedgerAndKeepsPeak(t *testing.T) {
 	}
 }
 
-// A second ATTACH from the same process (same pid and start time) is a new
-// program image after exec: what the old image held is given back and
-// counted as reclaimed, and the new image starts from an empty slot.
-func TestAttachAgainIsANewImage(t *testing.T) {
+// startChild starts a process the test kills at its end.
+func startChild(t *testing.T, name string, args ...string) *exec.Cmd {
+	t.Helper()
+	c := exec.Command(name, args...)
+	if err := c.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Process.Kill(); c.Wait() })
+	return c
+}
+
+// A second ATTACH from the same pid is a new program image only after an
+// exec: then what the old image held is given back and counted as
+// reclaimed, and the new image starts from an empty slot. The same image
+// attaching again keeps its slot and its charge (the memory is still
+// allocated).
+func TestAttachAgain(t *testing.T) {
 	f := newFixture(t, "")
 	if _, _, err := f.m.Create(api.SessionRequest{ID: "x", QuotaBytes: 1 << 30}); err != nil {
 		t.Fatal(err)
 	}
-	pid := uint32(os.Getpid())
+	// The child execs sleep when it reads a line.
+	child := exec.Command("bash", "-c", "read x; exec sleep 3600")
+	in, err := child.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := child.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { child.Process.Kill(); child.Wait() })
+	pid := uint32(child.Process.Pid)
 	a, err := f.m.Attach("x", 0, pid)
 	if err != nil {
 		t.Fatal(err)
@@ -271,13 +299,34 @@ func TestAttachAgainIsANewImage(t *testing.T) {
 	if err := l.Reserve(a.Slot, 0, 300<<20); err != nil {
 		t.Fatal(err)
 	}
+
 	b, err := f.m.Attach("x", 0, pid)
 	if err != nil {
 		t.Fatal(err)
 	}
 	b.Close()
-	if got := l.Slot(b.Slot); got.State != ledger.SlotAttached || got.PID != pid || got.Used[0] != 0 {
-		t.Errorf("slot after the second attach: %+v; want attached to %d with nothing charged", got, pid)
+	if got := l.Slot(b.Slot); b.Slot != a.Slot || got.PID != pid || got.Used[0] != 300<<20 || l.Used(0) != 300<<20 {
+		t.Fatalf("same image attached again: slot %d %+v, used %d; want slot %d still charged 300 MiB", b.Slot, got, l.Used(0), a.Slot)
+	}
+
+	in.Write([]byte("go\n"))
+	for i := 0; ; i++ {
+		exe, _ := os.Readlink(fmt.Sprintf("/proc/%d/exe", pid))
+		if strings.HasSuffix(exe, "/sleep") {
+			break
+		}
+		if i > 500 {
+			t.Fatalf("child did not exec sleep (exe %q)", exe)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	c, err := f.m.Attach("x", 0, pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Close()
+	if got := l.Slot(c.Slot); got.State != ledger.SlotAttached || got.PID != pid || got.Used[0] != 0 {
+		t.Errorf("slot after the attach of the new image: %+v; want attached to %d with nothing charged", got, pid)
 	}
 	if l.Used(0) != 0 || l.Reclaimed(0) != 300<<20 {
 		t.Errorf("used %d, reclaimed %d; want 0 and %d", l.Used(0), l.Reclaimed(0), 300<<20)

@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
+	"runtime/debug"
 	"time"
 
 	"github.com/gpuslice/gpuslice/internal/api"
@@ -41,14 +43,48 @@ type Store struct {
 	db *bolt.DB
 }
 
-// Open opens (creating if needed) the database at path.
-func Open(path string) (*Store, error) {
+// ErrCorrupt marks a database that exists but cannot be trusted: the
+// daemon refuses to start rather than take it for an empty one (which
+// would forget every running job's session).
+var ErrCorrupt = errors.New("session database is damaged")
+
+// Open opens (creating if needed) the database at path. An existing file
+// must be a whole, consistent database of this schema: a zero-byte,
+// truncated or garbled file is an error wrapping ErrCorrupt, and the file
+// is left as it is for the admin to inspect or move away.
+func Open(path string) (st *Store, err error) {
+	existed := false
+	if fi, err := os.Stat(path); err == nil {
+		existed = true
+		if fi.Size() == 0 {
+			return nil, fmt.Errorf("open %s: %w: the file is empty (move it away to start without sessions)", path, ErrCorrupt)
+		}
+	} else if !errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("open %s: %w", path, err)
+	}
+	// A truncated file makes bbolt read past its mapping: turn the fault
+	// into an error instead of a crash.
+	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
+	defer func() {
+		if r := recover(); r != nil {
+			st, err = nil, fmt.Errorf("open %s: %w: %v (move it away to start without sessions)", path, ErrCorrupt, r)
+		}
+	}()
 	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: 2 * time.Second})
 	if err != nil {
 		if errors.Is(err, bolt.ErrTimeout) {
 			return nil, fmt.Errorf("open %s: locked by another process (is another gpusliced running?)", path)
 		}
+		if existed {
+			return nil, fmt.Errorf("open %s: %w: %w (move it away to start without sessions)", path, ErrCorrupt, err)
+		}
 		return nil, fmt.Errorf("open %s: %w", path, err)
+	}
+	if existed {
+		if err := check(db); err != nil {
+			db.Close()
+			return nil, fmt.Errorf("open %s: %w: %w (move it away to start without sessions)", path, ErrCorrupt, err)
+		}
 	}
 	err = db.Update(func(tx *bolt.Tx) error {
 		meta, err := tx.CreateBucketIfNotExists(bucketMeta)
@@ -72,6 +108,30 @@ func Open(path string) (*Store, error) {
 		return nil, fmt.Errorf("open %s: %w", path, err)
 	}
 	return &Store{db: db}, nil
+}
+
+// check verifies an existing database: bbolt's page consistency check, the
+// schema mark, and that every session record decodes.
+func check(db *bolt.DB) error {
+	return db.View(func(tx *bolt.Tx) error {
+		for err := range tx.Check() {
+			return err
+		}
+		meta := tx.Bucket(bucketMeta)
+		if meta == nil || meta.Get(keySchema) == nil {
+			return errors.New("no schema mark: not a gpusliced database")
+		}
+		if tx.Bucket(bucketSessions) == nil || tx.Bucket(bucketHistory) == nil {
+			return errors.New("a bucket is missing")
+		}
+		return tx.Bucket(bucketSessions).ForEach(func(k, v []byte) error {
+			var r Record
+			if err := json.Unmarshal(v, &r); err != nil {
+				return fmt.Errorf("session %q: %w", k, err)
+			}
+			return nil
+		})
+	})
 }
 
 // Close closes the database.

@@ -1,8 +1,12 @@
 package store
 
 import (
+	"bytes"
 	"errors"
+	"fmt"
+	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -78,5 +82,72 @@ func TestSchemaVersionAndLock(t *testing.T) {
 	s.Close()
 	if _, err := Open(path); err == nil {
 		t.Fatal("Open accepted schema version 99")
+	}
+}
+
+// A damaged database is refused, never taken for an empty one (which would
+// forget the sessions of running jobs), and the file is left untouched.
+func TestOpenRefusesDamagedDatabase(t *testing.T) {
+	good := filepath.Join(t.TempDir(), "good.db")
+	st, err := Open(good)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 50; i++ {
+		if err := st.PutSession(Record{ID: fmt.Sprintf("job%d", i), UID: 1000, GPUs: []string{"GPU-a"},
+			Limits: map[string]uint64{"GPU-a": 1 << 30}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	st.Close()
+	whole, err := os.ReadFile(good)
+	if err != nil {
+		t.Fatal(err)
+	}
+	garble := func(b []byte) []byte {
+		out := append([]byte(nil), b...)
+		for i := 4096; i < len(out); i += 7 {
+			out[i] ^= 0x5a
+		}
+		return out
+	}
+	tests := []struct {
+		name string
+		data []byte
+	}{
+		{"zero bytes", nil},
+		{"truncated to one page", whole[:4096]},
+		{"truncated to half", whole[:len(whole)/2]},
+		{"garbled pages", garble(whole)},
+		{"not a database", []byte("this is not a bbolt file\n")},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			p := filepath.Join(t.TempDir(), "gpusliced.db")
+			if err := os.WriteFile(p, tc.data, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			st, err := Open(p)
+			if err == nil {
+				recs, _ := st.Sessions()
+				st.Close()
+				t.Fatalf("damaged database opened (%d sessions seen)", len(recs))
+			}
+			if !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), p) {
+				t.Fatalf("error %q: want ErrCorrupt naming %s", err, p)
+			}
+			after, _ := os.ReadFile(p)
+			if !bytes.Equal(after, tc.data) {
+				t.Fatal("the damaged file was changed")
+			}
+		})
+	}
+	st, err = Open(good)
+	if err != nil {
+		t.Fatalf("intact database refused: %v", err)
+	}
+	defer st.Close()
+	if recs, err := st.Sessions(); err != nil || len(recs) != 50 {
+		t.Fatalf("intact database: %d sessions, %v", len(recs), err)
 	}
 }

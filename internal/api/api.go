@@ -127,6 +127,9 @@ type ReportGPU struct {
 	FinalUsedBytes uint64 `json:"final_used_bytes"`
 	Denied         uint64 `json:"denied"`
 	ReclaimedBytes uint64 `json:"reclaimed_bytes"`
+	// AuditPeakBytes is the most the driver reported the job holding on
+	// the GPU (the audit's figure, which the job cannot write).
+	AuditPeakBytes uint64 `json:"audit_peak_bytes"`
 }
 
 // Report describes a released session (DELETE, history).
@@ -137,6 +140,11 @@ type Report struct {
 	Released time.Time   `json:"released"`
 	Reason   string      `json:"reason,omitempty"` // "deleted", "ttl"
 	GPUs     []ReportGPU `json:"gpus"`
+	// Audit lists the overruns the audit found (driver figures above the
+	// quota) and what was done about them.
+	Audit []string `json:"audit,omitempty"`
+	// AuditKilled counts the job's processes the audit killed.
+	AuditKilled int `json:"audit_killed,omitempty"`
 }
 
 // GPU is one GPU of the node's inventory.

@@ -166,8 +166,8 @@ func (a *Attachment) Close() {
 
 // Attach registers the calling process in session's ledger.
 func (c *Conn) Attach(session, token string) (*Attachment, error) {
-	if len(session) < 1 || len(session) > MaxSession || len(token) > MaxToken {
-		return nil, errors.New("attach: session must be 1..63 bytes and token ≤ 256 bytes")
+	if len(session) > MaxSession || len(token) > MaxToken {
+		return nil, errors.New("attach: session must be 0..63 bytes (empty: the daemon decides) and token ≤ 256 bytes")
 	}
 	resp, files, err := c.roundTrip(Request{Type: TypeAttach, Session: []byte(session), Token: []byte(token)})
 	if err != nil {
@@ -184,7 +184,8 @@ func (c *Conn) Attach(session, token string) (*Attachment, error) {
 		Limits: files[0], Counters: files[1]}, nil
 }
 
-// Detach frees the caller's slot.
+// Detach tells the daemon the caller is done with its slot (the slot and
+// its charge stay until the process exits).
 func (c *Conn) Detach(slot uint32) error {
 	resp, files, err := c.roundTrip(Request{Type: TypeDetach, Slot: slot})
 	if err != nil {

@@ -61,6 +61,9 @@ const (
 	CodeNoSlot       = 5
 	CodeInternal     = 6
 	CodeVersion      = 7
+	// CodeNoSession: the process belongs to no session (it runs in no
+	// Slurm job with a quota, and named none); it runs unmanaged.
+	CodeNoSession = 9
 )
 
 // Errors.
@@ -212,7 +215,8 @@ func ParseRequest(t Type, p []byte) (Request, error) {
 		r.Ping = p
 		return r, nil
 	case TypeAttach:
-		r.Session = d.str("session", 1, MaxSession)
+		// Empty: the daemon decides the session from the peer's pid.
+		r.Session = d.str("session", 0, MaxSession)
 		r.Token = d.str("token", 0, MaxToken)
 	case TypeDetach:
 		r.Slot = d.u32()

@@ -100,7 +100,7 @@ func TestMalformed(t *testing.T) {
 		{"short header", header(Magic, 1, 1, 0)[:7], io.ErrUnexpectedEOF},
 		{"truncated payload", append(header(Magic, 1, 1, 10), 1, 2, 3), io.ErrUnexpectedEOF},
 		{"ping too long", append(header(Magic, 1, 1, 65), make([]byte, 65)...), ErrMalformed},
-		{"attach empty session", append(header(Magic, 1, 3, 4), append(str(""), str("")...)...), ErrMalformed},
+		{"status empty session", append(header(Magic, 1, 7, 2), str("")...), ErrMalformed},
 		{"attach session 64", append(header(Magic, 1, 3, 68), append(str(strings.Repeat("a", 64)), str("")...)...), ErrMalformed},
 		{"attach no token", append(header(Magic, 1, 3, 3), str("a")...), ErrMalformed},
 		{"attach trailing", append(header(Magic, 1, 3, 6), append(append(str("a"), str("")...), 0)...), ErrMalformed},

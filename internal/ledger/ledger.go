@@ -52,8 +52,10 @@ func Paths(dir, id string) (limits, counters string) {
 	return filepath.Join(dir, id+".limits"), filepath.Join(dir, id+".counters")
 }
 
-// Create writes a fresh ledger for session id into dir (files mode 0600,
-// written under temporary names and renamed into place) and maps it.
+// Create makes a fresh ledger for session id: two sealed memfds (their size
+// can never change, so no holder of an fd can make a mapping fault or
+// fill a filesystem), mapped, with root-only links <dir>/<id>.limits and
+// .counters to them for inspection (docs/ledger.md).
 func Create(dir, id string, gpus []GPU, nslots int) (*Ledger, error) {
 	if len(gpus) == 0 || len(gpus) > MaxGPUs {
 		return nil, fmt.Errorf("ledger %s: %d GPUs (want 1..%d)", id, len(gpus), MaxGPUs)
@@ -85,42 +87,25 @@ func Create(dir, id string, gpus []GPU, nslots int) (*Ledger, error) {
 	le.PutUint32(ctr[CtrOffVersion:], Version)
 	le.PutUint32(ctr[CtrOffNGPUs:], uint32(len(gpus)))
 	le.PutUint32(ctr[CtrOffNSlots:], uint32(nslots))
-	if err := writeFileAtomic(limPath, lim); err != nil {
-		return nil, err
-	}
-	if err := writeFileAtomic(ctrPath, ctr); err != nil {
-		os.Remove(limPath)
-		return nil, err
-	}
-	l, err := Open(dir, id)
+	limF, err := newSealed(memfdName(dir, id, "limits"), lim)
 	if err != nil {
-		os.Remove(limPath)
-		os.Remove(ctrPath)
+		return nil, err
+	}
+	defer limF.Close()
+	ctrF, err := newSealed(memfdName(dir, id, "counters"), ctr)
+	if err != nil {
+		return nil, err
+	}
+	l, err := fromFiles(id, limF, ctrF)
+	if err != nil {
+		ctrF.Close()
+		return nil, err
+	}
+	if err := l.link(limPath, ctrPath); err != nil {
+		l.Close()
 		return nil, err
 	}
 	return l, nil
-}
-
-func writeFileAtomic(path string, data []byte) error {
-	tmp := path + ".tmp"
-	f, err := os.OpenFile(tmp, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o600)
-	if err != nil {
-		return fmt.Errorf("create ledger file: %w", err)
-	}
-	if _, err := f.Write(data); err != nil {
-		f.Close()
-		os.Remove(tmp)
-		return fmt.Errorf("write %s: %w", tmp, err)
-	}
-	if err := f.Close(); err != nil {
-		os.Remove(tmp)
-		return fmt.Errorf("close %s: %w", tmp, err)
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		os.Remove(tmp)
-		return fmt.Errorf("rename ledger file: %w", err)
-	}
-	return nil
 }
 
 // Open maps an existing ledger of session id in dir for the daemon
@@ -148,7 +133,17 @@ func Open(dir, id string) (*Ledger, error) {
 		return nil, fmt.Errorf("ledger %s: %w", id, err)
 	}
 	l.limFile, l.ctrFile = limRO, ctrF
-	l.limPath, l.ctrPath = limPath, ctrPath
+	l.limPath, l.ctrPath = "", "" // the daemon's links: not this caller's to remove
+	l.initInUse()
+	if got := l.Session(); got != id {
+		l.Close()
+		return nil, fmt.Errorf("ledger %s: %w: names session %q", id, ErrInvalid, got)
+	}
+	return l, nil
+}
+
+// initInUse records the slots in use (daemon side).
+func (l *Ledger) initInUse() {
 	l.inUse = make([]bool, l.nslots)
 	for i := 0; i < l.nslots; i++ {
 		if st, _ := l.SlotState(i); st != SlotFree {
@@ -159,11 +154,6 @@ func Open(dir, id string) (*Ledger, error) {
 	// Drop the slot pages from this mapping (they stay in the file): only
 	// slots in use are touched from now on.
 	unix.Madvise(l.ctr[CountersHdrSize:], unix.MADV_DONTNEED)
-	if got := l.Session(); got != id {
-		l.Close()
-		return nil, fmt.Errorf("ledger %s: %w: names session %q", id, ErrInvalid, got)
-	}
-	return l, nil
 }
 
 // Map maps ledger files received over IPC, as a client does: limits
@@ -239,7 +229,8 @@ func (l *Ledger) Close() error {
 	return errors.Join(errs...)
 }
 
-// Remove closes the ledger and deletes its files.
+// Remove closes the ledger and deletes its links (the memfds go with the
+// last process that maps them).
 func (l *Ledger) Remove() error {
 	err := l.Close()
 	if l.limPath != "" {

@@ -98,11 +98,16 @@ func TestOpenRejectsCorrupt(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	l.Close()
+	defer l.Close()
 	limPath, _ := Paths(dir, "s")
-	if err := os.WriteFile(limPath, make([]byte, LimitsSize), 0o600); err != nil {
+	f, err := os.OpenFile(limPath, os.O_RDWR, 0)
+	if err != nil {
 		t.Fatal(err)
 	}
+	if _, err := f.WriteAt(make([]byte, 64), 0); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
 	if _, err := Open(dir, "s"); !errors.Is(err, ErrInvalid) {
 		t.Fatalf("Open(corrupt) = %v, want ErrInvalid", err)
 	}
@@ -230,5 +235,38 @@ func TestSlotStripesSum(t *testing.T) {
 	k, _, _ := d.Claim(300, 9, 3)
 	if k != j || d.Slot(k).Used[0] != 0 {
 		t.Fatalf("re-claimed slot %d holds %d", k, d.Slot(k).Used[0])
+	}
+}
+
+// The fds a client receives cannot change their file's size (a shrunk
+// file faults every mapping of it; a grown one fills memory), and the
+// read-only limits fd cannot be reopened for writing.
+func TestLedgerFilesSealed(t *testing.T) {
+	l, err := Create(t.TempDir(), "sealed", testGPUs(), 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	lim, ctr := l.Files()
+	size := int64(CountersSize(4))
+	if err := unix.Ftruncate(int(ctr.Fd()), 0); err == nil {
+		t.Error("ftruncate(counters, 0) succeeded")
+	}
+	if err := unix.Ftruncate(int(ctr.Fd()), size*2); err == nil {
+		t.Error("ftruncate(counters) to grow it succeeded")
+	}
+	if err := unix.Fallocate(int(ctr.Fd()), 0, 0, 1<<30); err == nil {
+		t.Error("fallocate(counters, 1 GiB) succeeded")
+	}
+	var st unix.Stat_t
+	unix.Fstat(int(ctr.Fd()), &st)
+	if st.Size != size {
+		t.Errorf("counters size %d, want %d", st.Size, size)
+	}
+	if st.Mode&0o077 != 0 {
+		t.Errorf("counters mode %o: others may reopen it", st.Mode&0o777)
+	}
+	if _, err := Map(lim, ctr); err != nil {
+		t.Fatalf("the sealed ledger does not map: %v", err)
 	}
 }

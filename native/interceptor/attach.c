@@ -1,6 +1,11 @@
 /*
- * Attach: at the first hooked call, read GPUSLICE_SESSION; when set, ask
- * gpusliced for the session's ledger (docs/protocol.md: ATTACH ->
+ * Attach: at the first hooked call, ask gpusliced for the ledger of this
+ * process's session. gpusliced decides the session from the process's pid
+ * (its Slurm job) and uses GPUSLICE_SESSION only outside Slurm; with no
+ * GPUSLICE_SESSION the request names none. A process that belongs to no
+ * session (answer "no session"), or on a node without gpusliced (no
+ * socket), runs unmanaged: the library is inert. Otherwise the reply is
+ * the session's ledger (docs/protocol.md: ATTACH ->
  * ATTACH_OK + [limits fd O_RDONLY, counters fd O_RDWR] over SCM_RIGHTS),
  * check everything, map it and publish GS_ST_ACTIVE. Every malformed,
  * short or oversized reply is an attach failure: the process then fails
@@ -43,7 +48,7 @@ uint64_t *gs_stripe_slow(void)
 }
 
 static pthread_mutex_t init_mu = PTHREAD_MUTEX_INITIALIZER;
-static int session_cfg = -1; /* -1 unknown, 0 no session, 1 session set */
+static int session_cfg = -1; /* -1 unknown, 0 inert, 1 session named, 2 none named: ask */
 static char sock_path[sizeof(((struct sockaddr_un *)0)->sun_path)];
 static char token[GS_MAX_TOKEN + 1];
 static char session_env[GS_SESSION_LEN + 64];
@@ -67,12 +72,9 @@ static void read_env(void)
 	const char *d = getenv("GPUSLICE_DEBUG");
 	gs_debug_on = d != NULL && d[0] != '\0' && strcmp(d, "0") != 0;
 	env_error = 0;
-	if (s == NULL || s[0] == '\0') {
-		__atomic_store_n(&session_cfg, 0, __ATOMIC_RELEASE);
-		return;
-	}
-	snprintf(session_env, sizeof(session_env), "%s", s);
-	if (strlen(s) >= GS_SESSION_LEN) {
+	int named = s != NULL && s[0] != '\0';
+	snprintf(session_env, sizeof(session_env), "%s", named ? s : "");
+	if (named && strlen(s) >= GS_SESSION_LEN) {
 		env_error = 1;
 		snprintf(env_reason, sizeof(env_reason), "session name longer than %d bytes",
 			 GS_SESSION_LEN - 1);
@@ -99,19 +101,25 @@ static void read_env(void)
 			snprintf(token, sizeof(token), "%s", t);
 		}
 	}
-	__atomic_store_n(&session_cfg, 1, __ATOMIC_RELEASE);
+	__atomic_store_n(&session_cfg, named ? 1 : 2, __ATOMIC_RELEASE);
 }
 
+/* 1 when this process is managed: a session is named, or gpusliced
+ * (asked at the first lookup of a CUDA or NVML name) put it in one, since
+ * gpusliced decides the session from the pid. An inert process gets the
+ * real definitions from dlsym and cuGetProcAddress. */
 int gs_session_configured(void)
 {
 	int c = __atomic_load_n(&session_cfg, __ATOMIC_ACQUIRE);
-	if (c >= 0)
-		return c;
-	pthread_mutex_lock(&init_mu);
-	if (session_cfg < 0)
-		read_env();
-	c = session_cfg;
-	pthread_mutex_unlock(&init_mu);
+	if (c < 0) {
+		pthread_mutex_lock(&init_mu);
+		if (session_cfg < 0)
+			read_env();
+		c = session_cfg;
+		pthread_mutex_unlock(&init_mu);
+	}
+	if (c == 2)
+		return gs_state() != GS_ST_INERT;
 	return c;
 }
 
@@ -145,9 +153,10 @@ static int map_ledger(const struct gs_attach_reply *rep, struct gs_attach_err *e
 		gs_attach_fail(err, 0, "limits file names %u GPUs, reply %u", l->ngpus, rep->ngpus);
 		goto bad;
 	}
-	if (strnlen(l->session, GS_SESSION_LEN) == GS_SESSION_LEN ||
-	    strcmp(l->session, session_env) != 0) {
-		gs_attach_fail(err, 0, "limits file belongs to another session");
+	/* The session is the daemon's choice (the process's Slurm job), which
+	 * may differ from the one the environment names. */
+	if (strnlen(l->session, GS_SESSION_LEN) == GS_SESSION_LEN || l->session[0] == '\0') {
+		gs_attach_fail(err, 0, "limits file names no session");
 		goto bad;
 	}
 	if (fstat(rep->ctrfd, &st) < 0 || !S_ISREG(st.st_mode) ||
@@ -218,6 +227,14 @@ static void report_failure(const struct gs_attach_err *err)
 	       sock_path, err->msg);
 }
 
+/* A process that named no session runs unmanaged when gpusliced says it
+ * belongs to none, or when no gpusliced answers on this node (no socket,
+ * or nobody listening: the audit is the backstop while it restarts). */
+static int unmanaged(const struct gs_attach_err *err)
+{
+	return err->code == GS_IPC_CODE_NO_SESSION || err->conn_errno != 0;
+}
+
 /* ---- fork ---- */
 
 static void atfork_prepare(void) { pthread_mutex_lock(&init_mu); }
@@ -271,6 +288,10 @@ int gs_init_slow(void)
 				 session_env, sock_path, gs.slot_index, gs.ngpus,
 				 (long long)(mono_ns() - t0) / 1000, tries, tries == 1 ? "y" : "ies");
 			break;
+		}
+		if (session_cfg == 2 && unmanaged(&err)) {
+			s = GS_ST_INERT; /* says nothing: most processes are in no job */
+			goto publish;
 		}
 		gs_debug("attach attempt %d failed: %s", tries, err.msg);
 		if (!err.retry || mono_ns() + GS_RETRY_SLEEP_NS > deadline) {

@@ -150,6 +150,7 @@ static const char *code_name(uint32_t code)
 	case 5: return "no free slot";
 	case 6: return "internal error";
 	case 7: return "unsupported version";
+	case 8: return "no session";
 	default: return "error";
 	}
 }
@@ -171,7 +172,10 @@ int gs_ipc_attach(const char *sock_path, const char *session, const char *token,
 	setsockopt(s, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
 	struct sockaddr_un a = {.sun_family = AF_UNIX};
 	memcpy(a.sun_path, sock_path, strlen(sock_path) + 1);
+	err->code = 0;
+	err->conn_errno = 0;
 	if (connect(s, (struct sockaddr *)&a, sizeof(a)) < 0) {
+		err->conn_errno = errno;
 		gs_attach_fail(err, 1, "connect: %s", strerror(errno));
 		goto out;
 	}
@@ -226,6 +230,7 @@ int gs_ipc_attach(const char *sock_path, const char *session, const char *token,
 			msg[i] = (c >= 0x20 && c < 0x7f) ? (char)c : '?';
 		}
 		msg[mlen] = '\0';
+		err->code = (int)code;
 		gs_attach_fail(err, code == 5 || code == 6, "%s: %s", code_name(code), msg);
 		goto out;
 	}

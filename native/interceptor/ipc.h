@@ -9,7 +9,12 @@
 struct gs_attach_err {
 	char msg[256];
 	int retry; /* worth trying again (daemon restarting, busy) */
+	int code;  /* the daemon's error code (0: none, e.g. no answer) */
+	int conn_errno; /* connect(2) failed with this (0: connected) */
 };
+
+/* Error code: the process belongs to no session (docs/protocol.md). */
+#define GS_IPC_CODE_NO_SESSION 9
 
 struct gs_attach_reply {
 	uint32_t slot;

@@ -225,11 +225,6 @@ func TestMalformedReplies(t *testing.T) {
 		{"slot out of range", sendWith(attachOK(9, 1), goodFiles), "slot 9 out of range"},
 		{"gpu count mismatch", sendWith(attachOK(0, 2), goodFiles), "names 1 GPUs, reply 2"},
 		{"too many gpus", sendWith(attachOK(0, 17), goodFiles), "17 GPUs"},
-		{"another session's ledger", sendWith(attachOK(0, 1), func() []*os.File {
-			l := newLedger(t, "other", uuid, 1<<30, 4)
-			lim, ctr := l.Files()
-			return []*os.File{lim, ctr}
-		}), "another session"},
 		{"closes without answering", func(c *net.UnixConn) {}, "connection closed"},
 		{"never answers", func(c *net.UnixConn) { io.Copy(io.Discard, c) }, "no reply"},
 	}

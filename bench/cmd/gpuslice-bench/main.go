@@ -49,6 +49,8 @@ type options struct {
 	creates  int
 	sessions int
 	kills    int
+	audits   int
+	auditN   int
 }
 
 func run() int {
@@ -62,6 +64,8 @@ func run() int {
 	flag.IntVar(&o.creates, "creates", 200, "session creations timed")
 	flag.IntVar(&o.sessions, "sessions", 1000, "sessions for the RSS figure")
 	flag.IntVar(&o.kills, "kills", 20, "kill -9 reclaims timed")
+	flag.IntVar(&o.audits, "audits", 10, "audited overruns timed (overrun -> process killed)")
+	flag.IntVar(&o.auditN, "audit-procs", 200, "processes holding memory for the audit CPU figure")
 	flag.Parse()
 	build, err := filepath.Abs(o.build)
 	if err != nil {
@@ -144,6 +148,10 @@ var targets = []struct {
 	{"session_create_p50_ms", "session create -> ready (admin API) p50", true, 25, "ms"},
 	{"reclaim_after_kill_p50_ms", "kill -9 of a process holding 256 MiB -> ledger back to 0, p50", true, 1000, "ms"},
 	{"daemon_rss_mib_1000x4", "gpusliced RSS, 1000 sessions x 4 GPUs", true, 40, "MiB"},
+	{"audit_overrun_to_kill_p50_ms", "audit: overrun (quota lowered) -> process killed, p50", true, 1000, "ms"},
+	{"audit_overrun_to_kill_max_ms", "audit: overrun -> process killed, max", true, 1000, "ms"},
+	{"audit_cpu_pct_per_1000_procs", "daemon CPU with the audit, scaled to 1,000 processes (fakecuda NVML)", true, 1, "% core"},
+	{"audit_decide_us_per_1000_procs", "audit pass without the NVML read, 1,000 processes", true, 2500, "µs"},
 }
 
 func (r *results) print(w *os.File) {
@@ -316,6 +324,18 @@ func measure(o options, r *results) error {
 		r.set("reclaim_after_kill_p50_ms", p50)
 		r.set("reclaim_after_kill_max_ms", max)
 	}
+	if p50, max, err := auditActionBench(o, d, o.audits); err != nil {
+		r.fail("audit_overrun_to_kill_p50_ms", err)
+	} else {
+		r.set("audit_overrun_to_kill_p50_ms", p50)
+		r.set("audit_overrun_to_kill_max_ms", max)
+	}
+	if pct, err := auditCPUBench(o, d, o.auditN, 10*time.Second); err != nil {
+		r.fail("audit_cpu_pct_per_1000_procs", err)
+	} else {
+		r.set("audit_cpu_pct_per_1000_procs", pct)
+	}
+	r.set("audit_decide_us_per_1000_procs", auditDecideBench())
 	if rss, err := rssBench(o); err != nil {
 		r.fail("daemon_rss_mib_1000x4", err)
 	} else {

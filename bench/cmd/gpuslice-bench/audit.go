@@ -1,0 +1,194 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	"github.com/gpuslice/gpuslice/daemon/audit"
+	"github.com/gpuslice/gpuslice/internal/client"
+	"github.com/gpuslice/gpuslice/internal/ledger"
+)
+
+// jobEnv is the environment of a process of session id with the
+// interceptor preloaded.
+func (d *daemon) jobEnv(o options, id string) []string {
+	return append(baseEnv(), "FAKECUDA_DEVICES="+d.devices, "FAKECUDA_STATE="+d.state,
+		"LD_PRELOAD="+filepath.Join(o.build, "lib", "libgpuslice.so"),
+		"LD_LIBRARY_PATH="+filepath.Join(o.build, "lib"),
+		"GPUSLICE_SESSION="+id, "GPUSLICE_IPC_SOCK="+d.ipcSock)
+}
+
+// holder starts target_app holding count x step in session id.
+func holder(o options, env []string, step string, count int) (*exec.Cmd, error) {
+	cmd := exec.Command(filepath.Join(o.build, "examples", "target_app"), "--api", "driver",
+		"--step", step, "--count", strconv.Itoa(count), "--hold", "600")
+	cmd.Env = env
+	return cmd, cmd.Start()
+}
+
+// auditActionBench times an overrun to the audit's action: a process holds
+// 512 MiB within a 1 GiB quota; the quota is lowered to 256 MiB (the
+// overrun starts); the time until the process has been killed is one
+// sample. The daemon runs the default audit_interval.
+func auditActionBench(o options, d *daemon, n int) (p50, max float64, err error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	lat := make([]float64, 0, n)
+	for i := 0; i < n; i++ {
+		id := fmt.Sprintf("bench-audit-%d", i)
+		if _, err := d.cl.CreateSession(ctx, client.SessionRequest{ID: id, UID: uint32(os.Getuid()), QuotaBytes: 1 << 30}); err != nil {
+			return 0, 0, err
+		}
+		l, err := ledger.Open(filepath.Join(d.dir, "run", "ledgers"), id)
+		if err != nil {
+			return 0, 0, err
+		}
+		cmd, err := holder(o, d.jobEnv(o, id), "64MiB", 8)
+		if err != nil {
+			l.Close()
+			return 0, 0, err
+		}
+		done := make(chan struct{})
+		go func() { cmd.Wait(); close(done) }()
+		for start := time.Now(); l.Used(0) < 512<<20; time.Sleep(time.Millisecond) {
+			if time.Since(start) > 30*time.Second {
+				cmd.Process.Kill()
+				<-done
+				l.Close()
+				return 0, 0, fmt.Errorf("target_app did not charge 512 MiB (used %d)", l.Used(0))
+			}
+		}
+		l.Close()
+		q := uint64(256 << 20)
+		t0 := time.Now()
+		if _, err := d.cl.PatchSession(ctx, id, client.PatchRequest{QuotaBytes: &q}); err != nil {
+			cmd.Process.Kill()
+			<-done
+			return 0, 0, err
+		}
+		select {
+		case <-done:
+		case <-time.After(30 * time.Second):
+			cmd.Process.Kill()
+			<-done
+			return 0, 0, fmt.Errorf("the audit did not act within 30 s")
+		}
+		el := float64(time.Since(t0).Nanoseconds()) / 1e6
+		lat = append(lat, el)
+		if el > max {
+			max = el
+		}
+		waitDelete(ctx, d, id)
+	}
+	return percentile(lat, 50), max, nil
+}
+
+// waitDelete deletes session id once its processes are gone.
+func waitDelete(ctx context.Context, d *daemon, id string) {
+	for start := time.Now(); time.Since(start) < 10*time.Second; time.Sleep(10 * time.Millisecond) {
+		if _, err := d.cl.DeleteSession(ctx, id); err == nil {
+			return
+		}
+	}
+}
+
+// auditCPUBench measures the daemon's CPU time per second with procs
+// processes holding GPU memory (each is listed by NVML and mapped to its
+// session by every pass), over window, and scales it to 1,000 processes:
+// percent of one core. Idle work of the daemon (sweep, pidfds) is included,
+// so the figure is an upper bound of the audit's own cost.
+func auditCPUBench(o options, d *daemon, procs int, window time.Duration) (pct float64, err error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	const id = "bench-audit-cpu"
+	if _, err := d.cl.CreateSession(ctx, client.SessionRequest{ID: id, UID: uint32(os.Getuid()), QuotaBytes: 64 << 30}); err != nil {
+		return 0, err
+	}
+	var cmds []*exec.Cmd
+	defer func() {
+		for _, c := range cmds {
+			c.Process.Kill()
+			c.Wait()
+		}
+		waitDelete(ctx, d, id)
+	}()
+	env := d.jobEnv(o, id)
+	for i := 0; i < procs; i++ {
+		c, err := holder(o, env, "1MiB", 1)
+		if err != nil {
+			return 0, err
+		}
+		cmds = append(cmds, c)
+	}
+	// Wait until every process is attached and holds its memory.
+	for start := time.Now(); ; time.Sleep(50 * time.Millisecond) {
+		s, err := d.cl.GetSession(ctx, id)
+		if err == nil && len(s.Processes) == procs && s.GPUs[0].UsedBytes >= uint64(procs)<<20 {
+			break
+		}
+		if time.Since(start) > 2*time.Minute {
+			return 0, fmt.Errorf("%d processes did not all attach", procs)
+		}
+	}
+	c0, err := cpuSeconds(d.cmd.Process.Pid)
+	if err != nil {
+		return 0, err
+	}
+	t0 := time.Now()
+	time.Sleep(window)
+	c1, err := cpuSeconds(d.cmd.Process.Pid)
+	if err != nil {
+		return 0, err
+	}
+	perSec := (c1 - c0) / time.Since(t0).Seconds()
+	return perSec * 1000 / float64(procs) * 100, nil
+}
+
+// cpuSeconds is the user+system CPU time of pid.
+func cpuSeconds(pid int) (float64, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, err
+	}
+	i := bytes.LastIndexByte(b, ')')
+	f := bytes.Fields(b[i+1:])
+	ut, _ := strconv.ParseFloat(string(f[11]), 64)
+	st, _ := strconv.ParseFloat(string(f[12]), 64)
+	return (ut + st) / 100, nil // USER_HZ
+}
+
+// auditDecideBench times the daemon's own share of one audit pass for
+// 1,000 processes in 100 sessions (two reads combined, attributed,
+// decided, summed), without the NVML read: microseconds per pass.
+func auditDecideBench() float64 {
+	const procs, sessions = 1000, 100
+	a := make([]audit.Sample, procs)
+	b := make([]audit.Sample, procs)
+	q := audit.Quotas{}
+	owner := map[uint32]string{}
+	for i := range a {
+		pid := uint32(100000 + i)
+		a[i] = audit.Sample{PID: pid, GPU: i % 4, Bytes: uint64(i) << 20}
+		b[i] = a[i]
+		id := "job" + strconv.Itoa(i%sessions)
+		owner[pid] = id
+		q[id] = map[int]uint64{0: 8 << 30, 1: 8 << 30, 2: 8 << 30, 3: 8 << 30}
+	}
+	const rounds = 200
+	t0 := time.Now()
+	for r := 0; r < rounds; r++ {
+		usage := make([]audit.Attributed, 0, procs)
+		for _, s := range audit.Steady(a, b) {
+			usage = append(usage, audit.Attributed{Sample: s, Session: owner[s.PID]})
+		}
+		audit.Decide(q, usage)
+		audit.Sums(usage)
+	}
+	return float64(time.Since(t0).Microseconds()) / rounds
+}

@@ -1,0 +1,186 @@
+package audit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/gpuslice/gpuslice/internal/size"
+	"golang.org/x/sys/unix"
+)
+
+// Source reads each GPU's per-process usage.
+type Source interface {
+	Read() ([]Sample, error)
+}
+
+// Jobs tells which session a pid belongs to and what every session may
+// hold.
+type Jobs interface {
+	// SessionOf returns the session pid belongs to ("" for none).
+	SessionOf(pid uint32) string
+	// Quotas returns every live session's limits.
+	Quotas() Quotas
+}
+
+// Actor does what the policy says with an overrun.
+type Actor interface {
+	Act(o Overrun) (stopped []uint32)
+}
+
+// Events receives what the loop saw; nil fields are skipped.
+type Events struct {
+	// Overrun is called once per overrun with the processes stopped.
+	Overrun func(o Overrun, stopped []uint32)
+	// Usage is called after each pass with each session's audited sums.
+	Usage func(sums map[string]map[int]uint64)
+	// Pass is called after each pass with its duration and error.
+	Pass func(d time.Duration, err error)
+}
+
+// Loop runs the audit.
+type Loop struct {
+	Source   Source
+	Jobs     Jobs
+	Actor    Actor
+	Events   Events
+	Interval time.Duration
+	// Confirm is the pause before the second read that confirms an
+	// overrun (Steady).
+	Confirm time.Duration
+	Log     *slog.Logger
+}
+
+// Run audits every Interval until ctx ends.
+func (l *Loop) Run(ctx context.Context) {
+	t := time.NewTicker(l.Interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			begin := time.Now()
+			err := l.Pass()
+			if l.Events.Pass != nil {
+				l.Events.Pass(time.Since(begin), err)
+			}
+		}
+	}
+}
+
+// Pass reads, decides and acts once.
+func (l *Loop) Pass() error {
+	first, err := l.Source.Read()
+	if err != nil {
+		return fmt.Errorf("audit read: %w", err)
+	}
+	q := l.Jobs.Quotas()
+	usage := l.attribute(first)
+	overruns := Decide(q, usage)
+	if len(overruns) > 0 {
+		// Confirm with a second read: only what a process holds in both
+		// counts.
+		time.Sleep(l.Confirm)
+		second, err := l.Source.Read()
+		if err != nil {
+			return fmt.Errorf("audit read: %w", err)
+		}
+		usage = l.attribute(Steady(first, second))
+		overruns = Decide(l.Jobs.Quotas(), usage)
+	}
+	if l.Events.Usage != nil {
+		l.Events.Usage(Sums(usage))
+	}
+	for _, o := range overruns {
+		stopped := l.Actor.Act(o)
+		if l.Events.Overrun != nil {
+			l.Events.Overrun(o, stopped)
+		}
+	}
+	return nil
+}
+
+func (l *Loop) attribute(samples []Sample) []Attributed {
+	out := make([]Attributed, 0, len(samples))
+	for _, s := range samples {
+		out = append(out, Attributed{Sample: s, Session: l.Jobs.SessionOf(s.PID)})
+	}
+	return out
+}
+
+// LogOnly is the log-only policy: nothing is stopped.
+type LogOnly struct{ Log *slog.Logger }
+
+// Act logs the overrun.
+func (a LogOnly) Act(o Overrun) []uint32 {
+	a.Log.Warn("audit: session over its quota (policy log-only: nothing stopped)", overrunAttrs(o)...)
+	return nil
+}
+
+// Killer is the kill policy: the victims get SIGKILL through a pidfd, each
+// after checking it still belongs to the session (a pid reused meanwhile is
+// left alone).
+type Killer struct {
+	Log  *slog.Logger
+	Jobs Jobs
+}
+
+// Act kills o's victims and returns those signalled.
+func (k Killer) Act(o Overrun) []uint32 {
+	var stopped []uint32
+	for _, pid := range o.Victims {
+		if err := k.kill(o.Session, pid); err != nil {
+			k.Log.Warn("audit: cannot stop process", "session", o.Session, "pid", pid, "err", err)
+			continue
+		}
+		stopped = append(stopped, pid)
+	}
+	attrs := append(overrunAttrs(o), "killed", stopped)
+	k.Log.Warn("audit: session over its quota; processes killed as the OOM killer would", attrs...)
+	return stopped
+}
+
+func (k Killer) kill(session string, pid uint32) error {
+	fd, err := unix.PidfdOpen(int(pid), 0)
+	if err != nil {
+		if errors.Is(err, unix.ESRCH) {
+			return nil // already gone
+		}
+		return fmt.Errorf("pidfd_open: %w", err)
+	}
+	defer unix.Close(fd)
+	// The pidfd pins the process: check it is still the session's.
+	if got := k.Jobs.SessionOf(pid); got != session {
+		return fmt.Errorf("pid %d no longer belongs to session %q", pid, session)
+	}
+	if err := unix.PidfdSendSignal(fd, unix.SIGKILL, nil, 0); err != nil && !errors.Is(err, unix.ESRCH) {
+		return fmt.Errorf("pidfd_send_signal: %w", err)
+	}
+	return nil
+}
+
+func overrunAttrs(o Overrun) []any {
+	return []any{"session", o.Session, "gpu", o.GPU, "limit", size.Format(o.Limit), "used", size.Format(o.Used),
+		"victims", o.Victims}
+}
+
+// Describe is the one-line account of an overrun for the job's report.
+func Describe(o Overrun, uuid string, stopped []uint32, killPolicy bool, at time.Time) string {
+	pids := make([]string, len(stopped))
+	s := append([]uint32(nil), stopped...)
+	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
+	for i, p := range s {
+		pids[i] = fmt.Sprint(p)
+	}
+	what := "nothing stopped (policy log-only)"
+	if killPolicy {
+		what = "killed pid " + strings.Join(pids, ", ")
+	}
+	return fmt.Sprintf("%s: GPU %s: the driver reports %s held against a quota of %s; %s",
+		at.UTC().Format(time.RFC3339), uuid, size.Format(o.Used), size.Format(o.Limit), what)
+}

@@ -1,0 +1,238 @@
+// Package identity decides which Slurm job a process belongs to from the
+// kernel's view of it, never from its environment: first the process's
+// cgroup (proctrack/cgroup places every task under a root-owned
+// .../job_<id>/ directory), else its ancestry up to the root-owned
+// slurmstepd of its step (whose title is "slurmstepd: [<jobid>.<step>]").
+// docs/daemon.md "Who a process belongs to" says what escapes each method.
+package identity
+
+import (
+	"bufio"
+	"bytes"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+)
+
+// MaxDepth bounds the ancestry walk.
+const MaxDepth = 64
+
+// Resolver reads /proc and the cgroup filesystem (under Proc and Cgroup,
+// so tests can point it at a prepared tree).
+type Resolver struct {
+	Proc   string // default /proc
+	Cgroup string // default /sys/fs/cgroup
+}
+
+// How says which method found the job.
+type How string
+
+// Methods.
+const (
+	None     How = ""
+	ByCgroup How = "cgroup"
+	ByStepd  How = "slurmstepd"
+)
+
+func (r Resolver) proc() string {
+	if r.Proc == "" {
+		return "/proc"
+	}
+	return r.Proc
+}
+
+func (r Resolver) cgroup() string {
+	if r.Cgroup == "" {
+		return "/sys/fs/cgroup"
+	}
+	return r.Cgroup
+}
+
+// Job returns the Slurm job id pid runs in, and how it was found; "" and
+// None when pid is in no Slurm job (or has gone).
+func (r Resolver) Job(pid uint32) (string, How) {
+	if job := r.byCgroup(pid); job != "" {
+		return job, ByCgroup
+	}
+	if job := r.byAncestry(pid); job != "" {
+		return job, ByStepd
+	}
+	return "", None
+}
+
+// byCgroup finds a job_<id> component in one of pid's cgroup paths whose
+// directory is owned by root: Slurm creates it, and a user cannot move a
+// process into a root-owned cgroup. A job_<id> directory a user made in a
+// subtree delegated to them (systemd user sessions) is theirs, not root's,
+// and does not count.
+func (r Resolver) byCgroup(pid uint32) string {
+	b, err := os.ReadFile(filepath.Join(r.proc(), strconv.FormatUint(uint64(pid), 10), "cgroup"))
+	if err != nil {
+		return ""
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		// hierarchy-ID:controllers:path
+		parts := strings.SplitN(line, ":", 3)
+		if len(parts) != 3 {
+			continue
+		}
+		comps := strings.Split(parts[2], "/")
+		for i, c := range comps {
+			id, ok := strings.CutPrefix(c, "job_")
+			if !ok || !isJobID(id) {
+				continue
+			}
+			dir := filepath.Join(append([]string{r.cgroup(), controllerDir(parts[1])}, comps[:i+1]...)...)
+			if rootOwnedDir(dir) {
+				return id
+			}
+		}
+	}
+	return ""
+}
+
+// controllerDir is where a cgroup v1 hierarchy is mounted ("" for v2).
+func controllerDir(controllers string) string {
+	if controllers == "" {
+		return ""
+	}
+	// v1 hierarchies Slurm uses are mounted under their first controller
+	// name (memory, freezer, cpuset, ...); name=systemd under systemd.
+	c := strings.Split(controllers, ",")[0]
+	return strings.TrimPrefix(c, "name=")
+}
+
+func rootOwnedDir(dir string) bool {
+	var st syscall.Stat_t
+	if err := syscall.Stat(dir, &st); err != nil {
+		return false
+	}
+	return st.Mode&syscall.S_IFMT == syscall.S_IFDIR && st.Uid == 0
+}
+
+func isJobID(s string) bool {
+	if s == "" || len(s) > 20 {
+		return false
+	}
+	for _, c := range s {
+		if c < '0' || c > '9' {
+			return false
+		}
+	}
+	return true
+}
+
+// byAncestry walks from pid's parent up to init looking for the step's
+// slurmstepd: a process whose real and effective uid are 0, whose
+// executable is named slurmstepd and whose title names the job. A user
+// cannot start such a process; a process that left the tree (double fork,
+// reparented to init or a subreaper) is not found this way.
+func (r Resolver) byAncestry(pid uint32) string {
+	p := pid
+	for depth := 0; depth < MaxDepth && p > 1; depth++ {
+		ppid, ok := r.parent(p)
+		if !ok {
+			return ""
+		}
+		p = ppid
+		if job := r.stepdJob(p); job != "" {
+			return job
+		}
+	}
+	return ""
+}
+
+func (r Resolver) dir(pid uint32) string {
+	return filepath.Join(r.proc(), strconv.FormatUint(uint64(pid), 10))
+}
+
+// parent reads the ppid (field 4) of /proc/<pid>/stat.
+func (r Resolver) parent(pid uint32) (uint32, bool) {
+	b, err := os.ReadFile(filepath.Join(r.dir(pid), "stat"))
+	if err != nil {
+		return 0, false
+	}
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return 0, false
+	}
+	f := bytes.Fields(b[i+1:])
+	if len(f) < 2 {
+		return 0, false
+	}
+	v, err := strconv.ParseUint(string(f[1]), 10, 32)
+	return uint32(v), err == nil
+}
+
+// stepdJob returns the job of pid when pid is a root slurmstepd.
+func (r Resolver) stepdJob(pid uint32) string {
+	d := r.dir(pid)
+	exe, err := os.Readlink(filepath.Join(d, "exe"))
+	if err != nil || !isStepdExe(exe) {
+		return ""
+	}
+	if !rootProcess(filepath.Join(d, "status")) {
+		return ""
+	}
+	cmd, err := os.ReadFile(filepath.Join(d, "cmdline"))
+	if err != nil {
+		return ""
+	}
+	return ParseStepdTitle(string(bytes.TrimRight(cmd, "\x00")))
+}
+
+// isStepdExe: the executable is Slurm's step daemon, "slurmstepd" or a
+// distribution's build of it behind an alternatives link ("slurmstepd-wlm"
+// on Debian).
+func isStepdExe(exe string) bool {
+	b := filepath.Base(strings.TrimSuffix(exe, " (deleted)"))
+	return b == "slurmstepd" || strings.HasPrefix(b, "slurmstepd-")
+}
+
+// rootProcess reads the Uid: line of a status file: real, effective, saved
+// and filesystem uid must all be 0.
+func rootProcess(status string) bool {
+	f, err := os.Open(status)
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		rest, ok := strings.CutPrefix(sc.Text(), "Uid:")
+		if !ok {
+			continue
+		}
+		ids := strings.Fields(rest)
+		if len(ids) != 4 {
+			return false
+		}
+		for _, id := range ids {
+			if id != "0" {
+				return false
+			}
+		}
+		return true
+	}
+	return false
+}
+
+// ParseStepdTitle returns the job id in a slurmstepd process title
+// ("slurmstepd: [1234.0]", "[1234.batch]", "[1234.extern]"), or "".
+func ParseStepdTitle(title string) string {
+	rest, ok := strings.CutPrefix(title, "slurmstepd: [")
+	if !ok {
+		return ""
+	}
+	end := strings.IndexByte(rest, ']')
+	if end < 0 {
+		return ""
+	}
+	job, _, _ := strings.Cut(rest[:end], ".")
+	if !isJobID(job) {
+		return ""
+	}
+	return job
+}

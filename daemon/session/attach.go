@@ -1,0 +1,184 @@
+package session
+
+import (
+	"errors"
+	"fmt"
+	"os"
+
+	"github.com/gpuslice/gpuslice/daemon/reclaim"
+	"github.com/gpuslice/gpuslice/internal/api"
+	"github.com/gpuslice/gpuslice/internal/ledger"
+	"golang.org/x/sys/unix"
+)
+
+// Attachment is what an ATTACH returns; the caller closes it.
+type Attachment struct {
+	Session    string // the session attached to
+	Slot       int
+	NGPUs      int
+	Generation uint64
+	Limits     *os.File
+	Counters   *os.File
+}
+
+// JobOf is the Slurm job pid runs in, decided from the kernel
+// (Options.Identity); "" when none or when no resolver is configured.
+func (m *Manager) JobOf(pid uint32) string {
+	if m.opt.Identity == nil {
+		return ""
+	}
+	job, _ := m.opt.Identity(pid)
+	return job
+}
+
+// Attach registers pid (with the peer uid) in a session. When pid runs in
+// a Slurm job (Options.Identity, from the kernel), that job's session is
+// the one, whatever id the process named; a job without a session gets
+// ErrNoSession. Outside Slurm the named id is used (gpuslice run); naming
+// none is ErrNoSession.
+func (m *Manager) Attach(id string, uid, pid uint32) (Attachment, error) {
+	if m.opt.Identity != nil {
+		if job, how := m.opt.Identity(pid); job != "" {
+			if id != job && id != "" {
+				m.opt.Log.Info("attach: the session named by the process is not its Slurm job's; using the job's",
+					"pid", pid, "named", id, "job", job, "by", how)
+			}
+			m.mu.RLock()
+			_, ok := m.sessions[job]
+			m.mu.RUnlock()
+			if !ok {
+				return Attachment{}, fmt.Errorf("%w: process %d runs in Slurm job %s, which has no gpuslice session", ErrNoSession, pid, job)
+			}
+			id = job
+		}
+	}
+	if id == "" {
+		return Attachment{}, fmt.Errorf("%w: process %d runs in no Slurm job and named no session", ErrNoSession, pid)
+	}
+	m.mu.RLock()
+	s, ok := m.sessions[id]
+	m.mu.RUnlock()
+	if !ok {
+		return Attachment{}, fmt.Errorf("%w: session %q", api.ErrNotFound, id)
+	}
+	if uid != 0 && uid != s.uid {
+		return Attachment{}, fmt.Errorf("%w: session %q belongs to uid %d, not %d", ErrNotPermitted, id, s.uid, uid)
+	}
+	start, err := reclaim.StartTime(pid)
+	if err != nil {
+		return Attachment{}, fmt.Errorf("read /proc/%d/stat: %w", pid, err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.released {
+		return Attachment{}, fmt.Errorf("%w: session %q", api.ErrNotFound, id)
+	}
+	if s.deleting {
+		return Attachment{}, fmt.Errorf("%w: session %q is being deleted", api.ErrNotFound, id)
+	}
+	now := uint64(m.opt.Now().UnixNano())
+	slot, again, err := s.led.Claim(pid, start, now)
+	if err != nil {
+		return Attachment{}, err
+	}
+	img := reclaim.ImageToken(pid)
+	if again {
+		// The same process attaching a second time. After an exec (a new
+		// program image: the kernel gave it a new stack, so its argument
+		// and environment addresses moved) the old image's memory was
+		// freed by the driver: its charge is given back and the new image
+		// starts from an empty slot. The same image attaching again keeps
+		// its slot and every byte charged to it: a second ATTACH never
+		// uncharges memory that is still allocated.
+		if old, ok := s.images[slot]; ok && (img == 0 || old == img) {
+			m.opt.Log.Info("second attach of the same image keeps its charge", "session", id, "pid", pid, "slot", slot)
+			return m.attachmentLocked(s, slot)
+		}
+		m.watcher.Remove(reclaim.Key{Session: id, Slot: slot, PID: pid, StartTime: start})
+		m.reclaimSlotLocked(s, slot)
+		if slot, _, err = s.led.Claim(pid, start, now); err != nil {
+			return Attachment{}, err
+		}
+	}
+	s.images[slot] = img
+	k := reclaim.Key{Session: id, Slot: slot, PID: pid, StartTime: start}
+	if err := m.watcher.Add(k); err != nil {
+		if errors.Is(err, reclaim.ErrGone) {
+			m.reclaimSlotLocked(s, slot)
+			return Attachment{}, fmt.Errorf("process %d exited during attach", pid)
+		}
+		m.opt.Log.Warn("pidfd watch failed; relying on the /proc sweep", "pid", pid, "err", err)
+	}
+	m.opt.Log.Debug("attached", "session", id, "pid", pid, "slot", slot, "new_image", again)
+	return m.attachmentLocked(s, slot)
+}
+
+// attachmentLocked duplicates the ledger fds for slot. Caller holds s.mu.
+func (m *Manager) attachmentLocked(s *Session, slot int) (Attachment, error) {
+	// Duplicate the fds under the session lock: a concurrent release closes
+	// the ledger's own files, and a closed fd number must never be sent.
+	lim, ctr := s.led.Files()
+	limFD, err := unix.FcntlInt(lim.Fd(), unix.F_DUPFD_CLOEXEC, 0)
+	if err != nil {
+		return Attachment{}, fmt.Errorf("dup ledger fd: %w", err)
+	}
+	ctrFD, err := unix.FcntlInt(ctr.Fd(), unix.F_DUPFD_CLOEXEC, 0)
+	if err != nil {
+		unix.Close(limFD)
+		return Attachment{}, fmt.Errorf("dup ledger fd: %w", err)
+	}
+	return Attachment{Session: s.rec.ID, Slot: slot, NGPUs: s.led.NGPUs(), Generation: s.led.Generation(),
+		Limits: os.NewFile(uintptr(limFD), "limits"), Counters: os.NewFile(uintptr(ctrFD), "counters")}, nil
+}
+
+// Close closes the attachment's fds (after they were sent).
+func (a Attachment) Close() {
+	a.Limits.Close()
+	a.Counters.Close()
+}
+
+// Detach acknowledges that pid is done with its slot when that slot is
+// pid's. It gives nothing back: what the process allocated may still be
+// allocated (nothing the process says proves otherwise), so its slot and
+// charge stay until the process has exited (pidfd or /proc sweep).
+func (m *Manager) Detach(hint string, slot int, pid uint32) error {
+	m.mu.RLock()
+	var cands []*Session
+	if s, ok := m.sessions[hint]; ok {
+		cands = append(cands, s)
+	} else {
+		for _, s := range m.sessions {
+			cands = append(cands, s)
+		}
+	}
+	m.mu.RUnlock()
+	for _, s := range cands {
+		s.mu.Lock()
+		if slot >= 0 && slot < s.led.NSlots() && !s.released {
+			st, p := s.led.SlotState(slot)
+			if st == ledger.SlotAttached && p == pid {
+				s.mu.Unlock()
+				m.opt.Log.Debug("detach acknowledged; the slot is freed when the process exits", "session", s.rec.ID, "pid", pid, "slot", slot)
+				return nil
+			}
+		}
+		s.mu.Unlock()
+	}
+	return fmt.Errorf("%w: slot %d is not attached by pid %d", ErrNotPermitted, slot, pid)
+}
+
+// CheckOwner applies the attach ownership rule for STATUS.
+func (m *Manager) CheckOwner(id string, uid uint32) error {
+	m.mu.RLock()
+	s, ok := m.sessions[id]
+	m.mu.RUnlock()
+	if !ok {
+		return fmt.Errorf("%w: session %q", api.ErrNotFound, id)
+	}
+	if uid != 0 && uid != s.uid {
+		return fmt.Errorf("%w: session %q belongs to uid %d, not %d", ErrNotPermitted, id, s.uid, uid)
+	}
+	return nil
+}
+
+// reclaimSlotLocked gives back slot's bytes and re-bases the ledger when no

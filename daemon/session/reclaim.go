@@ -1,0 +1,81 @@
+package session
+
+import (
+	"github.com/gpuslice/gpuslice/daemon/reclaim"
+	"github.com/gpuslice/gpuslice/internal/ledger"
+)
+
+// process is left. Caller holds s.mu.
+func (m *Manager) reclaimSlotLocked(s *Session, slot int) {
+	delete(s.images, slot)
+	got := s.led.Reclaim(slot)
+	var total uint64
+	for g, b := range got {
+		b = s.addReclaimed(g, b)
+		total += b
+		if b > 0 && m.ev.Reclaimed != nil && s.gidx[g] >= 0 {
+			m.ev.Reclaimed(s.gidx[g], b)
+		}
+	}
+	m.rebaseIfIdleLocked(s)
+	if total > 0 {
+		m.opt.Log.Info("reclaimed", "session", s.rec.ID, "slot", slot, "bytes", total)
+	}
+}
+
+func (m *Manager) rebaseIfIdleLocked(s *Session) {
+	if s.led.NInUse() == 0 {
+		s.led.Rebase()
+	}
+}
+
+// onExit is the watcher's callback: a watched process died.
+func (m *Manager) onExit(k reclaim.Key) {
+	m.mu.RLock()
+	s, ok := m.sessions[k.Session]
+	m.mu.RUnlock()
+	if !ok {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.released {
+		return
+	}
+	sl := s.led.Slot(k.Slot)
+	if sl.State != ledger.SlotAttached || sl.PID != k.PID || sl.StartTime != k.StartTime {
+		return
+	}
+	if reclaim.Alive(k.PID, k.StartTime) {
+		// Not an exit (a pidfd exits only once a process has): keep its
+		// bytes; the sweep reclaims it when it really goes.
+		return
+	}
+	m.reclaimSlotLocked(s, k.Slot)
+	if m.ev.ProcessReclaim != nil {
+		m.ev.ProcessReclaim()
+	}
+	m.opt.Log.Debug("process exited", "session", k.Session, "pid", k.PID, "slot", k.Slot)
+	if s.deleting && s.led.NInUse() == 0 {
+		go m.releaseDeleting(k.Session) // takes m.mu, then s.mu
+	}
+}
+
+// reclaimDeadLocked gives back what the session's dead processes held and
+// returns how many of its processes are alive.
+func (m *Manager) reclaimDeadLocked(s *Session) (attached int) {
+	for _, i := range s.led.InUse() {
+		st, pid := s.led.SlotState(i)
+		sl := s.led.Slot(i)
+		if st == ledger.SlotAttached && reclaim.Alive(pid, sl.StartTime) {
+			attached++
+			continue
+		}
+		m.watcher.Remove(reclaim.Key{Session: s.rec.ID, Slot: i, PID: pid, StartTime: sl.StartTime})
+		m.reclaimSlotLocked(s, i)
+		if m.ev.ProcessReclaim != nil {
+			m.ev.ProcessReclaim()
+		}
+	}
+	return attached
+}

@@ -1,0 +1,390 @@
+package session
+
+import (
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/gpuslice/gpuslice/daemon/reclaim"
+	"github.com/gpuslice/gpuslice/daemon/store"
+	"github.com/gpuslice/gpuslice/internal/api"
+	"github.com/gpuslice/gpuslice/internal/ledger"
+	"github.com/gpuslice/gpuslice/internal/size"
+)
+
+// Create admits and creates a session. created is false when the same
+// session already existed (idempotent create).
+func (m *Manager) Create(req api.SessionRequest) (api.Session, bool, error) {
+	limits, err := m.limitsFromRequest(req)
+	if err != nil {
+		return api.Session{}, false, err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if s, ok := m.sessions[req.ID]; ok {
+		s.mu.Lock() // Patch replaces s.rec under s.mu
+		same := s.uid == req.UID && sameLimits(s.rec.Limits, limits)
+		s.mu.Unlock()
+		if same {
+			v, _ := m.view(s) // cannot be released: we hold m.mu
+			return v, false, nil
+		}
+		return api.Session{}, false, fmt.Errorf("%w: session %q exists with another owner or quotas (uid %d)", api.ErrConflict, req.ID, s.uid)
+	}
+	if err := m.admit(limits, ""); err != nil {
+		return api.Session{}, false, err
+	}
+	now := m.opt.Now().UTC()
+	ttl := m.opt.DefaultTTL
+	if req.TTLSeconds > 0 {
+		ttl = time.Duration(req.TTLSeconds) * time.Second
+	}
+	rec := store.Record{ID: req.ID, UID: req.UID, Created: now, Updated: now, TTL: ttl,
+		Expires: now.Add(ttl), GPUs: m.orderedUUIDs(limits), Limits: limits}
+	lg, idx := m.ledgerGPUs(rec)
+	led, err := ledger.Create(m.opt.LedgerDir, rec.ID, lg, m.opt.Slots)
+	if err != nil {
+		return api.Session{}, false, fmt.Errorf("create ledger: %w", err)
+	}
+	if err := m.st.PutSession(rec); err != nil {
+		led.Remove()
+		return api.Session{}, false, fmt.Errorf("persist session: %w", err)
+	}
+	s := &Session{rec: rec, uid: rec.UID, led: led, gidx: idx, images: map[int]uint64{}, auditPeak: make([]uint64, len(idx)), fig: newFigures(len(idx))}
+	m.sessions[rec.ID] = s
+	if m.ev.Created != nil {
+		m.ev.Created()
+	}
+	m.opt.Log.Info("session created", "session", rec.ID, "uid", rec.UID, "limits", fmtLimits(limits), "ttl", ttl)
+	v, _ := m.view(s)
+	return v, true, nil
+}
+
+func fmtLimits(l map[string]uint64) string {
+	var parts []string
+	for k, v := range l {
+		parts = append(parts, k+"="+size.Format(v))
+	}
+	sort.Strings(parts)
+	return strings.Join(parts, ",")
+}
+
+// Get returns a live session.
+func (m *Manager) Get(id string) (api.Session, error) {
+	m.mu.RLock()
+	s, ok := m.sessions[id]
+	m.mu.RUnlock()
+	if ok {
+		if v, live := m.view(s); live {
+			return v, nil
+		}
+	}
+	return api.Session{}, fmt.Errorf("%w: session %q", api.ErrNotFound, id)
+}
+
+// List returns every live session, sorted by id.
+func (m *Manager) List() []api.Session {
+	m.mu.RLock()
+	ss := make([]*Session, 0, len(m.sessions))
+	for _, s := range m.sessions {
+		ss = append(ss, s)
+	}
+	m.mu.RUnlock()
+	out := make([]api.Session, 0, len(ss))
+	for _, s := range ss {
+		if v, live := m.view(s); live {
+			out = append(out, v)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	return out
+}
+
+// view renders a session object from the record and the live ledger; false
+// when the session was released meanwhile (its ledger is unmapped).
+func (m *Manager) view(s *Session) (api.Session, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.released {
+		return api.Session{}, false
+	}
+	return m.viewLocked(s), true
+}
+
+func (m *Manager) viewLocked(s *Session) api.Session {
+	v := api.Session{ID: s.rec.ID, UID: s.rec.UID, Created: s.rec.Created, Updated: s.rec.Updated,
+		TTLSeconds: int64(s.rec.TTL / time.Second), Expires: s.rec.Expires,
+		GPUs: []api.SessionGPU{}, Processes: []api.Process{}}
+	for g, uuid := range s.rec.GPUs {
+		sg := api.SessionGPU{UUID: uuid, Index: s.gidx[g], LimitBytes: s.led.Limit(g),
+			PhysicalBytes: s.led.Physical(g), UsedBytes: s.usedOf(g),
+			PeakBytes: s.peakOf(g), Denied: s.deniedOf(g, m.opt.Now())}
+		if i := s.gidx[g]; i >= 0 {
+			sg.Name = m.gpus[i].Name
+		}
+		v.GPUs = append(v.GPUs, sg)
+	}
+	for _, sl := range s.led.Attached() {
+		p := api.Process{PID: sl.PID, Slot: sl.Index, Attached: time.Unix(0, int64(sl.AttachNS)).UTC(),
+			UsedBytes: map[string]uint64{}}
+		for g, b := range sl.Used {
+			p.UsedBytes[s.rec.GPUs[g]] = b
+		}
+		v.Processes = append(v.Processes, p)
+	}
+	return v
+}
+
+// Patch changes quotas and/or TTL; the ledger limits change at once.
+func (m *Manager) Patch(id string, req api.PatchRequest) (api.Session, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	s, ok := m.sessions[id]
+	if !ok {
+		return api.Session{}, fmt.Errorf("%w: session %q", api.ErrNotFound, id)
+	}
+	if req.QuotaBytes == nil && req.Quotas == nil && req.TTLSeconds == nil {
+		return api.Session{}, fmt.Errorf("%w: nothing to change (quota_bytes, quotas, ttl_seconds)", api.ErrBadRequest)
+	}
+	limits := map[string]uint64{}
+	for k, v := range s.rec.Limits {
+		limits[k] = v
+	}
+	if req.QuotaBytes != nil {
+		for k := range limits {
+			limits[k] = *req.QuotaBytes
+		}
+	}
+	for ref, q := range req.Quotas {
+		i, err := m.resolveGPU(ref)
+		if err != nil {
+			return api.Session{}, err
+		}
+		uuid := m.gpus[i].UUID
+		if _, ok := limits[uuid]; !ok {
+			return api.Session{}, fmt.Errorf("%w: GPU %s is not part of session %q", api.ErrBadRequest, uuid, id)
+		}
+		limits[uuid] = q
+	}
+	if req.TTLSeconds != nil && (*req.TTLSeconds < 0 || *req.TTLSeconds > MaxTTLSeconds) {
+		return api.Session{}, fmt.Errorf("%w: ttl_seconds must be 0..%d (10 years)", api.ErrBadRequest, MaxTTLSeconds)
+	}
+	if err := m.admit(limits, id); err != nil {
+		return api.Session{}, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := m.opt.Now().UTC()
+	rec := s.rec
+	rec.Limits = limits
+	rec.Updated = now
+	if req.TTLSeconds != nil {
+		rec.TTL = m.opt.DefaultTTL
+		if *req.TTLSeconds > 0 {
+			rec.TTL = time.Duration(*req.TTLSeconds) * time.Second
+		}
+		rec.Expires = now.Add(rec.TTL)
+	}
+	if err := m.st.PutSession(rec); err != nil {
+		return api.Session{}, fmt.Errorf("persist session: %w", err)
+	}
+	s.rec = rec
+	if err := s.led.SetLimits(m.limitSlice(rec)); err != nil {
+		return api.Session{}, fmt.Errorf("update ledger: %w", err)
+	}
+	m.opt.Log.Info("session changed", "session", id, "limits", fmtLimits(limits), "expires", rec.Expires)
+	return m.viewLocked(s), nil
+}
+
+func (m *Manager) limitSlice(rec store.Record) []uint64 {
+	out := make([]uint64, len(rec.GPUs))
+	for g, uuid := range rec.GPUs {
+		out[g] = rec.Limits[uuid]
+	}
+	return out
+}
+
+// Delete releases a session and returns its report. A session with a
+// live process is not released: its memory is still allocated, and
+// releasing would leave it uncounted while the GPU is promised to the
+// next job. The error (api.ErrConflict) names the processes; the session
+// refuses new attaches from then on and is released ("deleted") as soon
+// as its last process has exited.
+func (m *Manager) Delete(id string) (api.Report, error) {
+	var live []uint32
+	rep, err := m.releaseIf(id, "deleted", func(s *Session) bool {
+		if m.reclaimDeadLocked(s) == 0 {
+			return true
+		}
+		s.deleting = true
+		for _, i := range s.led.InUse() {
+			_, pid := s.led.SlotState(i)
+			live = append(live, pid)
+		}
+		return false
+	})
+	if errors.Is(err, errStillInUse) {
+		m.opt.Log.Warn("delete of a session with live processes: released when they exit", "session", id, "pids", live)
+		return api.Report{}, fmt.Errorf("%w: session %q has %d live process(es) (pids %v) holding GPU memory; it is released when they exit",
+			api.ErrConflict, id, len(live), live)
+	}
+	return rep, err
+}
+
+// releaseDeleting releases session id once a delete is pending and no
+// process is left.
+func (m *Manager) releaseDeleting(id string) {
+	_, err := m.releaseIf(id, "deleted", func(s *Session) bool {
+		return s.deleting && m.reclaimDeadLocked(s) == 0
+	})
+	if err != nil && !errors.Is(err, api.ErrNotFound) && !errors.Is(err, errStillInUse) {
+		m.opt.Log.Warn("release deleted session", "session", id, "err", err)
+	}
+}
+
+func (m *Manager) release(id, reason string) (api.Report, error) {
+	return m.releaseIf(id, reason, nil)
+}
+
+var errStillInUse = errors.New("session in use again")
+
+// releaseIf releases session id; when cond is set, only if cond (called
+// with the session locked) still holds.
+func (m *Manager) releaseIf(id, reason string, cond func(*Session) bool) (api.Report, error) {
+	m.mu.Lock()
+	s, ok := m.sessions[id]
+	if !ok {
+		m.mu.Unlock()
+		return api.Report{}, fmt.Errorf("%w: session %q", api.ErrNotFound, id)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if cond != nil && !cond(s) {
+		m.mu.Unlock()
+		return api.Report{}, errStillInUse
+	}
+	// A process killed just before the Epilog may not have been reclaimed
+	// yet (its pidfd event still queued): count its bytes as reclaimed, not
+	// as final usage.
+	m.reclaimDeadLocked(s)
+	rep := api.Report{ID: id, UID: s.rec.UID, Created: s.rec.Created, Released: m.opt.Now().UTC(), Reason: reason,
+		Audit: s.auditNotes, AuditKilled: s.auditKilled}
+	for g, uuid := range s.rec.GPUs {
+		rep.GPUs = append(rep.GPUs, api.ReportGPU{UUID: uuid, LimitBytes: s.led.Limit(g),
+			PeakBytes: s.peakOf(g), FinalUsedBytes: s.usedOf(g),
+			Denied: s.deniedOf(g, m.opt.Now()), ReclaimedBytes: s.reclaimedOf(g), AuditPeakBytes: s.auditPeak[g]})
+	}
+	if err := m.st.Release(id, rep); err != nil {
+		m.mu.Unlock()
+		return api.Report{}, fmt.Errorf("persist release: %w", err)
+	}
+	delete(m.sessions, id)
+	s.released = true
+	m.mu.Unlock()
+
+	m.releasedMu.Lock()
+	for g, i := range s.gidx {
+		if i >= 0 {
+			m.releasedDenied[i] += s.deniedOf(g, m.opt.Now())
+		}
+	}
+	m.releasedMu.Unlock()
+	for _, sl := range s.led.Attached() {
+		m.watcher.Remove(reclaim.Key{Session: id, Slot: sl.Index, PID: sl.PID, StartTime: sl.StartTime})
+	}
+	if err := s.led.Remove(); err != nil {
+		m.opt.Log.Warn("remove ledger", "session", id, "err", err)
+	}
+	if m.ev.Released != nil {
+		m.ev.Released(reason)
+	}
+	m.opt.Log.Info("session released", "session", id, "reason", reason)
+	return rep, nil
+}
+
+// History returns the report of a released session.
+func (m *Manager) History(id string) (api.Report, error) {
+	if !api.ValidSessionID(id) {
+		return api.Report{}, fmt.Errorf("%w: session %q", api.ErrNotFound, id)
+	}
+	return m.st.History(id)
+}
+
+// Inventory returns the node's GPUs with committed and used bytes.
+func (m *Manager) Inventory() []api.GPU {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	committed, count := m.committedLocked("")
+	used := m.usedLocked()
+	out := make([]api.GPU, len(m.gpus))
+	for i, g := range m.gpus {
+		out[i] = api.GPU{Index: i, UUID: g.UUID, Name: g.Name, PhysicalBytes: g.Physical,
+			CommittedBytes: committed[i], UsedBytes: used[i], Sessions: count[i]}
+	}
+	return out
+}
+
+func (m *Manager) usedLocked() []uint64 {
+	used := make([]uint64, len(m.gpus))
+	for _, s := range m.sessions {
+		for g, i := range s.gidx {
+			if i >= 0 {
+				used[i] += s.usedOf(g)
+			}
+		}
+	}
+	return used
+}
+
+// Stats is a snapshot for metrics.
+type Stats struct {
+	Sessions  int
+	Attached  int
+	Committed []uint64 // per inventory GPU
+	Used      []uint64
+	Count     []int
+	Denied    []uint64 // monotonic: live + released
+	PerSess   []SessionStats
+}
+
+// SessionStats is one session's figures (metrics_debug).
+type SessionStats struct {
+	ID    string
+	UUIDs []string
+	Limit []uint64
+	Used  []uint64
+	Peak  []uint64
+}
+
+// Snapshot collects Stats; perSession adds SessionStats.
+func (m *Manager) Snapshot(perSession bool) Stats {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	st := Stats{Sessions: len(m.sessions)}
+	now := m.opt.Now()
+	st.Committed, st.Count = m.committedLocked("")
+	st.Used = m.usedLocked()
+	m.releasedMu.Lock()
+	st.Denied = append([]uint64(nil), m.releasedDenied...)
+	m.releasedMu.Unlock()
+	for _, s := range m.sessions {
+		for g, i := range s.gidx {
+			if i >= 0 {
+				st.Denied[i] += s.deniedOf(g, now)
+			}
+		}
+		st.Attached += s.led.NInUse()
+		if perSession {
+			ss := SessionStats{ID: s.rec.ID, UUIDs: s.rec.GPUs}
+			for g := range s.rec.GPUs {
+				ss.Limit = append(ss.Limit, s.led.Limit(g))
+				ss.Used = append(ss.Used, s.usedOf(g))
+				ss.Peak = append(ss.Peak, min(s.led.Peak(g), s.bytesBound(g)))
+			}
+			st.PerSess = append(st.PerSess, ss)
+		}
+	}
+	return st
+}
