@@ -8,7 +8,9 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync/atomic"
+	"unique"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -33,18 +35,38 @@ type GPU struct {
 type Ledger struct {
 	lim      []byte
 	ctr      []byte
-	limFile  *os.File // O_RDONLY: the fd handed to clients
-	ctrFile  *os.File // O_RDWR
+	limFile  *os.File // O_RDONLY: the fd handed to clients; nil when fdless
+	ctrFile  *os.File // O_RDWR; nil when fdless
 	limPath  string
 	ctrPath  string
 	ngpus    int
 	nslots   int
 	writable bool
-	// inUse tracks non-free slots on the daemon side (the daemon is the only
-	// writer of slot states), so that scans never touch the pages of unused
-	// slots: RSS stays small with many sessions. Nil for client mappings.
-	inUse  []bool
+	// fdless: the daemon holds the memfds only through its mappings and
+	// opens them from /proc/self/map_files when a client attaches, so idle
+	// sessions cost no fd.
+	fdless bool
+	// inUse is a bitmap of the non-free slots on the daemon side (the daemon
+	// is the only writer of slot states), so that scans never touch the
+	// pages of unused slots: those pages are never written, stay holes of
+	// the memfd and cost no memory. Nil for client mappings.
+	inUse  []uint64
 	nInUse atomic.Int32 // readable without the caller's lock
+	// own is set on the daemon's ledgers (Create, Adopt): the daemon is the
+	// only writer of the limits, so it reads them from this copy and keeps
+	// the limits page out of its address space (Drop).
+	own *limitsCopy
+	// frozen is the copy of an idle ledger's counters header (freeze).
+	frozen atomic.Pointer[ctrCopy]
+}
+
+// limitsCopy is the daemon's copy of a limits file.
+type limitsCopy struct {
+	session    string
+	uuids      []string
+	limit      []uint64
+	phys       []uint64
+	generation uint64
 }
 
 // Paths returns the limits and counters file paths of session id in dir.
@@ -55,7 +77,9 @@ func Paths(dir, id string) (limits, counters string) {
 // Create makes a fresh ledger for session id: two sealed memfds (their size
 // can never change, so no holder of an fd can make a mapping fault or
 // fill a filesystem), mapped, with root-only links <dir>/<id>.limits and
-// .counters to them for inspection (docs/ledger.md).
+// .counters to them for inspection (docs/ledger.md). The counters file is
+// sized for nslots slots but only its header page is written: a slot's
+// pages cost memory from the first process that claims it on.
 func Create(dir, id string, gpus []GPU, nslots int) (*Ledger, error) {
 	if len(gpus) == 0 || len(gpus) > MaxGPUs {
 		return nil, fmt.Errorf("ledger %s: %d GPUs (want 1..%d)", id, len(gpus), MaxGPUs)
@@ -82,23 +106,23 @@ func Create(dir, id string, gpus []GPU, nslots int) (*Ledger, error) {
 		le.PutUint64(lim[base+LimGPUOffLimit:], gpu.Limit)
 		le.PutUint64(lim[base+LimGPUOffPhys:], gpu.Physical)
 	}
-	ctr := make([]byte, CountersSize(nslots))
+	ctr := make([]byte, CtrHdrStructSize)
 	le.PutUint32(ctr[CtrOffMagic:], CountersMagic)
 	le.PutUint32(ctr[CtrOffVersion:], Version)
 	le.PutUint32(ctr[CtrOffNGPUs:], uint32(len(gpus)))
 	le.PutUint32(ctr[CtrOffNSlots:], uint32(nslots))
-	limF, err := newSealed(memfdName(dir, id, "limits"), lim)
+	limF, err := newSealed(memfdName(dir, id, "limits"), lim, LimitsSize)
 	if err != nil {
 		return nil, err
 	}
 	defer limF.Close()
-	ctrF, err := newSealed(memfdName(dir, id, "counters"), ctr)
+	ctrF, err := newSealed(memfdName(dir, id, "counters"), ctr, CountersSize(nslots))
 	if err != nil {
 		return nil, err
 	}
-	l, err := fromFiles(id, limF, ctrF)
+	defer ctrF.Close()
+	l, err := fromFiles(id, limF, ctrF, true)
 	if err != nil {
-		ctrF.Close()
 		return nil, err
 	}
 	if err := l.link(limPath, ctrPath); err != nil {
@@ -134,7 +158,7 @@ func Open(dir, id string) (*Ledger, error) {
 	}
 	l.limFile, l.ctrFile = limRO, ctrF
 	l.limPath, l.ctrPath = "", "" // the daemon's links: not this caller's to remove
-	l.initInUse()
+	l.initInUse(ctrF)
 	if got := l.Session(); got != id {
 		l.Close()
 		return nil, fmt.Errorf("ledger %s: %w: names session %q", id, ErrInvalid, got)
@@ -142,18 +166,53 @@ func Open(dir, id string) (*Ledger, error) {
 	return l, nil
 }
 
-// initInUse records the slots in use (daemon side).
-func (l *Ledger) initInUse() {
-	l.inUse = make([]bool, l.nslots)
-	for i := 0; i < l.nslots; i++ {
-		if st, _ := l.SlotState(i); st != SlotFree {
-			l.inUse[i] = true
-			l.nInUse.Add(1)
+// initInUse records the slots in use (daemon side). Only the data extents
+// of the counters file are read (lseek SEEK_DATA/SEEK_HOLE): reading a
+// hole through the mapping would allocate its page, and a slot in a hole
+// was never claimed.
+func (l *Ledger) initInUse(ctr *os.File) {
+	l.inUse = make([]uint64, (l.nslots+63)/64)
+	fd := int(ctr.Fd())
+	size := int64(len(l.ctr))
+	for off := int64(CountersHdrSize); off < size; {
+		data, err := unix.Seek(fd, off, unix.SEEK_DATA)
+		if err != nil {
+			if err != unix.ENXIO { // ENXIO: no data after off
+				l.scanSlots(0, l.nslots) // no SEEK_DATA: read every slot
+			}
+			return
+		}
+		hole, err := unix.Seek(fd, data, unix.SEEK_HOLE)
+		if err != nil {
+			hole = size
+		}
+		// Slots whose first 8 bytes (state, pid) lie in [data, hole).
+		first := int((data - CountersHdrSize + SlotSize - 1) / SlotSize)
+		last := int((hole-CountersHdrSize-8)/SlotSize) + 1
+		l.scanSlots(first, min(last, l.nslots))
+		off = hole
+	}
+}
+
+// scanSlots marks the non-free slots among [from, to).
+func (l *Ledger) scanSlots(from, to int) {
+	for i := from; i < to; i++ {
+		if atomic.LoadUint32(u32(l.ctr, l.slot(i, SlotOffState))) != SlotFree && !l.used(i) {
+			l.setUsed(i, true)
 		}
 	}
-	// Drop the slot pages from this mapping (they stay in the file): only
-	// slots in use are touched from now on.
-	unix.Madvise(l.ctr[CountersHdrSize:], unix.MADV_DONTNEED)
+}
+
+func (l *Ledger) used(i int) bool { return l.inUse[i/64]&(1<<(i%64)) != 0 }
+
+func (l *Ledger) setUsed(i int, on bool) {
+	if on {
+		l.inUse[i/64] |= 1 << (i % 64)
+		l.nInUse.Add(1)
+	} else {
+		l.inUse[i/64] &^= 1 << (i % 64)
+		l.nInUse.Add(-1)
+	}
 }
 
 // Map maps ledger files received over IPC, as a client does: limits
@@ -226,6 +285,7 @@ func (l *Ledger) Close() error {
 	if l.ctrFile != nil {
 		errs = append(errs, l.ctrFile.Close())
 	}
+	l.limFile, l.ctrFile = nil, nil
 	return errors.Join(errs...)
 }
 
@@ -244,9 +304,55 @@ func (l *Ledger) Remove() error {
 	return err
 }
 
-// Files returns the files handed to an attaching client: limits O_RDONLY,
-// counters O_RDWR. Nil for a ledger obtained with Map.
-func (l *Ledger) Files() (limits, counters *os.File) { return l.limFile, l.ctrFile }
+// Files returns the ledger's files for a client: limits O_RDONLY, counters
+// O_RDWR, owned by the ledger. An fd-less ledger opens them on the first
+// call and keeps them open from then on (OpenFiles does not). Nil for a
+// ledger obtained with Map.
+func (l *Ledger) Files() (limits, counters *os.File) {
+	if l.fdless && l.limFile == nil {
+		lim, ctr, err := l.OpenFiles()
+		if err != nil {
+			return nil, nil
+		}
+		l.limFile, l.ctrFile = lim, ctr
+	}
+	return l.limFile, l.ctrFile
+}
+
+// OpenFiles returns new files for an attaching client (limits O_RDONLY,
+// counters O_RDWR), which the caller closes: opened again from the
+// mappings (fd-less ledger) or duplicated from the ledger's own fds.
+func (l *Ledger) OpenFiles() (limits, counters *os.File, err error) {
+	if l.lim == nil || !l.writable {
+		return nil, nil, errors.New("ledger: not a daemon-side ledger")
+	}
+	if !l.fdless || l.limFile != nil && l.ctrFile != nil {
+		lfd, err := unix.FcntlInt(l.limFile.Fd(), unix.F_DUPFD_CLOEXEC, 0)
+		if err != nil {
+			return nil, nil, fmt.Errorf("dup ledger fd: %w", err)
+		}
+		cfd, err := unix.FcntlInt(l.ctrFile.Fd(), unix.F_DUPFD_CLOEXEC, 0)
+		if err != nil {
+			unix.Close(lfd)
+			return nil, nil, fmt.Errorf("dup ledger fd: %w", err)
+		}
+		return os.NewFile(uintptr(lfd), "limits"), os.NewFile(uintptr(cfd), "counters"), nil
+	}
+	lim, err := l.openMapped(l.lim, os.O_RDONLY)
+	if err != nil {
+		return nil, nil, err
+	}
+	ctr, err := l.openMapped(l.ctr, os.O_RDWR)
+	if err != nil {
+		lim.Close()
+		return nil, nil, err
+	}
+	return lim, ctr, nil
+}
+
+// HoldsFDs reports whether the ledger keeps fds open (it does when this
+// process cannot open its own mappings through /proc/self/map_files).
+func (l *Ledger) HoldsFDs() bool { return l.limFile != nil || l.ctrFile != nil }
 
 // NGPUs is the number of ledger GPUs.
 func (l *Ledger) NGPUs() int { return l.ngpus }
@@ -259,6 +365,9 @@ func u32(b []byte, off int) *uint32 { return (*uint32)(unsafe.Pointer(&b[off])) 
 
 // Session is the session id stored in the limits file.
 func (l *Ledger) Session() string {
+	if l.own != nil {
+		return l.own.session
+	}
 	s := l.lim[LimOffSession : LimOffSession+SessionLen]
 	if i := bytes.IndexByte(s, 0); i >= 0 {
 		s = s[:i]
@@ -268,6 +377,9 @@ func (l *Ledger) Session() string {
 
 // UUID of ledger GPU g.
 func (l *Ledger) UUID(g int) string {
+	if l.own != nil {
+		return l.own.uuids[g]
+	}
 	base := LimOffGPU + g*LimGPUStride + LimGPUOffUUID
 	s := l.lim[base : base+UUIDLen]
 	if i := bytes.IndexByte(s, 0); i >= 0 {
@@ -277,15 +389,26 @@ func (l *Ledger) UUID(g int) string {
 }
 
 // Generation counts limit changes.
-func (l *Ledger) Generation() uint64 { return atomic.LoadUint64(u64(l.lim, LimOffGeneration)) }
+func (l *Ledger) Generation() uint64 {
+	if l.own != nil {
+		return l.own.generation
+	}
+	return atomic.LoadUint64(u64(l.lim, LimOffGeneration))
+}
 
 // Limit of ledger GPU g in bytes.
 func (l *Ledger) Limit(g int) uint64 {
+	if l.own != nil {
+		return l.own.limit[g]
+	}
 	return atomic.LoadUint64(u64(l.lim, LimOffGPU+g*LimGPUStride+LimGPUOffLimit))
 }
 
 // Physical memory of ledger GPU g in bytes.
 func (l *Ledger) Physical(g int) uint64 {
+	if l.own != nil {
+		return l.own.phys[g]
+	}
 	return atomic.LoadUint64(u64(l.lim, LimOffGPU+g*LimGPUStride+LimGPUOffPhys))
 }
 
@@ -301,25 +424,104 @@ func (l *Ledger) SetLimits(limits []uint64) error {
 	for g, v := range limits {
 		atomic.StoreUint64(u64(l.lim, LimOffGPU+g*LimGPUStride+LimGPUOffLimit), v)
 	}
-	atomic.AddUint64(u64(l.lim, LimOffGeneration), 1)
+	gen := atomic.AddUint64(u64(l.lim, LimOffGeneration), 1)
+	if l.own != nil {
+		copy(l.own.limit, limits)
+		l.own.generation = gen
+		unix.Madvise(l.lim, unix.MADV_DONTNEED)
+	}
 	return nil
 }
+
+// keepCopy makes this (daemon-side) ledger read its limits from a copy in
+// memory, and drops the limits page from this process's mapping.
+func (l *Ledger) keepCopy() {
+	c := &limitsCopy{session: l.Session(), generation: l.Generation()}
+	for g := 0; g < l.ngpus; g++ {
+		c.uuids = append(c.uuids, unique.Make(l.UUID(g)).Value()) // one copy per node GPU
+		c.limit = append(c.limit, l.Limit(g))
+		c.phys = append(c.phys, l.Physical(g))
+	}
+	l.own = c
+	unix.Madvise(l.lim, unix.MADV_DONTNEED)
+}
+
+// An idle ledger (no slot in use) of the daemon is frozen: its counters
+// header is copied into memory and its pages leave the daemon's address
+// space (they stay in the memfd). Lists, metrics and the sweep read the
+// copy, so 10,000 idle sessions cost the daemon neither page faults nor
+// RSS. Nothing may charge an idle session (only attached processes do);
+// the first Claim thaws the ledger and re-bases used to 0, as the sweep
+// does for an idle ledger.
+type ctrCopy struct {
+	used, peak, denied, reclaimed []uint64
+}
+
+// freeze copies the header of an idle ledger and drops its pages.
+func (l *Ledger) freeze() {
+	if l.own == nil || l.ctr == nil || l.NInUse() != 0 {
+		return
+	}
+	c := &ctrCopy{}
+	for g := 0; g < l.ngpus; g++ {
+		c.used = append(c.used, atomic.LoadUint64(l.gpuCtr(g, CtrGPUOffUsed)))
+		c.peak = append(c.peak, atomic.LoadUint64(l.gpuCtr(g, CtrGPUOffPeak)))
+		c.denied = append(c.denied, atomic.LoadUint64(l.gpuCtr(g, CtrGPUOffDenied)))
+		c.reclaimed = append(c.reclaimed, atomic.LoadUint64(l.gpuCtr(g, CtrGPUOffReclaimed)))
+	}
+	l.frozen.Store(c)
+	unix.Madvise(l.ctr, unix.MADV_DONTNEED)
+}
+
+// thaw reads the mapping again from now on; rebase sets used to 0 first.
+func (l *Ledger) thaw(rebase bool) {
+	if l.frozen.Load() == nil {
+		return
+	}
+	if rebase {
+		for g := 0; g < l.ngpus; g++ {
+			atomic.StoreUint64(l.gpuCtr(g, CtrGPUOffUsed), 0)
+		}
+	}
+	l.frozen.Store(nil)
+}
+
+// Frozen reports whether the ledger is idle and read from its copy.
+func (l *Ledger) Frozen() bool { return l.frozen.Load() != nil }
 
 func (l *Ledger) gpuCtr(g, field int) *uint64 {
 	return u64(l.ctr, CtrOffGPU+g*CtrGPUStride+field)
 }
 
 // Used bytes on ledger GPU g.
-func (l *Ledger) Used(g int) uint64 { return atomic.LoadUint64(l.gpuCtr(g, CtrGPUOffUsed)) }
+func (l *Ledger) Used(g int) uint64 {
+	if c := l.frozen.Load(); c != nil {
+		return c.used[g]
+	}
+	return atomic.LoadUint64(l.gpuCtr(g, CtrGPUOffUsed))
+}
 
 // Peak bytes on ledger GPU g.
-func (l *Ledger) Peak(g int) uint64 { return atomic.LoadUint64(l.gpuCtr(g, CtrGPUOffPeak)) }
+func (l *Ledger) Peak(g int) uint64 {
+	if c := l.frozen.Load(); c != nil {
+		return c.peak[g]
+	}
+	return atomic.LoadUint64(l.gpuCtr(g, CtrGPUOffPeak))
+}
 
 // Denied allocations on ledger GPU g.
-func (l *Ledger) Denied(g int) uint64 { return atomic.LoadUint64(l.gpuCtr(g, CtrGPUOffDenied)) }
+func (l *Ledger) Denied(g int) uint64 {
+	if c := l.frozen.Load(); c != nil {
+		return c.denied[g]
+	}
+	return atomic.LoadUint64(l.gpuCtr(g, CtrGPUOffDenied))
+}
 
 // Reclaimed bytes (from dead processes) on ledger GPU g.
 func (l *Ledger) Reclaimed(g int) uint64 {
+	if c := l.frozen.Load(); c != nil {
+		return c.reclaimed[g]
+	}
 	return atomic.LoadUint64(l.gpuCtr(g, CtrGPUOffReclaimed))
 }
 
@@ -374,8 +576,13 @@ func (l *Ledger) Slot(i int) Slot {
 	return s
 }
 
-// SlotState returns the state and pid of slot i without allocating.
+// SlotState returns the state and pid of slot i without allocating. On the
+// daemon side a slot its bitmap says is free is not read (reading a slot
+// page never written would allocate it).
 func (l *Ledger) SlotState(i int) (state, pid uint32) {
+	if l.inUse != nil && !l.used(i) {
+		return SlotFree, 0
+	}
 	return atomic.LoadUint32(u32(l.ctr, l.slot(i, SlotOffState))),
 		atomic.LoadUint32(u32(l.ctr, l.slot(i, SlotOffPID)))
 }
@@ -385,7 +592,11 @@ func (l *Ledger) InUse() []int {
 	var out []int
 	for i := 0; i < l.nslots; i++ {
 		if l.inUse != nil {
-			if l.inUse[i] {
+			if l.inUse[i/64] == 0 {
+				i |= 63 // the next 64 slots are free
+				continue
+			}
+			if l.used(i) {
 				out = append(out, i)
 			}
 		} else if st, _ := l.SlotState(i); st != SlotFree {
@@ -426,9 +637,16 @@ func (l *Ledger) Claim(pid uint32, startTime, attachNS uint64) (int, bool, error
 	}
 	free := -1
 	for i := 0; i < l.nslots; i++ {
-		if l.inUse != nil && !l.inUse[i] {
-			free = i
-			break
+		if l.inUse != nil {
+			if l.inUse[i/64] == math.MaxUint64 {
+				i |= 63
+				continue
+			}
+			if !l.used(i) {
+				free = i
+				break
+			}
+			continue
 		}
 		if l.inUse == nil {
 			if st, _ := l.SlotState(i); st == SlotFree {
@@ -440,6 +658,7 @@ func (l *Ledger) Claim(pid uint32, startTime, attachNS uint64) (int, bool, error
 	if free < 0 {
 		return -1, false, ErrNoSlot
 	}
+	l.thaw(true)
 	i := free
 	for k := 0; k < SlotStripes; k++ {
 		for g := 0; g < l.ngpus; g++ {
@@ -451,8 +670,7 @@ func (l *Ledger) Claim(pid uint32, startTime, attachNS uint64) (int, bool, error
 	atomic.StoreUint64(u64(l.ctr, l.slot(i, SlotOffAttachNS)), attachNS)
 	atomic.StoreUint32(u32(l.ctr, l.slot(i, SlotOffState)), SlotAttached)
 	if l.inUse != nil {
-		l.inUse[i] = true
-		l.nInUse.Add(1)
+		l.setUsed(i, true)
 	}
 	return i, false, nil
 }
@@ -482,9 +700,8 @@ func (l *Ledger) Reclaim(i int) []uint64 {
 	atomic.StoreUint64(u64(l.ctr, l.slot(i, SlotOffStartTime)), 0)
 	atomic.StoreUint64(u64(l.ctr, l.slot(i, SlotOffAttachNS)), 0)
 	atomic.StoreUint32(u32(l.ctr, l.slot(i, SlotOffState)), SlotFree)
-	if l.inUse != nil && l.inUse[i] {
-		l.inUse[i] = false
-		l.nInUse.Add(-1)
+	if l.inUse != nil && l.used(i) {
+		l.setUsed(i, false)
 	}
 	return out
 }
@@ -492,6 +709,15 @@ func (l *Ledger) Reclaim(i int) []uint64 {
 // Rebase sets used to 0 on every GPU. Call it only when no slot is
 // attached (used then equals the sum of the slots, all 0).
 func (l *Ledger) Rebase() {
+	if c := l.frozen.Load(); c != nil {
+		if slices.ContainsFunc(c.used, func(v uint64) bool { return v != 0 }) {
+			n := *c
+			n.used = make([]uint64, l.ngpus)
+			l.frozen.Store(&n)
+		}
+		return
+	}
+	defer l.freeze()
 	for g := 0; g < l.ngpus; g++ {
 		atomic.StoreUint64(l.gpuCtr(g, CtrGPUOffUsed), 0)
 	}
@@ -514,6 +740,7 @@ func subSaturating(p *uint64, v uint64) {
 // interceptor's hot path does (docs/ledger.md), on the slot's stripe 0.
 // Used by Go clients and tests.
 func (l *Ledger) Reserve(i, g int, n uint64) error {
+	l.thaw(false)
 	used := l.gpuCtr(g, CtrGPUOffUsed)
 	limit := l.Limit(g)
 	for {
