@@ -52,6 +52,7 @@ func (m *Manager) Create(req api.SessionRequest) (api.Session, bool, error) {
 		led.Remove()
 		return api.Session{}, false, fmt.Errorf("persist session: %w", err)
 	}
+	led.FreezeIfIdle() // no page of an idle session stays in the daemon
 	s := &Session{rec: rec, uid: rec.UID, led: led, gidx: idx, images: map[int]uint64{}, auditPeak: make([]uint64, len(idx)), fig: newFigures(len(idx))}
 	m.sessions[rec.ID] = s
 	if m.ev.Created != nil {

@@ -486,6 +486,11 @@ func (l *Ledger) thaw(rebase bool) {
 	l.frozen.Store(nil)
 }
 
+// FreezeIfIdle freezes a daemon-side ledger with no slot in use (the
+// daemon calls it once a session is created or adopted; Rebase does it
+// when the last process has gone).
+func (l *Ledger) FreezeIfIdle() { l.freeze() }
+
 // Frozen reports whether the ledger is idle and read from its copy.
 func (l *Ledger) Frozen() bool { return l.frozen.Load() != nil }
 

@@ -124,7 +124,6 @@ func fromFiles(id string, lim, ctr *os.File, fresh bool) (*Ledger, error) {
 		l.initInUse(ctr)
 	}
 	l.keepCopy()
-	l.freeze() // when idle
 	if g, err := l.openMapped(l.lim, os.O_RDONLY); err == nil {
 		g.Close()
 		l.fdless = true
