@@ -52,6 +52,13 @@ func scaleBench(o options, r *results) error {
 	if n != 10000 {
 		suffix = strconv.Itoa(n)
 	}
+	// Fds now, before the list and the scrape open their own connections.
+	fds, err := countFDs(pid)
+	if err != nil {
+		return err
+	}
+	r.set("sessions_"+suffix+"_open_fds", float64(fds))
+	r.set("sessions_"+suffix+"_fds_added", float64(fds-fds0)) // from session 100 on
 	r.set("create_p50_ms_"+suffix, percentile(lat, 50))
 	r.set("create_p99_ms_"+suffix, percentile(lat, 99))
 
@@ -92,12 +99,6 @@ func scaleBench(o options, r *results) error {
 	if err := scrape(d.adminSock); err != nil {
 		return err
 	}
-	fds, err := countFDs(pid)
-	if err != nil {
-		return err
-	}
-	r.set("sessions_"+suffix+"_open_fds", float64(fds))
-	r.set("sessions_"+suffix+"_fds_added", float64(fds-fds0)) // from session 100 on
 	rss, err := rssMiB(pid)
 	if err != nil {
 		return err
