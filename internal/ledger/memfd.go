@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -307,3 +308,53 @@ func ReopensMappings() bool {
 	f.Close()
 	return true
 }
+
+// Files returns the ledger's files for a client: limits O_RDONLY, counters
+// O_RDWR, owned by the ledger. An fd-less ledger opens them on the first
+// call and keeps them open from then on (OpenFiles does not). Nil for a
+// ledger obtained with Map.
+func (l *Ledger) Files() (limits, counters *os.File) {
+	if l.fdless && l.limFile == nil {
+		lim, ctr, err := l.OpenFiles()
+		if err != nil {
+			return nil, nil
+		}
+		l.limFile, l.ctrFile = lim, ctr
+	}
+	return l.limFile, l.ctrFile
+}
+
+// OpenFiles returns new files for an attaching client (limits O_RDONLY,
+// counters O_RDWR), which the caller closes: opened again from the
+// mappings (fd-less ledger) or duplicated from the ledger's own fds.
+func (l *Ledger) OpenFiles() (limits, counters *os.File, err error) {
+	if l.lim == nil || !l.writable {
+		return nil, nil, errors.New("ledger: not a daemon-side ledger")
+	}
+	if !l.fdless || l.limFile != nil && l.ctrFile != nil {
+		lfd, err := unix.FcntlInt(l.limFile.Fd(), unix.F_DUPFD_CLOEXEC, 0)
+		if err != nil {
+			return nil, nil, fmt.Errorf("dup ledger fd: %w", err)
+		}
+		cfd, err := unix.FcntlInt(l.ctrFile.Fd(), unix.F_DUPFD_CLOEXEC, 0)
+		if err != nil {
+			unix.Close(lfd)
+			return nil, nil, fmt.Errorf("dup ledger fd: %w", err)
+		}
+		return os.NewFile(uintptr(lfd), "limits"), os.NewFile(uintptr(cfd), "counters"), nil
+	}
+	lim, err := l.openMapped(l.lim, os.O_RDONLY)
+	if err != nil {
+		return nil, nil, err
+	}
+	ctr, err := l.openMapped(l.ctr, os.O_RDWR)
+	if err != nil {
+		lim.Close()
+		return nil, nil, err
+	}
+	return lim, ctr, nil
+}
+
+// HoldsFDs reports whether the ledger keeps fds open (it does when this
+// process cannot open its own mappings through /proc/self/map_files).
+func (l *Ledger) HoldsFDs() bool { return l.limFile != nil || l.ctrFile != nil }
