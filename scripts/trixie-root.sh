@@ -29,7 +29,7 @@ set -euo pipefail
 
 SUITE=${TRIXIE_SUITE:-trixie}
 MIRROR=${TRIXIE_MIRROR:-http://deb.debian.org/debian}
-LAYOUT=1
+LAYOUT=2
 log() { printf 'trixie-root: %s\n' "$*" >&2; }
 die() { log "$*"; exit 1; }
 
@@ -121,6 +121,9 @@ build() {
 		die "debootstrap failed"
 	fi
 
+	# debootstrap writes no /etc/hosts: without one "localhost" does not
+	# resolve (mariadb-install-db, for one, refuses to run).
+	printf '127.0.0.1\tlocalhost\n::1\t\tlocalhost ip6-localhost ip6-loopback\n' >"$work/etc/hosts"
 	# No service may start while packages are installed into the root.
 	printf '#!/bin/sh\nexit 101\n' >"$work/usr/sbin/policy-rc.d"
 	chmod 0755 "$work/usr/sbin/policy-rc.d"
