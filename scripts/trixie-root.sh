@@ -50,7 +50,7 @@ inside() {
 				IFS=: read -r _ dst _ <<<"$b"
 				mountpoint -q "$root$dst" && umount -l "$root$dst" || true
 			done
-			for m in dev/pts dev/shm dev sys proc; do
+			for m in etc/hosts dev/pts dev/shm dev sys proc; do
 				mountpoint -q "$root/$m" && umount -l "$root/$m" || true
 			done
 			[ -z "${TRIXIE_OVERLAY:-}" ] || umount -l "$root" || true
@@ -67,6 +67,9 @@ inside() {
 		ln -sf pts/ptmx "$root/dev/ptmx"
 		mount -t tmpfs -o mode=1777,nosuid,nodev tmpfs "$root/dev/shm"
 		ln -sf /proc/self/fd "$root/dev/fd"
+		# The root shares this machine'"'"'s network: it resolves its names
+		# (this machine'"'"'s own, which Slurm looks up) as the machine does.
+		touch "$root/etc/hosts" && mount --bind /etc/hosts "$root/etc/hosts"
 		for b in ${TRIXIE_BINDS:-}; do
 			IFS=: read -r src dst opt <<<"$b"
 			mkdir -p "$root$dst"
