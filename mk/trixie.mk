@@ -36,18 +36,13 @@ $(TRIXIE_STAMP): mk/trixie.mk scripts/trixie-root.sh
 trixie-clean: ## remove the Debian 13 root (the cache in TRIXIE_CACHE stays)
 	rm -rf $(TRIXIE)
 
-# Smoke test on Slurm 24.11: the test binary runs itself inside the root
-# (tests/slurm24, internal/debroot). Part of `make test`: with the root
-# cached it takes seconds, a first root build under a minute.
-.PHONY: test-slurm24
-test-slurm24: trixie-root spank-24.11 go-build fakecuda interceptor ## Slurm 24.11 smoke test in the Debian 13 root (root; skips when the archive is unreachable)
-	GPUSLICE_BUILD_DIR=$(BUILD) $(GO) test -count=1 -timeout 10m ./tests/slurm24/...
-
 # The end-to-end suite (tests/slurm: two slurmd hosts in network namespaces,
 # every scenario of make test-slurm) on Slurm 24.11: the test binary runs
-# itself in the root with the plugin built for 24.11; its hosts are on
-# gs13br0, 10.78.0.0/24 (make test-slurm's are on gs8br0, 10.77.0.0/24), so
-# the two may run at once. Needs root; skips when the archive is unreachable.
+# itself in the root with the plugin built for 24.11 (the one built for
+# 22.05, make spank, is there to be refused by 24.11's srun); its hosts are
+# on gs13br0, 10.78.0.0/24 (make test-slurm's are on gs8br0, 10.77.0.0/24),
+# so the two may run at once. Needs root; skips when the archive is
+# unreachable.
 .PHONY: test-slurm-24.11
 test-slurm-24.11: trixie-root spank-24.11 spank go-build fakecuda interceptor ## the end-to-end suite on Slurm 24.11 in the Debian 13 root (root)
 	GPUSLICE_SLURM_RELEASE=24.11 GPUSLICE_BUILD_DIR=$(BUILD) $(GO) test -count=1 -timeout 20m ./tests/slurm/

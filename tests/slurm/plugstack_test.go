@@ -2,6 +2,7 @@ package slurm
 
 import (
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -11,6 +12,13 @@ import (
 // srun, sbatch, salloc and slurmstepd read plugstack.conf each time they
 // start, so no daemon needs a restart.
 func (c *cluster) withPlugstack(t *testing.T, args string) {
+	t.Helper()
+	c.withPlugstackOf(t, c.bin("plugin"), args)
+}
+
+// withPlugstackOf names plugin, with the arguments, in plugstack.conf for
+// the rest of the test; the file is restored when the test ends.
+func (c *cluster) withPlugstackOf(t *testing.T, plugin, args string) {
 	t.Helper()
 	path := c.path("plugstack.conf")
 	old, err := os.ReadFile(path)
@@ -22,7 +30,7 @@ func (c *cluster) withPlugstack(t *testing.T, args string) {
 			t.Errorf("restore plugstack.conf: %v", err)
 		}
 	})
-	if err := c.writePlugstack(args); err != nil {
+	if err := c.writePlugstackOf(plugin, args); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -88,4 +96,40 @@ func TestPlugstackArguments(t *testing.T) {
 			}
 		})
 	}
+}
+
+// The plugin built for another Slurm release does not load: each release
+// needs its own build (docs/slurm.md, Supported Slurm versions). On 24.11,
+// with the plugin built for 22.05 in plugstack.conf ("required"), srun
+// refuses to run, says the plugin is incompatible, and no job is created;
+// the same srun with 24.11's own plugin runs.
+func TestOtherReleasePluginRefused(t *testing.T) {
+	c := needCluster(t)
+	if slurm.otherPlugin == "" {
+		t.Skipf("not on Slurm %s: %s", slurm.name, slurm.noOtherPlugin)
+	}
+	u := c.users["gsltest1"]
+	other := filepath.Join(c.build, slurm.otherPlugin)
+	if _, err := os.Stat(other); err != nil {
+		t.Fatalf("the plugin of another release (make spank): %v", err)
+	}
+	argv := []string{"-v", "--gpu-mem=1G", "true"}
+	r := run(ctxFor(t, time.Minute), c.cmd(u, "srun", argv...))
+	if r.code != 0 {
+		t.Fatalf("srun with the plugin built for %s: %s", slurm.name, r)
+	}
+	c.assertReleased(t, jobID(t, r))
+	before := c.jobCount(t)
+	c.withPlugstackOf(t, other, c.opts.PlugstackArgs)
+	r = run(ctxFor(t, time.Minute), c.cmd(u, "srun", argv...))
+	if r.code == 0 {
+		t.Fatalf("srun with %s on Slurm %s succeeded: %s", slurm.otherPlugin, slurm.name, r)
+	}
+	if !strings.Contains(strings.ToLower(r.stderr), "incompatible") {
+		t.Errorf("srun's error does not say the plugin is incompatible: %s", r)
+	}
+	if after := c.jobCount(t); after != before {
+		t.Errorf("a job was created (%d jobs, %d before)", after, before)
+	}
+	t.Logf("srun with %s on Slurm %s: exit %d: %s", slurm.otherPlugin, slurm.name, r.code, strings.TrimSpace(r.stderr))
 }

@@ -20,6 +20,12 @@ type slurmRelease struct {
 	// plugin is the SPANK plugin built for this release, under the build
 	// directory.
 	plugin string
+	// otherPlugin is the plugin built for another release, under the
+	// build directory, that this release's srun must refuse
+	// (TestOtherReleasePluginRefused); empty: not checked here, and
+	// noOtherPlugin says why.
+	otherPlugin   string
+	noOtherPlugin string
 	// conf are the slurm.conf settings this release needs here.
 	conf string
 	// cgroupConf is cgroup.conf's content; empty: no cgroup.conf.
@@ -48,18 +54,23 @@ TaskPlugin=task/none
 SlurmdParameters=config_overrides
 `,
 	net: net2205,
+	noOtherPlugin: "the plugin built for 24.11 in the Debian 13 root needs glibc 2.38 and Debian 12 has 2.36, " +
+		"so 22.05's srun would fail to load it on its C library before any check of the Slurm release",
 }
 
 // slurm2411 is Debian 13's Slurm 24.11 in the Debian 13 root (make
 // trixie-root), with the plugin built there (make spank-24.11). As on
 // 22.05, and: 24.11's slurmd and slurmstepd load a cgroup plugin even with
 // proctrack/linuxproc and task/none unless cgroup.conf says
-// CgroupPlugin=disabled (a value 22.05 does not know).
+// CgroupPlugin=disabled (a value 22.05 does not know). The plugin built
+// for 22.05 on this machine (make spank), which the root sees under the
+// bind-mounted build directory, is there to be refused.
 var slurm2411 = slurmRelease{
-	name:   "24.11",
-	inRoot: true,
-	plugin: "spank-24.11/gpuslice.so",
-	gres:   "gres/",
+	name:        "24.11",
+	inRoot:      true,
+	plugin:      "spank-24.11/gpuslice.so",
+	otherPlugin: slurm2205.plugin,
+	gres:        "gres/",
 	conf: `ProctrackType=proctrack/linuxproc
 TaskPlugin=task/none
 SlurmdParameters=config_overrides
@@ -218,6 +229,12 @@ GresTypes=gpu,shard
 // writePlugstack writes plugstack.conf with the plugin's arguments.
 // srun, sbatch, salloc and slurmstepd read it each time they start.
 func (c *cluster) writePlugstack(args string) error {
-	line := fmt.Sprintf("required %s lib=%s socket=%s %s\n", c.bin("plugin"), c.bin("interceptor"), c.ipcSock, args)
+	return c.writePlugstackOf(c.bin("plugin"), args)
+}
+
+// writePlugstackOf writes plugstack.conf naming plugin, a SPANK plugin
+// file, with the arguments.
+func (c *cluster) writePlugstackOf(plugin, args string) error {
+	line := fmt.Sprintf("required %s lib=%s socket=%s %s\n", plugin, c.bin("interceptor"), c.ipcSock, args)
 	return writeFile(c.path("plugstack.conf"), line, 0o644)
 }
