@@ -294,6 +294,10 @@ func measure(o options, r *results) error {
 		r.fail("alloc_free_added_ns_median", err)
 		r.fail("throughput_ratio_8threads", err)
 	}
+	allocMore(o, d, r)
+	if *allocOnly {
+		return nil
+	}
 	if p50, p99, err := pingSequential(d.ipcSock, o.pings); err != nil {
 		r.fail("ipc_ping_p50_us", err)
 	} else {
