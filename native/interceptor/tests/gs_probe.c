@@ -62,12 +62,16 @@
  *   held               bytes held by this program
  *   pid                this process's pid
  *   fds                how many file descriptors are open
+ *   idlecredit:S       a new thread (on the current context) allocates S and frees it,
+ *                      then sleeps until the process exits: it keeps the bytes as
+ *                      credit (docs/ledger.md "Credit"); prints both rcs
  *   pause              print "paused" and wait for a line on stdin
  *   sleep:MS
  *   fork ... endfork   the child runs the steps in between, then exits;
  *                      the parent waits for it
  */
 #include <dirent.h>
+#include <pthread.h>
 #include <dlfcn.h>
 #include <fcntl.h>
 #include <stdint.h>
@@ -206,6 +210,30 @@ static CUresult unmap_range(CUdeviceptr p, uint64_t n)
 		nvmaps = w;
 	}
 	return r;
+}
+
+struct idle_arg {
+	CUcontext ctx;
+	uint64_t n;
+	CUresult ra, rf;
+	int pipe[2];
+};
+
+/* allocate and free, report, then stay alive and idle */
+static void *idle_thread(void *p)
+{
+	struct idle_arg *a = p;
+	CUdeviceptr d = 0;
+	a->ra = cuCtxSetCurrent(a->ctx);
+	if (a->ra == CUDA_SUCCESS)
+		a->ra = cuMemAlloc_v2(&d, a->n);
+	a->rf = a->ra == CUDA_SUCCESS ? cuMemFree_v2(d) : CUDA_ERROR_INVALID_VALUE;
+	char c = 1;
+	if (write(a->pipe[1], &c, 1) != 1)
+		return NULL;
+	for (;;)
+		pause();
+	return NULL;
 }
 
 static CUresult on_device(int ordinal, CUcontext *out)
@@ -606,6 +634,19 @@ static void step(char *arg)
 			held_bytes -= held[--nheld].bytes;
 		}
 		printf("freeall failed=%d\n", bad);
+	} else if (strcmp(cmd, "idlecredit") == 0 && nf >= 2) {
+		static struct idle_arg a; /* the thread lives as long as the process */
+		pthread_t t;
+		char c;
+		a.n = parse_size(f[1]);
+		a.ra = a.rf = CUDA_ERROR_UNKNOWN;
+		if (cuCtxGetCurrent(&a.ctx) != CUDA_SUCCESS || pipe(a.pipe) != 0 ||
+		    pthread_create(&t, NULL, idle_thread, &a) != 0 || read(a.pipe[0], &c, 1) != 1) {
+			printf("idlecredit rc=-1\n");
+		} else {
+			pthread_detach(t);
+			printf("idlecredit alloc=%d free=%d\n", a.ra, a.rf);
+		}
 	} else if (strcmp(cmd, "meminfo") == 0) {
 		size_t fr = 0, to = 0;
 		r = cuMemGetInfo_v2(&fr, &to);
