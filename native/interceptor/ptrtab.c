@@ -23,7 +23,7 @@
 #include "gs.h"
 
 static const unsigned gs_tab_bits[GS_NTAB] = {
-	[GS_TAB_PTR] = 20,
+	[GS_TAB_PTR] = GS_TAB_BITS,
 };
 
 static const unsigned gs_xtab_bits[GS_NXTAB] = {
