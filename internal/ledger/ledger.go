@@ -379,10 +379,18 @@ func (l *Ledger) slotCredit(i, g int) uint64 {
 	return sum
 }
 
-// Credit is the credit all slots keep on ledger GPU g.
+// Credit is the credit all slots keep on ledger GPU g. A free slot keeps
+// nothing; the daemon reads only the slots it has handed out (their pages
+// alone are touched, initInUse), a client every slot.
 func (l *Ledger) Credit(g int) uint64 {
 	var sum uint64
-	for i := 0; i < l.nslots; i++ { // a free slot keeps nothing
+	if l.inUse != nil {
+		for _, i := range l.InUse() {
+			sum += l.slotCredit(i, g)
+		}
+		return sum
+	}
+	for i := 0; i < l.nslots; i++ {
 		sum += l.slotCredit(i, g)
 	}
 	return sum
