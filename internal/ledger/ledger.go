@@ -9,7 +9,6 @@ import (
 	"os"
 	"path/filepath"
 	"sync/atomic"
-	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -514,8 +513,8 @@ func (l *Ledger) Claim(pid uint32, startTime, attachNS uint64) (int, bool, error
 const reclaimMark = 1 << 40
 
 // Reclaim gives back what slot i holds (docs/ledger.md "Reclaim"): the slot
-// goes to reclaiming; each owned stripe is claimed from any process taking
-// its credit back (its revoke word, waited for a bounded time); every
+// goes to reclaiming; each owned stripe is marked against processes taking
+// its credit back (its revoke word, never waited for); every
 // stripe's lease (its share of used: held plus credit) is exchanged with 0
 // and the sum subtracted from used, and what the stripes held is added to
 // reclaimed; then the slot is freed. It returns the bytes the process held
@@ -523,11 +522,13 @@ const reclaimMark = 1 << 40
 func (l *Ledger) Reclaim(i int) []uint64 {
 	out := make([]uint64, l.ngpus)
 	atomic.StoreUint32(u32(l.ctr, l.slot(i, SlotOffState)), SlotReclaiming)
+	// Mark the owned stripes so that a process of the session that starts
+	// taking their credit back now leaves them alone. The daemon never
+	// waits on these words (the job can write them): a taker already at
+	// work can at worst make the session's own used lower than it should
+	// be, which decides nothing (the audit is the authority).
 	for k := 0; k < SlotOwned; k++ {
-		rv := u64(l.ctr, l.stripeOff(i, k, StripeOffRevoke))
-		for try := 0; try < 2000 && !atomic.CompareAndSwapUint64(rv, 0, reclaimMark); try++ {
-			time.Sleep(50 * time.Microsecond) // another process is taking the credit back
-		}
+		atomic.CompareAndSwapUint64(u64(l.ctr, l.stripeOff(i, k, StripeOffRevoke)), 0, reclaimMark)
 	}
 	for g := 0; g < l.ngpus; g++ {
 		var lease, held uint64
