@@ -47,7 +47,7 @@ build: fakecuda interceptor go-build spank ## build everything into build/
 
 # Every suite CI runs, in order.
 TEST_SUITES := test-go test-fakecuda test-interceptor test-core test-security \
-               test-slurm test-slurm24 test-packages \
+               test-slurm test-slurm24 test-slurm-24.11 test-packages \
                test-nvidia-runtime test-nvidia-tools test-monitoring test-docs
 test: deps build $(TEST_SUITES) ## run every test suite (what CI runs)
 

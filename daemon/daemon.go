@@ -82,6 +82,9 @@ func Run(ctx context.Context, cfg config.Config, logw io.Writer) error {
 		return fmt.Errorf("state dir: %w", err)
 	}
 
+	if _, _, err := checkFDLimit(log, cfg.IPCConnsPerUID); err != nil {
+		return err
+	}
 	if len(gpus) == 0 {
 		log.Warn("NVML reports no GPU; sessions cannot be created")
 	}

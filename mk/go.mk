@@ -1,7 +1,7 @@
 # Go components owned here: gpusliced, the gpuslice CLI, internal packages,
 # their tests (vet, unit + integration, fuzz seed corpus, metrics lint) and
 # the benchmark harness.
-.PHONY: go-build test-go bench
+.PHONY: go-build test-go bench readme-bench
 
 GO_PKG      := github.com/gpuslice/gpuslice
 GO_LDFLAGS  := -X $(GO_PKG)/internal/version.Version=$(VERSION)
@@ -43,6 +43,10 @@ test-go: go-build fakecuda interceptor ## go vet + Go unit/integration tests, fu
 
 bench: fakecuda interceptor go-build $(BENCH_BIN) ## run the benchmarks: bench/results.json + summary against DESIGN.md targets
 	$(BENCH_BIN) -build $(BUILD) -out $(ROOT)/bench/results.json
+	$(BENCH_BIN) -out $(ROOT)/bench/results.json -readme $(ROOT)/README.md
+
+readme-bench: $(BENCH_BIN) ## rewrite README's performance table from bench/results.json
+	$(BENCH_BIN) -out $(ROOT)/bench/results.json -readme $(ROOT)/README.md
 
 .PHONY: go-force
 go-force:

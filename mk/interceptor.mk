@@ -1,6 +1,6 @@
 # interceptor: libgpuslice.so (LD_PRELOAD) from native/interceptor, its C
 # test programs, and the interceptor / cross-component test suites.
-.PHONY: interceptor interceptor-tests test-interceptor test-core
+.PHONY: interceptor interceptor-tests test-interceptor test-core test-scale
 
 GS_DIR      := $(ROOT)/native/interceptor
 GS_OBJDIR   := $(BUILD)/obj/interceptor
@@ -43,6 +43,9 @@ $(GS_TESTBIN)/%: $(GS_DIR)/tests/%.c $(wildcard $(ROOT)/native/include/*.h) | fa
 
 test-interceptor: fakecuda-libs interceptor interceptor-tests ## interceptor library tests (fake peer, exports, dlsym)
 	$(GO) test -count=1 ./tests/interceptor/...
+
+test-scale: fakecuda-libs fakecuda-examples interceptor interceptor-tests go-build ## scale tests at full size: 4,096 processes in one session (minutes on 2 cores)
+	GPUSLICE_SCALE_TESTS=1 $(GO) test -count=1 -timeout 30m -run 'TestSessionServesManyProcesses|TestRestartKeepsManySessions|TestIdleSessionsCostNoFDAndTwoPages' ./tests/core/
 
 test-core: fakecuda-libs fakecuda-examples interceptor interceptor-tests go-build old-glibc ## cross-component tests: gpusliced + interceptor + fakecuda
 	$(GO) test -count=1 -timeout 20m ./tests/core/...

@@ -89,6 +89,7 @@ define install-recipe
 	install -m 0644 docs/*.md '$(DESTDIR)$(DOCDIR)/'
 	install -m 0644 etc/monitoring/gpuslice-alerts.yml etc/monitoring/gpuslice-dashboard.json \
 	  '$(DESTDIR)$(DATADIR)/gpuslice/monitoring/'
+	install -m 0644 etc/slurm/job_submit.lua '$(DESTDIR)$(DATADIR)/gpuslice/job_submit.lua'
 	install -m 0644 docs/man/gpuslice.1 '$(DESTDIR)$(MANDIR)/man1/gpuslice.1'
 	install -m 0644 docs/man/gpusliced.8 '$(DESTDIR)$(MANDIR)/man8/gpusliced.8'
 	$(call install-conf,etc/gpusliced.yaml,$(SYSCONFDIR)/gpuslice/gpusliced.yaml)

@@ -17,8 +17,10 @@ TRIXIE_ROOT   := $(TRIXIE)/root
 TRIXIE_CACHE  ?= $(BUILD)/cache/trixie
 TRIXIE_STAMP  := $(TRIXIE)/.stamp
 # Slurm 24.11's job_submit_lua.so links liblua5.1 in Debian 13, as in 12.
+# The end-to-end suite on 24.11 (make test-slurm-24.11) also needs iproute2
+# (the test hosts' network namespaces).
 TRIXIE_PKGS   := slurmctld slurmd slurm-client libslurm-dev slurm-wlm-basic-plugins munge \
-                 lua5.1 gcc make libc6-dev procps
+                 lua5.1 gcc make libc6-dev procps iproute2
 TRIXIE_RUN    := $(ROOT)/scripts/trixie-root.sh run $(TRIXIE_ROOT)
 
 .PHONY: trixie-root trixie-clean
@@ -40,3 +42,12 @@ trixie-clean: ## remove the Debian 13 root (the cache in TRIXIE_CACHE stays)
 .PHONY: test-slurm24
 test-slurm24: trixie-root spank-24.11 go-build fakecuda interceptor ## Slurm 24.11 smoke test in the Debian 13 root (root; skips when the archive is unreachable)
 	GPUSLICE_BUILD_DIR=$(BUILD) $(GO) test -count=1 -timeout 10m ./tests/slurm24/...
+
+# The end-to-end suite (tests/slurm: two slurmd hosts in network namespaces,
+# every scenario of make test-slurm) on Slurm 24.11: the test binary runs
+# itself in the root with the plugin built for 24.11; its hosts are on
+# gs13br0, 10.78.0.0/24 (make test-slurm's are on gs8br0, 10.77.0.0/24), so
+# the two may run at once. Needs root; skips when the archive is unreachable.
+.PHONY: test-slurm-24.11
+test-slurm-24.11: trixie-root spank-24.11 spank go-build fakecuda interceptor ## the end-to-end suite on Slurm 24.11 in the Debian 13 root (root)
+	GPUSLICE_SLURM_RELEASE=24.11 GPUSLICE_BUILD_DIR=$(BUILD) $(GO) test -count=1 -timeout 20m ./tests/slurm/

@@ -29,7 +29,7 @@ set -euo pipefail
 
 SUITE=${TRIXIE_SUITE:-trixie}
 MIRROR=${TRIXIE_MIRROR:-http://deb.debian.org/debian}
-LAYOUT=1
+LAYOUT=2
 log() { printf 'trixie-root: %s\n' "$*" >&2; }
 die() { log "$*"; exit 1; }
 
@@ -50,7 +50,7 @@ inside() {
 				IFS=: read -r _ dst _ <<<"$b"
 				mountpoint -q "$root$dst" && umount -l "$root$dst" || true
 			done
-			for m in dev/pts dev/shm dev sys proc; do
+			for m in etc/hosts dev/pts dev/shm dev sys proc; do
 				mountpoint -q "$root/$m" && umount -l "$root/$m" || true
 			done
 			[ -z "${TRIXIE_OVERLAY:-}" ] || umount -l "$root" || true
@@ -67,6 +67,9 @@ inside() {
 		ln -sf pts/ptmx "$root/dev/ptmx"
 		mount -t tmpfs -o mode=1777,nosuid,nodev tmpfs "$root/dev/shm"
 		ln -sf /proc/self/fd "$root/dev/fd"
+		# The root shares this machine'"'"'s network: it resolves its names
+		# (this machine'"'"'s own, which Slurm looks up) as the machine does.
+		touch "$root/etc/hosts" && mount --bind /etc/hosts "$root/etc/hosts"
 		for b in ${TRIXIE_BINDS:-}; do
 			IFS=: read -r src dst opt <<<"$b"
 			mkdir -p "$root$dst"
@@ -121,6 +124,9 @@ build() {
 		die "debootstrap failed"
 	fi
 
+	# debootstrap writes no /etc/hosts: without one "localhost" does not
+	# resolve (mariadb-install-db, for one, refuses to run).
+	printf '127.0.0.1\tlocalhost\n::1\t\tlocalhost ip6-localhost ip6-loopback\n' >"$work/etc/hosts"
 	# No service may start while packages are installed into the root.
 	printf '#!/bin/sh\nexit 101\n' >"$work/usr/sbin/policy-rc.d"
 	chmod 0755 "$work/usr/sbin/policy-rc.d"

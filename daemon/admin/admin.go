@@ -3,6 +3,7 @@
 package admin
 
 import (
+	"bufio"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -113,8 +114,25 @@ func (h *handler) create(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, code, s)
 }
 
+// list streams the sessions: one encoded at a time, through a buffer.
 func (h *handler) list(w http.ResponseWriter, _ *http.Request) {
-	writeJSON(w, http.StatusOK, h.m.List())
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusOK)
+	bw := bufio.NewWriterSize(w, 64<<10)
+	bw.WriteByte('[')
+	var buf []byte
+	first := true
+	h.m.Each(func(s api.Session) {
+		buf = buf[:0]
+		if !first {
+			buf = append(buf, ',')
+		}
+		first = false
+		buf = api.AppendSessionJSON(buf, s)
+		bw.Write(buf)
+	})
+	bw.WriteString("]\n")
+	bw.Flush()
 }
 
 func (h *handler) get(w http.ResponseWriter, r *http.Request) {

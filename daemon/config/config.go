@@ -61,7 +61,7 @@ func Defaults() Config {
 		DefaultTTL:       24 * time.Hour,
 		RecoveryInterval: 5 * time.Second,
 		LogLevel:         "info",
-		LedgerSlots:      256,
+		LedgerSlots:      4096,
 		HistoryRetention: 30 * 24 * time.Hour,
 		AuditInterval:    500 * time.Millisecond,
 		AuditPolicy:      "kill",

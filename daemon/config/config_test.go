@@ -35,7 +35,7 @@ func TestDefaults(t *testing.T) {
 	}
 	want := Defaults()
 	if cfg.RuntimeDir != want.RuntimeDir || cfg.Overcommit != 1.0 || cfg.DefaultTTL != 24*time.Hour ||
-		cfg.RecoveryInterval != 5*time.Second || cfg.LedgerSlots != 256 ||
+		cfg.RecoveryInterval != 5*time.Second || cfg.LedgerSlots != 4096 ||
 		cfg.IPCSocket != "/run/gpuslice/ipc.sock" || cfg.AdminSocket != "/run/gpuslice/admin.sock" {
 		t.Fatalf("defaults: %+v", cfg)
 	}

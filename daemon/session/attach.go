@@ -8,7 +8,6 @@ import (
 	"github.com/gpuslice/gpuslice/daemon/reclaim"
 	"github.com/gpuslice/gpuslice/internal/api"
 	"github.com/gpuslice/gpuslice/internal/ledger"
-	"golang.org/x/sys/unix"
 )
 
 // Attachment is what an ATTACH returns; the caller closes it.
@@ -113,22 +112,16 @@ func (m *Manager) Attach(id string, uid, pid uint32) (Attachment, error) {
 	return m.attachmentLocked(s, slot)
 }
 
-// attachmentLocked duplicates the ledger fds for slot. Caller holds s.mu.
+// attachmentLocked opens the ledger files for slot. Caller holds s.mu: a
+// concurrent release unmaps the ledger, and a file of a released ledger
+// must never be sent.
 func (m *Manager) attachmentLocked(s *Session, slot int) (Attachment, error) {
-	// Duplicate the fds under the session lock: a concurrent release closes
-	// the ledger's own files, and a closed fd number must never be sent.
-	lim, ctr := s.led.Files()
-	limFD, err := unix.FcntlInt(lim.Fd(), unix.F_DUPFD_CLOEXEC, 0)
+	lim, ctr, err := s.led.OpenFiles()
 	if err != nil {
-		return Attachment{}, fmt.Errorf("dup ledger fd: %w", err)
-	}
-	ctrFD, err := unix.FcntlInt(ctr.Fd(), unix.F_DUPFD_CLOEXEC, 0)
-	if err != nil {
-		unix.Close(limFD)
-		return Attachment{}, fmt.Errorf("dup ledger fd: %w", err)
+		return Attachment{}, fmt.Errorf("session %s: %w", s.rec.ID, err)
 	}
 	return Attachment{Session: s.rec.ID, Slot: slot, NGPUs: s.led.NGPUs(), Generation: s.led.Generation(),
-		Limits: os.NewFile(uintptr(limFD), "limits"), Counters: os.NewFile(uintptr(ctrFD), "counters")}, nil
+		Limits: lim, Counters: ctr}, nil
 }
 
 // Close closes the attachment's fds (after they were sent).

@@ -71,6 +71,12 @@ func TestSweepRebasesDrift(t *testing.T) {
 	if _, _, err := f.m.Create(api.SessionRequest{ID: "s", QuotaBytes: 1 << 30}); err != nil {
 		t.Fatal(err)
 	}
+	child := startChild(t, "sleep", "3600")
+	at, err := f.m.Attach("s", 0, uint32(child.Process.Pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	at.Close()
 	// A process killed between "reserve used" and "charge its slot" leaves
 	// bytes in used that no slot accounts for.
 	l, err := ledger.Open(filepath.Join(f.dir, "ledgers"), "s")
@@ -78,17 +84,52 @@ func TestSweepRebasesDrift(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer l.Close()
-	// Slot 1 was never claimed: to the daemon nothing is attached.
-	if err := l.Reserve(1, 0, 4096); err != nil {
+	// Slot at.Slot+1 was never claimed: no slot accounts for these bytes.
+	if err := l.Reserve(at.Slot+1, 0, 4096); err != nil {
 		t.Fatal(err)
 	}
 	v, _ := f.m.Get("s")
-	if v.GPUs[0].UsedBytes == 0 {
-		t.Fatal("setup: no drift")
+	if v.GPUs[0].UsedBytes != 4096 {
+		t.Fatalf("setup: used %d, want the 4096 bytes of drift", v.GPUs[0].UsedBytes)
 	}
+	child.Process.Kill()
+	child.Wait()
 	f.m.Sweep()
 	if v, _ := f.m.Get("s"); v.GPUs[0].UsedBytes != 0 {
 		t.Fatalf("used after sweep with no process: %d", v.GPUs[0].UsedBytes)
+	}
+	if l.Used(0) != 0 {
+		t.Fatalf("ledger used after sweep with no process: %d", l.Used(0))
+	}
+}
+
+// An idle session's ledger is read from the daemon's copy: bytes written
+// into it while no process is attached count for nothing, and the first
+// process to attach starts from used 0.
+func TestIdleLedgerIgnoresStrayCharge(t *testing.T) {
+	f := newFixture(t, "")
+	if _, _, err := f.m.Create(api.SessionRequest{ID: "s", QuotaBytes: 1 << 30}); err != nil {
+		t.Fatal(err)
+	}
+	l, err := ledger.Open(filepath.Join(f.dir, "ledgers"), "s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	if err := l.Reserve(1, 0, 4096); err != nil {
+		t.Fatal(err)
+	}
+	if v, _ := f.m.Get("s"); v.GPUs[0].UsedBytes != 0 || len(v.Processes) != 0 {
+		t.Fatalf("idle session shows used %d, %d processes", v.GPUs[0].UsedBytes, len(v.Processes))
+	}
+	child := startChild(t, "sleep", "3600")
+	at, err := f.m.Attach("s", 0, uint32(child.Process.Pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	at.Close()
+	if l.Used(0) != 0 {
+		t.Fatalf("used after the first attach: %d, want 0", l.Used(0))
 	}
 }
 

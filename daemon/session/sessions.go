@@ -52,6 +52,7 @@ func (m *Manager) Create(req api.SessionRequest) (api.Session, bool, error) {
 		led.Remove()
 		return api.Session{}, false, fmt.Errorf("persist session: %w", err)
 	}
+	led.FreezeIfIdle() // no page of an idle session stays in the daemon
 	s := &Session{rec: rec, uid: rec.UID, led: led, gidx: idx, images: map[int]uint64{}, auditPeak: make([]uint64, len(idx)), fig: newFigures(len(idx))}
 	m.sessions[rec.ID] = s
 	if m.ev.Created != nil {
@@ -86,20 +87,30 @@ func (m *Manager) Get(id string) (api.Session, error) {
 
 // List returns every live session, sorted by id.
 func (m *Manager) List() []api.Session {
+	var out []api.Session
+	m.Each(func(v api.Session) { out = append(out, v) })
+	if out == nil {
+		out = []api.Session{}
+	}
+	return out
+}
+
+// Each calls fn with every live session, sorted by id, one view at a time
+// (the admin API streams a list of 10,000 sessions without holding them
+// all).
+func (m *Manager) Each(fn func(api.Session)) {
 	m.mu.RLock()
 	ss := make([]*Session, 0, len(m.sessions))
 	for _, s := range m.sessions {
 		ss = append(ss, s)
 	}
 	m.mu.RUnlock()
-	out := make([]api.Session, 0, len(ss))
+	sort.Slice(ss, func(i, j int) bool { return ss[i].rec.ID < ss[j].rec.ID })
 	for _, s := range ss {
 		if v, live := m.view(s); live {
-			out = append(out, v)
+			fn(v)
 		}
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
-	return out
 }
 
 // view renders a session object from the record and the live ledger; false

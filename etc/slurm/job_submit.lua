@@ -259,7 +259,8 @@ end
 translate(req, sizes, pname) decides what slurmctld schedules.
 
 req: {gpu_mem = bytes or nil, tres_per_node, tres_per_job, tres_per_task,
-      tres_per_socket}
+      tres_per_socket, prefix = "gres:" (Slurm 22.05) or "gres/" (23.02 on),
+      see gpuslice.tres_prefix; "gres:" when nil}
 sizes: per-GPU MiB of the nodes the job may use; pname: where they are, for
 messages ("partition gpu", "nodes tn1").
 
@@ -307,8 +308,31 @@ function gpuslice.translate(req, sizes, pname)
 		return {set = false, exclusive = true,
 			why = gpuslice.format_mib(mib) .. " on each of its whole GPUs: a node of its own"}
 	end
-	return {set = true, tres_per_node = append(req.tres_per_node, "gres:shard:" .. mib),
+	return {set = true, tres_per_node = append(req.tres_per_node, (req.prefix or "gres:") .. "shard:" .. mib),
 		why = gpuslice.format_mib(mib) .. " of one GPU"}
+end
+
+--[[
+tres_prefix(req, slurm_table) is how this Slurm writes a gres in the TRES
+strings of a job: "gres:gpu:1" up to 22.05, "gres/gpu:1" from 23.02 on
+(which refuses the old form: "Invalid Trackable RESource (TRES)
+specification"). The job's own TRES strings say it when it has any; else
+the Slurm release does: 23.02 also began to give job_submit.lua every Slurm
+error code (slurm.ESLURM_INVALID_GRES), which 22.05 does not.
+]]
+function gpuslice.tres_prefix(req, slurm_table)
+	for _, field in ipairs(gpuslice.tres_fields) do
+		local v = req[field]
+		if v ~= nil and string.find(v, "gres/", 1, true) then
+			return "gres/"
+		elseif v ~= nil and string.find(v, "gres:", 1, true) then
+			return "gres:"
+		end
+	end
+	if slurm_table ~= nil and slurm_table.ESLURM_INVALID_GRES ~= nil then
+		return "gres/"
+	end
+	return "gres:"
 end
 
 -- slurm.conf next to this script (Slurm requires job_submit.lua to sit in
@@ -372,6 +396,7 @@ function slurm_job_submit(job_desc, part_list, submit_uid)
 	end
 	local req = {gpu_mem = mem, tres_per_node = job_desc.tres_per_node, tres_per_job = job_desc.tres_per_job,
 		tres_per_task = job_desc.tres_per_task, tres_per_socket = job_desc.tres_per_socket}
+	req.prefix = gpuslice.tres_prefix(req, slurm)
 	local change, msg = gpuslice.translate(req, sizes, pname)
 	if change == nil then
 		slurm.log_user(msg)

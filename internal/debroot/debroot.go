@@ -5,7 +5,8 @@
 //
 // A suite's TestMain asks Inside(): outside the root, RunTests copies the
 // running test binary into the root, bind-mounts the build directory
-// read-only at BuildMount, and runs the binary there through
+// read-only at BuildMount and the source tree read-only at RepoMount
+// (GPUSLICE_REPO_DIR inside), and runs the binary there through
 // scripts/trixie-root.sh (private mount namespace, chroot) with the same
 // -test.* flags; its output is the suite's output and its exit status the
 // suite's. Inside the root the suite starts its daemons from the root's
@@ -30,6 +31,8 @@ const (
 	insideEnv = "GPUSLICE_DEBROOT_INSIDE"
 	// BuildMount is where the build directory appears inside the root.
 	BuildMount = "/opt/gpuslice/build"
+	// RepoMount is where the source tree appears inside the root.
+	RepoMount = "/opt/gpuslice/src"
 	// WorkEnv names the directory, inside the root, private to this run.
 	WorkEnv = "GPUSLICE_DEBROOT_WORK"
 )
@@ -113,11 +116,12 @@ func RunTests(o Options) (int, error) {
 	if err := copyFile(self, bin, 0o755); err != nil {
 		return 0, err
 	}
-	env := append([]string{insideEnv + "=1", "GPUSLICE_BUILD_DIR=" + BuildMount, WorkEnv + "=" + inner}, o.Env...)
+	env := append([]string{insideEnv + "=1", "GPUSLICE_BUILD_DIR=" + BuildMount, "GPUSLICE_REPO_DIR=" + RepoMount,
+		WorkEnv + "=" + inner}, o.Env...)
 	cmd := exec.Command(filepath.Join(o.Repo, "scripts", "trixie-root.sh"),
 		append([]string{"run", root, filepath.Join(inner, filepath.Base(self))}, testArgs()...)...)
 	cmd.Env = append(os.Environ(),
-		"TRIXIE_BINDS="+o.Build+":"+BuildMount+":ro",
+		"TRIXIE_BINDS="+o.Build+":"+BuildMount+":ro "+o.Repo+":"+RepoMount+":ro",
 		"TRIXIE_ENV="+strings.Join(env, " "))
 	cmd.Dir = o.Repo
 	cmd.Stdout, cmd.Stderr = o.Stdout, o.Stderr

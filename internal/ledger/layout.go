@@ -14,7 +14,7 @@ const (
 	MaxGPUs       = 16
 	UUIDLen       = 48
 	SessionLen    = 64
-	DefaultSlots  = 256
+	DefaultSlots  = 4096
 	MaxSlots      = 65536
 
 	LimitsSize      = 4096

@@ -8,6 +8,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync/atomic"
 	"unsafe"
 
@@ -33,18 +34,29 @@ type GPU struct {
 type Ledger struct {
 	lim      []byte
 	ctr      []byte
-	limFile  *os.File // O_RDONLY: the fd handed to clients
-	ctrFile  *os.File // O_RDWR
+	limFile  *os.File // O_RDONLY: the fd handed to clients; nil when fdless
+	ctrFile  *os.File // O_RDWR; nil when fdless
 	limPath  string
 	ctrPath  string
 	ngpus    int
 	nslots   int
 	writable bool
-	// inUse tracks non-free slots on the daemon side (the daemon is the only
-	// writer of slot states), so that scans never touch the pages of unused
-	// slots: RSS stays small with many sessions. Nil for client mappings.
-	inUse  []bool
+	// fdless: the daemon holds the memfds only through its mappings and
+	// opens them from /proc/self/map_files when a client attaches, so idle
+	// sessions cost no fd.
+	fdless bool
+	// inUse is a bitmap of the non-free slots on the daemon side (the daemon
+	// is the only writer of slot states), so that scans never touch the
+	// pages of unused slots: those pages are never written, stay holes of
+	// the memfd and cost no memory. Nil for client mappings.
+	inUse  []uint64
 	nInUse atomic.Int32 // readable without the caller's lock
+	// own is set on the daemon's ledgers (Create, Adopt): the daemon is the
+	// only writer of the limits, so it reads them from this copy and keeps
+	// the limits page out of its address space (Drop).
+	own *limitsCopy
+	// frozen is the copy of an idle ledger's counters header (freeze).
+	frozen atomic.Pointer[ctrCopy]
 }
 
 // Paths returns the limits and counters file paths of session id in dir.
@@ -55,7 +67,9 @@ func Paths(dir, id string) (limits, counters string) {
 // Create makes a fresh ledger for session id: two sealed memfds (their size
 // can never change, so no holder of an fd can make a mapping fault or
 // fill a filesystem), mapped, with root-only links <dir>/<id>.limits and
-// .counters to them for inspection (docs/ledger.md).
+// .counters to them for inspection (docs/ledger.md). The counters file is
+// sized for nslots slots but only its header page is written: a slot's
+// pages cost memory from the first process that claims it on.
 func Create(dir, id string, gpus []GPU, nslots int) (*Ledger, error) {
 	if len(gpus) == 0 || len(gpus) > MaxGPUs {
 		return nil, fmt.Errorf("ledger %s: %d GPUs (want 1..%d)", id, len(gpus), MaxGPUs)
@@ -82,23 +96,23 @@ func Create(dir, id string, gpus []GPU, nslots int) (*Ledger, error) {
 		le.PutUint64(lim[base+LimGPUOffLimit:], gpu.Limit)
 		le.PutUint64(lim[base+LimGPUOffPhys:], gpu.Physical)
 	}
-	ctr := make([]byte, CountersSize(nslots))
+	ctr := make([]byte, CtrHdrStructSize)
 	le.PutUint32(ctr[CtrOffMagic:], CountersMagic)
 	le.PutUint32(ctr[CtrOffVersion:], Version)
 	le.PutUint32(ctr[CtrOffNGPUs:], uint32(len(gpus)))
 	le.PutUint32(ctr[CtrOffNSlots:], uint32(nslots))
-	limF, err := newSealed(memfdName(dir, id, "limits"), lim)
+	limF, err := newSealed(memfdName(dir, id, "limits"), lim, LimitsSize)
 	if err != nil {
 		return nil, err
 	}
 	defer limF.Close()
-	ctrF, err := newSealed(memfdName(dir, id, "counters"), ctr)
+	ctrF, err := newSealed(memfdName(dir, id, "counters"), ctr, CountersSize(nslots))
 	if err != nil {
 		return nil, err
 	}
-	l, err := fromFiles(id, limF, ctrF)
+	defer ctrF.Close()
+	l, err := fromFiles(id, limF, ctrF, true)
 	if err != nil {
-		ctrF.Close()
 		return nil, err
 	}
 	if err := l.link(limPath, ctrPath); err != nil {
@@ -134,26 +148,12 @@ func Open(dir, id string) (*Ledger, error) {
 	}
 	l.limFile, l.ctrFile = limRO, ctrF
 	l.limPath, l.ctrPath = "", "" // the daemon's links: not this caller's to remove
-	l.initInUse()
+	l.initInUse(ctrF)
 	if got := l.Session(); got != id {
 		l.Close()
 		return nil, fmt.Errorf("ledger %s: %w: names session %q", id, ErrInvalid, got)
 	}
 	return l, nil
-}
-
-// initInUse records the slots in use (daemon side).
-func (l *Ledger) initInUse() {
-	l.inUse = make([]bool, l.nslots)
-	for i := 0; i < l.nslots; i++ {
-		if st, _ := l.SlotState(i); st != SlotFree {
-			l.inUse[i] = true
-			l.nInUse.Add(1)
-		}
-	}
-	// Drop the slot pages from this mapping (they stay in the file): only
-	// slots in use are touched from now on.
-	unix.Madvise(l.ctr[CountersHdrSize:], unix.MADV_DONTNEED)
 }
 
 // Map maps ledger files received over IPC, as a client does: limits
@@ -226,6 +226,7 @@ func (l *Ledger) Close() error {
 	if l.ctrFile != nil {
 		errs = append(errs, l.ctrFile.Close())
 	}
+	l.limFile, l.ctrFile = nil, nil
 	return errors.Join(errs...)
 }
 
@@ -244,10 +245,6 @@ func (l *Ledger) Remove() error {
 	return err
 }
 
-// Files returns the files handed to an attaching client: limits O_RDONLY,
-// counters O_RDWR. Nil for a ledger obtained with Map.
-func (l *Ledger) Files() (limits, counters *os.File) { return l.limFile, l.ctrFile }
-
 // NGPUs is the number of ledger GPUs.
 func (l *Ledger) NGPUs() int { return l.ngpus }
 
@@ -259,6 +256,9 @@ func u32(b []byte, off int) *uint32 { return (*uint32)(unsafe.Pointer(&b[off])) 
 
 // Session is the session id stored in the limits file.
 func (l *Ledger) Session() string {
+	if l.own != nil {
+		return l.own.session
+	}
 	s := l.lim[LimOffSession : LimOffSession+SessionLen]
 	if i := bytes.IndexByte(s, 0); i >= 0 {
 		s = s[:i]
@@ -268,6 +268,9 @@ func (l *Ledger) Session() string {
 
 // UUID of ledger GPU g.
 func (l *Ledger) UUID(g int) string {
+	if l.own != nil {
+		return l.own.uuids[g]
+	}
 	base := LimOffGPU + g*LimGPUStride + LimGPUOffUUID
 	s := l.lim[base : base+UUIDLen]
 	if i := bytes.IndexByte(s, 0); i >= 0 {
@@ -277,15 +280,26 @@ func (l *Ledger) UUID(g int) string {
 }
 
 // Generation counts limit changes.
-func (l *Ledger) Generation() uint64 { return atomic.LoadUint64(u64(l.lim, LimOffGeneration)) }
+func (l *Ledger) Generation() uint64 {
+	if l.own != nil {
+		return l.own.generation
+	}
+	return atomic.LoadUint64(u64(l.lim, LimOffGeneration))
+}
 
 // Limit of ledger GPU g in bytes.
 func (l *Ledger) Limit(g int) uint64 {
+	if l.own != nil {
+		return l.own.limit[g]
+	}
 	return atomic.LoadUint64(u64(l.lim, LimOffGPU+g*LimGPUStride+LimGPUOffLimit))
 }
 
 // Physical memory of ledger GPU g in bytes.
 func (l *Ledger) Physical(g int) uint64 {
+	if l.own != nil {
+		return l.own.phys[g]
+	}
 	return atomic.LoadUint64(u64(l.lim, LimOffGPU+g*LimGPUStride+LimGPUOffPhys))
 }
 
@@ -301,7 +315,12 @@ func (l *Ledger) SetLimits(limits []uint64) error {
 	for g, v := range limits {
 		atomic.StoreUint64(u64(l.lim, LimOffGPU+g*LimGPUStride+LimGPUOffLimit), v)
 	}
-	atomic.AddUint64(u64(l.lim, LimOffGeneration), 1)
+	gen := atomic.AddUint64(u64(l.lim, LimOffGeneration), 1)
+	if l.own != nil {
+		copy(l.own.limit, limits)
+		l.own.generation = gen
+		unix.Madvise(l.lim, unix.MADV_DONTNEED)
+	}
 	return nil
 }
 
@@ -312,6 +331,9 @@ func (l *Ledger) gpuCtr(g, field int) *uint64 {
 // Used bytes on ledger GPU g: what the session's processes hold, exactly
 // (gpu[g].used less the credit their threads keep).
 func (l *Ledger) Used(g int) uint64 {
+	if c := l.frozen.Load(); c != nil {
+		return c.used[g] // an idle ledger: no thread keeps credit
+	}
 	raw := l.Charged(g)
 	c := l.Credit(g)
 	if c >= raw {
@@ -323,16 +345,34 @@ func (l *Ledger) Used(g int) uint64 {
 // Charged is gpu[g].used as stored: what is allocated plus the credit the
 // processes' threads keep (docs/ledger.md "Credit"); the CAS against the
 // limit is on this figure.
-func (l *Ledger) Charged(g int) uint64 { return atomic.LoadUint64(l.gpuCtr(g, CtrGPUOffUsed)) }
+func (l *Ledger) Charged(g int) uint64 {
+	if c := l.frozen.Load(); c != nil {
+		return c.used[g]
+	}
+	return atomic.LoadUint64(l.gpuCtr(g, CtrGPUOffUsed))
+}
 
 // Peak bytes on ledger GPU g.
-func (l *Ledger) Peak(g int) uint64 { return atomic.LoadUint64(l.gpuCtr(g, CtrGPUOffPeak)) }
+func (l *Ledger) Peak(g int) uint64 {
+	if c := l.frozen.Load(); c != nil {
+		return c.peak[g]
+	}
+	return atomic.LoadUint64(l.gpuCtr(g, CtrGPUOffPeak))
+}
 
 // Denied allocations on ledger GPU g.
-func (l *Ledger) Denied(g int) uint64 { return atomic.LoadUint64(l.gpuCtr(g, CtrGPUOffDenied)) }
+func (l *Ledger) Denied(g int) uint64 {
+	if c := l.frozen.Load(); c != nil {
+		return c.denied[g]
+	}
+	return atomic.LoadUint64(l.gpuCtr(g, CtrGPUOffDenied))
+}
 
 // Reclaimed bytes (from dead processes) on ledger GPU g.
 func (l *Ledger) Reclaimed(g int) uint64 {
+	if c := l.frozen.Load(); c != nil {
+		return c.reclaimed[g]
+	}
 	return atomic.LoadUint64(l.gpuCtr(g, CtrGPUOffReclaimed))
 }
 
@@ -421,8 +461,13 @@ func (l *Ledger) Slot(i int) Slot {
 	return s
 }
 
-// SlotState returns the state and pid of slot i without allocating.
+// SlotState returns the state and pid of slot i without allocating. On the
+// daemon side a slot its bitmap says is free is not read (reading a slot
+// page never written would allocate it).
 func (l *Ledger) SlotState(i int) (state, pid uint32) {
+	if l.inUse != nil && !l.used(i) {
+		return SlotFree, 0
+	}
 	return atomic.LoadUint32(u32(l.ctr, l.slot(i, SlotOffState))),
 		atomic.LoadUint32(u32(l.ctr, l.slot(i, SlotOffPID)))
 }
@@ -432,7 +477,11 @@ func (l *Ledger) InUse() []int {
 	var out []int
 	for i := 0; i < l.nslots; i++ {
 		if l.inUse != nil {
-			if l.inUse[i] {
+			if l.inUse[i/64] == 0 {
+				i |= 63 // the next 64 slots are free
+				continue
+			}
+			if l.used(i) {
 				out = append(out, i)
 			}
 		} else if st, _ := l.SlotState(i); st != SlotFree {
@@ -473,9 +522,16 @@ func (l *Ledger) Claim(pid uint32, startTime, attachNS uint64) (int, bool, error
 	}
 	free := -1
 	for i := 0; i < l.nslots; i++ {
-		if l.inUse != nil && !l.inUse[i] {
-			free = i
-			break
+		if l.inUse != nil {
+			if l.inUse[i/64] == math.MaxUint64 {
+				i |= 63
+				continue
+			}
+			if !l.used(i) {
+				free = i
+				break
+			}
+			continue
 		}
 		if l.inUse == nil {
 			if st, _ := l.SlotState(i); st == SlotFree {
@@ -487,6 +543,7 @@ func (l *Ledger) Claim(pid uint32, startTime, attachNS uint64) (int, bool, error
 	if free < 0 {
 		return -1, false, ErrNoSlot
 	}
+	l.thaw(true)
 	i := free
 	for k := 0; k < SlotStripes; k++ {
 		for g := 0; g < MaxGPUs; g++ {
@@ -502,8 +559,7 @@ func (l *Ledger) Claim(pid uint32, startTime, attachNS uint64) (int, bool, error
 	atomic.StoreUint64(u64(l.ctr, l.slot(i, SlotOffAttachNS)), attachNS)
 	atomic.StoreUint32(u32(l.ctr, l.slot(i, SlotOffState)), SlotAttached)
 	if l.inUse != nil {
-		l.inUse[i] = true
-		l.nInUse.Add(1)
+		l.setUsed(i, true)
 	}
 	return i, false, nil
 }
@@ -553,9 +609,8 @@ func (l *Ledger) Reclaim(i int) []uint64 {
 	atomic.StoreUint64(u64(l.ctr, l.slot(i, SlotOffStartTime)), 0)
 	atomic.StoreUint64(u64(l.ctr, l.slot(i, SlotOffAttachNS)), 0)
 	atomic.StoreUint32(u32(l.ctr, l.slot(i, SlotOffState)), SlotFree)
-	if l.inUse != nil && l.inUse[i] {
-		l.inUse[i] = false
-		l.nInUse.Add(-1)
+	if l.inUse != nil && l.used(i) {
+		l.setUsed(i, false)
 	}
 	return out
 }
@@ -563,6 +618,15 @@ func (l *Ledger) Reclaim(i int) []uint64 {
 // Rebase sets used to 0 on every GPU. Call it only when no slot is
 // attached (used then equals the sum of the slots, all 0).
 func (l *Ledger) Rebase() {
+	if c := l.frozen.Load(); c != nil {
+		if slices.ContainsFunc(c.used, func(v uint64) bool { return v != 0 }) {
+			n := *c
+			n.used = make([]uint64, l.ngpus)
+			l.frozen.Store(&n)
+		}
+		return
+	}
+	defer l.freeze()
 	for g := 0; g < l.ngpus; g++ {
 		atomic.StoreUint64(l.gpuCtr(g, CtrGPUOffUsed), 0)
 	}
@@ -586,6 +650,7 @@ func subSaturating(p *uint64, v uint64) {
 // stripe.
 // Used by Go clients and tests.
 func (l *Ledger) Reserve(i, g int, n uint64) error {
+	l.thaw(false)
 	used := l.gpuCtr(g, CtrGPUOffUsed)
 	limit := l.Limit(g)
 	for {

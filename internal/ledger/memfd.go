@@ -5,11 +5,13 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -33,8 +35,11 @@ func memfdName(dir, id, kind string) string {
 	return memfdPrefix + hex.EncodeToString(sum[:6]) + ":" + id + "." + kind
 }
 
-// newSealed returns a memfd holding data, sealed.
-func newSealed(name string, data []byte) (*os.File, error) {
+// newSealed returns a memfd of size bytes starting with data, the rest
+// zero, sealed. Only data's pages are written: the rest of the file is a
+// hole that costs no memory until a page of it is first written (a slot
+// claimed), so an idle ledger costs its two header pages.
+func newSealed(name string, data []byte, size int) (*os.File, error) {
 	fd, err := unix.MemfdCreate(name, unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING)
 	if err != nil {
 		return nil, fmt.Errorf("memfd_create: %w", err)
@@ -45,6 +50,10 @@ func newSealed(name string, data []byte) (*os.File, error) {
 	if err := unix.Fchmod(fd, 0o600); err != nil {
 		f.Close()
 		return nil, fmt.Errorf("chmod ledger: %w", err)
+	}
+	if err := unix.Ftruncate(fd, int64(size)); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("size ledger: %w", err)
 	}
 	if _, err := f.WriteAt(data, 0); err != nil {
 		f.Close()
@@ -86,46 +95,88 @@ func reopen(f *os.File, flags int) (*os.File, error) {
 	return g, nil
 }
 
-// fromFiles maps a daemon-side ledger from its two files (limits read-
-// write, counters read-write; both stay open only as the ledger needs).
-// ctr becomes the ledger's; lim is the caller's.
-func fromFiles(id string, lim, ctr *os.File) (*Ledger, error) {
+// fromFiles maps a daemon-side ledger from its two files (limits and
+// counters, both read-write; the caller keeps and closes them). fresh says
+// the counters were just created (every slot free, nothing to scan).
+//
+// When this process may open its own mappings again through
+// /proc/self/map_files (CAP_SYS_ADMIN, as the daemon has), the ledger keeps
+// no fd at all: the mapping holds the memfds, and OpenFiles opens them
+// from it when a client attaches. Otherwise it keeps two fds (limits
+// read-only, counters read-write) for as long as it is open.
+func fromFiles(id string, lim, ctr *os.File, fresh bool) (*Ledger, error) {
 	if err := checkSealed(lim); err != nil {
 		return nil, err
 	}
 	if err := checkSealed(ctr); err != nil {
 		return nil, err
 	}
-	limRO, err := reopen(lim, os.O_RDONLY)
-	if err != nil {
-		return nil, err
-	}
 	l, err := mapFiles(lim, ctr, true)
 	if err != nil {
-		limRO.Close()
 		return nil, fmt.Errorf("ledger %s: %w", id, err)
 	}
-	l.limFile, l.ctrFile = limRO, ctr
-	l.initInUse()
 	if got := l.Session(); got != id {
-		l.limFile, l.ctrFile = nil, nil
 		l.Close()
-		limRO.Close()
 		return nil, fmt.Errorf("ledger %s: %w: names session %q", id, ErrInvalid, got)
 	}
+	if fresh {
+		l.inUse = make([]uint64, (l.nslots+63)/64)
+	} else {
+		l.initInUse(ctr)
+	}
+	l.keepCopy()
+	if g, err := l.openMapped(l.lim, os.O_RDONLY); err == nil {
+		g.Close()
+		l.fdless = true
+		return l, nil
+	}
+	limRO, err := reopen(lim, os.O_RDONLY)
+	if err != nil {
+		l.Close()
+		return nil, err
+	}
+	ctrRW, err := reopen(ctr, os.O_RDWR)
+	if err != nil {
+		limRO.Close()
+		l.Close()
+		return nil, err
+	}
+	l.limFile, l.ctrFile = limRO, ctrRW
 	return l, nil
 }
 
-// link points limPath and ctrPath at this process's open files (root
-// only: /proc/<pid>/fd), replacing what was there.
+// mappedPath is the /proc/<pid>/map_files entry of mapping m of this
+// process: opening it opens the file mapped there.
+func mappedPath(m []byte) string {
+	start := uintptr(unsafe.Pointer(&m[0]))
+	page := uintptr(os.Getpagesize())
+	end := (start + uintptr(len(m)) + page - 1) &^ (page - 1) // the mapping ends on a page
+	return fmt.Sprintf("/proc/%d/map_files/%x-%x", os.Getpid(), start, end)
+}
+
+// openMapped opens the memfd behind mapping m again with flags.
+func (l *Ledger) openMapped(m []byte, flags int) (*os.File, error) {
+	f, err := os.OpenFile(mappedPath(m), flags|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("reopen ledger mapping: %w", err)
+	}
+	return f, nil
+}
+
+// link points limPath and ctrPath at this process's mappings (fd-less
+// ledger) or open files, through /proc/<pid> (root only), replacing what
+// was there.
 func (l *Ledger) link(limPath, ctrPath string) error {
-	for _, p := range []struct {
-		path string
-		f    *os.File
-	}{{limPath, l.limFile}, {ctrPath, l.ctrFile}} {
-		target := fmt.Sprintf("/proc/%d/fd/%d", os.Getpid(), p.f.Fd())
-		os.Remove(p.path)
-		if err := os.Symlink(target, p.path); err != nil {
+	targets := [2]string{}
+	if l.fdless {
+		targets[0], targets[1] = mappedPath(l.lim), mappedPath(l.ctr)
+	} else {
+		targets[0] = fmt.Sprintf("/proc/%d/fd/%d", os.Getpid(), l.limFile.Fd())
+		targets[1] = fmt.Sprintf("/proc/%d/fd/%d", os.Getpid(), l.ctrFile.Fd())
+	}
+	for i, p := range []string{limPath, ctrPath} {
+		os.Remove(p)
+		if err := os.Symlink(targets[i], p); err != nil {
 			return fmt.Errorf("link ledger: %w", err)
 		}
 	}
@@ -220,9 +271,9 @@ func Adopt(dir, id string, lv Live) (*Ledger, error) {
 	if err != nil {
 		return nil, fmt.Errorf("adopt ledger %s from pid %d: %w", id, lv.PID, err)
 	}
-	l, err := fromFiles(id, lim, ctr)
+	defer ctr.Close()
+	l, err := fromFiles(id, lim, ctr, false)
 	if err != nil {
-		ctr.Close()
 		return nil, err
 	}
 	limPath, ctrPath := Paths(dir, id)
@@ -232,3 +283,78 @@ func Adopt(dir, id string, lv Live) (*Ledger, error) {
 	}
 	return l, nil
 }
+
+// ReopensMappings reports whether this process can open its own mappings
+// through /proc/self/map_files (CAP_SYS_ADMIN): then ledgers hold no fd
+// (fromFiles). It maps a one-page memfd to find out.
+func ReopensMappings() bool {
+	fd, err := unix.MemfdCreate("gpuslice:probe", unix.MFD_CLOEXEC)
+	if err != nil {
+		return false
+	}
+	defer unix.Close(fd)
+	if unix.Ftruncate(fd, int64(os.Getpagesize())) != nil {
+		return false
+	}
+	m, err := unix.Mmap(fd, 0, os.Getpagesize(), unix.PROT_READ, unix.MAP_SHARED)
+	if err != nil {
+		return false
+	}
+	defer unix.Munmap(m)
+	f, err := os.OpenFile(mappedPath(m), os.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return false
+	}
+	f.Close()
+	return true
+}
+
+// Files returns the ledger's files for a client: limits O_RDONLY, counters
+// O_RDWR, owned by the ledger. An fd-less ledger opens them on the first
+// call and keeps them open from then on (OpenFiles does not). Nil for a
+// ledger obtained with Map.
+func (l *Ledger) Files() (limits, counters *os.File) {
+	if l.fdless && l.limFile == nil {
+		lim, ctr, err := l.OpenFiles()
+		if err != nil {
+			return nil, nil
+		}
+		l.limFile, l.ctrFile = lim, ctr
+	}
+	return l.limFile, l.ctrFile
+}
+
+// OpenFiles returns new files for an attaching client (limits O_RDONLY,
+// counters O_RDWR), which the caller closes: opened again from the
+// mappings (fd-less ledger) or duplicated from the ledger's own fds.
+func (l *Ledger) OpenFiles() (limits, counters *os.File, err error) {
+	if l.lim == nil || !l.writable {
+		return nil, nil, errors.New("ledger: not a daemon-side ledger")
+	}
+	if !l.fdless || l.limFile != nil && l.ctrFile != nil {
+		lfd, err := unix.FcntlInt(l.limFile.Fd(), unix.F_DUPFD_CLOEXEC, 0)
+		if err != nil {
+			return nil, nil, fmt.Errorf("dup ledger fd: %w", err)
+		}
+		cfd, err := unix.FcntlInt(l.ctrFile.Fd(), unix.F_DUPFD_CLOEXEC, 0)
+		if err != nil {
+			unix.Close(lfd)
+			return nil, nil, fmt.Errorf("dup ledger fd: %w", err)
+		}
+		return os.NewFile(uintptr(lfd), "limits"), os.NewFile(uintptr(cfd), "counters"), nil
+	}
+	lim, err := l.openMapped(l.lim, os.O_RDONLY)
+	if err != nil {
+		return nil, nil, err
+	}
+	ctr, err := l.openMapped(l.ctr, os.O_RDWR)
+	if err != nil {
+		lim.Close()
+		return nil, nil, err
+	}
+	return lim, ctr, nil
+}
+
+// HoldsFDs reports whether the ledger keeps fds open (it does when this
+// process cannot open its own mappings through /proc/self/map_files).
+func (l *Ledger) HoldsFDs() bool { return l.limFile != nil || l.ctrFile != nil }

@@ -9,6 +9,7 @@
 
 #include <errno.h>
 #include <signal.h>
+#include <sys/select.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -68,16 +69,29 @@ __attribute__((constructor)) static void ex_install_usr1(void)
 	sigaction(SIGUSR1, &sa, NULL);
 }
 
-/* Sleeps for s seconds, or until SIGUSR1 (the program then goes on). */
+/* Sleeps for s seconds, or until SIGUSR1 (the program then goes on).
+ * SIGUSR1 is blocked except inside pselect, so a signal is never lost
+ * between the check and the sleep, and a holding process does not wake up
+ * until its time is up (4,096 holders polling would load the machine). */
 static inline void ex_sleep_s(double s)
 {
 	if (s <= 0)
 		return;
 	uint64_t end = ex_now_ns() + (uint64_t)(s * 1e9);
-	while (!ex_hold_interrupted && ex_now_ns() < end) {
-		struct timespec ts = {.tv_sec = 0, .tv_nsec = 20 * 1000 * 1000};
-		nanosleep(&ts, NULL);
+	sigset_t usr1, orig;
+	sigemptyset(&usr1);
+	sigaddset(&usr1, SIGUSR1);
+	sigprocmask(SIG_BLOCK, &usr1, &orig);
+	sigdelset(&orig, SIGUSR1);
+	for (;;) {
+		uint64_t now = ex_now_ns();
+		if (ex_hold_interrupted || now >= end)
+			break;
+		uint64_t left = end - now;
+		struct timespec ts = {.tv_sec = (time_t)(left / 1000000000u), .tv_nsec = (long)(left % 1000000000u)};
+		pselect(0, NULL, NULL, NULL, &ts, &orig);
 	}
+	sigprocmask(SIG_UNBLOCK, &usr1, NULL);
 }
 
 /* Reports a usage error and exits 2. */

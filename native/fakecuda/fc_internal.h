@@ -49,7 +49,7 @@ void fc_uuid_format(const uint8_t bytes[16], char out[48]);
 /* ------------------------------------------------------------------ */
 #define FC_SHM_MAGIC 0x46434b53u /* "SKCF" */
 #define FC_SHM_VERSION 1u
-#define FC_SHM_SLOTS 1024
+#define FC_SHM_SLOTS 8192 /* processes the fake node lists (a session serves 4,096) */
 #define FC_PID_CLAIMED 0xFFFFFFFFu
 
 struct fc_shm_dev {

@@ -16,7 +16,7 @@
 #define GS_MAX_GPUS 16
 #define GS_UUID_LEN 48     /* "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx" + NUL, padded */
 #define GS_SESSION_LEN 64  /* session id, NUL-padded */
-#define GS_DEFAULT_SLOTS 256
+#define GS_DEFAULT_SLOTS 4096
 #define GS_LIMITS_SIZE 4096
 #define GS_COUNTERS_HDR_SIZE 4096
 #define GS_SLOT_OWNED 8    /* stripes a thread owns alone (0..7); its credit lives there */

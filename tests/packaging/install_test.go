@@ -50,6 +50,7 @@ func TestMakeInstall(t *testing.T) {
 		"/usr/local/etc/slurm/plugstack.conf.d/gpuslice.conf":          0o644,
 		"/usr/local/share/gpuslice/monitoring/gpuslice-alerts.yml":     0o644,
 		"/usr/local/share/gpuslice/monitoring/gpuslice-dashboard.json": 0o644,
+		"/usr/local/share/gpuslice/job_submit.lua":                     0o644,
 		"/usr/local/share/doc/gpuslice/slurm.conf.fragment":            0o644,
 		"/usr/local/share/man/man1/gpuslice.1":                         0o644,
 		"/usr/local/share/man/man8/gpusliced.8":                        0o644,

@@ -3,7 +3,6 @@ package security
 import (
 	"testing"
 
-	"github.com/gpuslice/gpuslice/internal/ipc"
 	"github.com/gpuslice/gpuslice/internal/ledger"
 )
 
@@ -13,16 +12,7 @@ import (
 func TestDetachReplayKeepsCharge(t *testing.T) {
 	d := daemon(t)
 	id := session(t, d, "", 0, GiB).ID
-	conn, err := ipc.Dial(d.IPCSock)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	a, err := conn.Attach(id, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer a.Close()
+	conn, a := attachTo(t, d, id)
 	l, err := ledger.Map(a.Limits, a.Counters)
 	if err != nil {
 		t.Fatal(err)

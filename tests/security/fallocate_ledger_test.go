@@ -4,7 +4,6 @@ import (
 	"testing"
 
 	"github.com/gpuslice/gpuslice/internal/client"
-	"github.com/gpuslice/gpuslice/internal/ipc"
 	"golang.org/x/sys/unix"
 )
 
@@ -15,16 +14,7 @@ import (
 func TestFallocateLedgerNextSessionCreated(t *testing.T) {
 	d := daemon(t)
 	id := session(t, d, "", 0, GiB).ID
-	conn, err := ipc.Dial(d.IPCSock)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	a, err := conn.Attach(id, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer a.Close()
+	_, a := attachTo(t, d, id)
 	fd := int(a.Counters.Fd())
 	var before unix.Stat_t
 	unix.Fstat(fd, &before)

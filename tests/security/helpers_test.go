@@ -323,3 +323,20 @@ func probeCmdNamed(t *testing.T, name string, args ...string) *exec.Cmd {
 	t.Helper()
 	return exec.Command(probe.Bin(t, name), args...)
 }
+
+// attachTo attaches this test process to session id over a new IPC
+// connection, as the interceptor does; both are closed at cleanup.
+func attachTo(t *testing.T, d *testenv.Daemon, id string) (*ipc.Conn, *ipc.Attachment) {
+	t.Helper()
+	conn, err := ipc.Dial(d.IPCSock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	a, err := conn.Attach(id, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { a.Close() })
+	return conn, a
+}

@@ -2,7 +2,8 @@ package slurm
 
 // The test cluster: one slurmctld and munged on the host, and slurmd "hosts"
 // each in network, UTS and mount namespaces of their own (a veth on the
-// bridge gs8br0, 10.77.0.0/24), with their own gpusliced, runtime directory
+// run's bridge: gs8br0, 10.77.0.0/24 on Slurm 22.05; gs13br0, 10.78.0.0/24
+// for Slurm 24.11 in the Debian 13 root), with their own gpusliced, runtime directory
 // (seen by jobs at the same path on every node, as /run/gpuslice would be),
 // /dev/shm (fakecuda's GPU state) and fake GPUs. Everything lives in one
 // temporary directory and is torn down after the suite, also when it
@@ -37,16 +38,6 @@ var testUsers = []string{"gsltest1", "gsltest2"}
 // Plugin arguments: the maximum a job may ask for.
 const maxQuota = "64G"
 
-// Network of the test hosts: names, bridge and subnet are this suite's
-// own (another suite may use 10.78.0.0/24).
-const (
-	netnsPrefix = "gs8-"
-	bridgeName  = "gs8br0"
-	bridgeAddr  = "10.77.0.1"
-	subnetBits  = "24"
-	lockFile    = "/run/gpuslice-gs8-suite.lock"
-)
-
 // NodeSpec describes one slurmd host of the test cluster.
 type NodeSpec struct {
 	Name    string // NodeName and hostname
@@ -75,8 +66,8 @@ type ClusterOptions struct {
 func defaultOptions() ClusterOptions {
 	return ClusterOptions{
 		Nodes: []NodeSpec{
-			{Name: "tn1", Addr: "10.77.0.11", Devices: "2x16GiB", CPUs: 24},
-			{Name: "tn2", Addr: "10.77.0.12", Devices: "2x40GiB", CPUs: 24},
+			{Name: "tn1", Addr: nodeAddr(0), Devices: "2x16GiB", CPUs: 24},
+			{Name: "tn2", Addr: nodeAddr(1), Devices: "2x40GiB", CPUs: 24},
 		},
 		Partitions: []string{
 			"PartitionName=gpu Nodes=tn1,tn2 Default=YES MaxTime=10 State=UP",
@@ -159,8 +150,13 @@ func repoBuildDir() (string, error) {
 	}
 }
 
-// repoFile is a file of the source tree (the shipped job_submit.lua).
+// repoFile is a file of the source tree (the shipped job_submit.lua):
+// under GPUSLICE_REPO_DIR when set (the tree as seen inside the Debian 13
+// root), else above the working directory.
 func repoFile(rel string) (string, error) {
+	if d := os.Getenv("GPUSLICE_REPO_DIR"); d != "" {
+		return filepath.Join(d, rel), nil
+	}
 	wd, err := os.Getwd()
 	if err != nil {
 		return "", err
@@ -177,7 +173,7 @@ func repoFile(rel string) (string, error) {
 
 func (c *cluster) artifacts() map[string]string {
 	return map[string]string{
-		"plugin":      filepath.Join(c.build, "spank", "gpuslice.so"),
+		"plugin":      filepath.Join(c.build, slurm.plugin),
 		"prolog":      filepath.Join(c.build, "bin", "gpuslice-prolog"),
 		"epilog":      filepath.Join(c.build, "bin", "gpuslice-epilog"),
 		"gpusliced":   filepath.Join(c.build, "bin", "gpusliced"),
@@ -295,15 +291,9 @@ func startCluster(c *cluster, opts ClusterOptions) error {
 	if err := installPackages(); err != nil {
 		return err
 	}
-	// One run at a time owns the gs8- namespaces and the bridge.
-	if c.lock, err = os.OpenFile(lockFile, os.O_CREATE|os.O_RDWR, 0o600); err != nil {
+	// One run at a time owns the run's namespaces and bridge.
+	if c.lock, err = takeLock(lockFile); err != nil {
 		return err
-	}
-	if err := syscall.Flock(int(c.lock.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
-		fmt.Fprintln(os.Stderr, "slurm suite: waiting for another run of this suite to finish")
-		if err := syscall.Flock(int(c.lock.Fd()), syscall.LOCK_EX); err != nil {
-			return fmt.Errorf("lock %s: %w", lockFile, err)
-		}
 	}
 	removeStale()
 	c.users = map[string]*testUser{}
@@ -317,7 +307,7 @@ func startCluster(c *cluster, opts ClusterOptions) error {
 	if c.ctldHost, err = shortHostname(); err != nil {
 		return err
 	}
-	if c.dir, err = os.MkdirTemp("/tmp", "gpuslice-slurm-"); err != nil {
+	if c.dir, err = os.MkdirTemp("/tmp", tmpPrefix); err != nil {
 		return err
 	}
 	if err := os.WriteFile(c.path("owner.pid"), []byte(strconv.Itoa(os.Getpid())), 0o644); err != nil {
@@ -341,7 +331,7 @@ func startCluster(c *cluster, opts ClusterOptions) error {
 			return err
 		}
 	}
-	c.state = fmt.Sprintf("gpuslice-slurm-%d", os.Getpid())
+	c.state = fmt.Sprintf("%s%d", tmpPrefix, os.Getpid())
 	c.ipcSock = c.path("gpuslice", "run", "ipc.sock")
 	c.admSock = c.path("gpuslice", "run", "admin.sock")
 	c.fakeEnv = []string{"FAKECUDA_STATE=" + c.state, "LD_LIBRARY_PATH=" + filepath.Join(c.build, "lib"),
@@ -385,68 +375,6 @@ func startCluster(c *cluster, opts ClusterOptions) error {
 		}
 	}
 	return c.waitNodeState("idle", 90*time.Second)
-}
-
-// setupBridge creates the hosts' bridge with the controller's address.
-func setupBridge() error {
-	if err := sh("ip", "link", "add", bridgeName, "type", "bridge"); err != nil {
-		return err
-	}
-	if err := sh("ip", "addr", "add", bridgeAddr+"/"+subnetBits, "dev", bridgeName); err != nil {
-		return err
-	}
-	return sh("ip", "link", "set", bridgeName, "up")
-}
-
-// setup creates the node's network namespace (veth on the bridge), then a
-// process holding new UTS and mount namespaces inside it: hostname = node
-// name, the node's runtime directory mounted where jobs look for
-// gpusliced's sockets, a private /dev/shm. Every process of the node is
-// started in those namespaces (command).
-func (n *node) setup() error {
-	c := n.c
-	ns := netnsPrefix + n.Name
-	idx := len(c.nodes)
-	host, peer := fmt.Sprintf("gs8h%d", idx), fmt.Sprintf("gs8c%d", idx)
-	for _, d := range []string{"run", "state"} {
-		if err := os.MkdirAll(filepath.Join(n.dir, d), 0o755); err != nil {
-			return err
-		}
-	}
-	steps := [][]string{
-		{"ip", "netns", "add", ns},
-		{"ip", "link", "add", host, "type", "veth", "peer", "name", peer},
-		{"ip", "link", "set", peer, "netns", ns},
-		{"ip", "link", "set", host, "master", bridgeName, "up"},
-		{"ip", "-n", ns, "addr", "add", n.Addr + "/" + subnetBits, "dev", peer},
-		{"ip", "-n", ns, "link", "set", peer, "up"},
-		{"ip", "-n", ns, "link", "set", "lo", "up"},
-	}
-	for _, s := range steps {
-		if err := sh(s[0], s[1:]...); err != nil {
-			return err
-		}
-	}
-	ready := filepath.Join(n.dir, "ready")
-	script := fmt.Sprintf("hostname %s && mount --bind %s %s && mount -t tmpfs -o mode=1777,size=64m tmpfs /dev/shm && touch %s && exec sleep 86400",
-		n.Name, filepath.Join(n.dir, "run"), c.path("gpuslice", "run"), ready)
-	cmd := exec.Command("nsenter", "--net=/run/netns/"+ns, "unshare", "--uts", "--mount", "--propagation", "private", "--", "sh", "-c", script)
-	if err := c.start("holder-"+n.Name, cmd); err != nil {
-		return err
-	}
-	if err := waitFor(15*time.Second, func() error {
-		_, err := os.Stat(ready)
-		return err
-	}); err != nil {
-		return fmt.Errorf("namespaces not ready: %w", err)
-	}
-	n.holder = cmd.Process.Pid
-	return nil
-}
-
-// command runs name inside the node (its network, hostname and mounts).
-func (n *node) command(name string, args ...string) *exec.Cmd {
-	return exec.Command("nsenter", append([]string{"-t", strconv.Itoa(n.holder), "--net", "--uts", "--mount", "--", name}, args...)...)
 }
 
 func (c *cluster) startMunge() error {
@@ -668,35 +596,13 @@ func (c *cluster) stop() {
 	_ = os.RemoveAll(c.dir)
 }
 
-// removeNetwork deletes this suite's namespaces (killing what still runs
-// in them) and its bridge; the veths go with the namespaces.
-func removeNetwork() {
-	out, _ := exec.Command("ip", "netns", "list").Output()
-	for _, line := range strings.Split(string(out), "\n") {
-		f := strings.Fields(line)
-		if len(f) == 0 || !strings.HasPrefix(f[0], netnsPrefix) {
-			continue
-		}
-		pids, _ := exec.Command("ip", "netns", "pids", f[0]).Output()
-		for _, p := range strings.Fields(string(pids)) {
-			if pid, err := strconv.Atoi(p); err == nil && pid > 1 {
-				_ = syscall.Kill(pid, syscall.SIGKILL)
-			}
-		}
-		_ = exec.Command("ip", "netns", "del", f[0]).Run()
-	}
-	if exec.Command("ip", "link", "show", bridgeName).Run() == nil {
-		_ = exec.Command("ip", "link", "del", bridgeName).Run()
-	}
-}
-
 // removeStale cleans up after an earlier run that could not tear down
 // (killed, or timed out by go test): its daemons died with it (Pdeathsig),
 // but job processes, namespaces, the bridge and files may remain. Called
 // with the suite's lock held.
 func removeStale() {
 	removeNetwork()
-	dirs, _ := filepath.Glob("/tmp/gpuslice-slurm-*")
+	dirs, _ := filepath.Glob("/tmp/" + tmpPrefix + "*")
 	for _, d := range dirs {
 		b, err := os.ReadFile(filepath.Join(d, "owner.pid"))
 		if err != nil {
@@ -708,7 +614,7 @@ func removeStale() {
 		}
 		fmt.Fprintf(os.Stderr, "slurm suite: removing %s, left by process %d\n", d, pid)
 		killStrays(d)
-		matches, _ := filepath.Glob(fmt.Sprintf("/dev/shm/*gpuslice-slurm-%d*", pid))
+		matches, _ := filepath.Glob(fmt.Sprintf("/dev/shm/*%s%d*", tmpPrefix, pid))
 		for _, m := range matches {
 			_ = os.RemoveAll(m)
 		}
@@ -777,8 +683,8 @@ func (n *node) onNode(u *testUser, name string, args ...string) *exec.Cmd {
 	cmd.Dir = c.dir
 	if u != nil {
 		// nsenter enters as root, then becomes the user.
-		cmd = exec.Command("nsenter", append([]string{"-t", strconv.Itoa(n.holder), "--net", "--uts", "--mount",
-			"-S", strconv.Itoa(int(u.uid)), "-G", strconv.Itoa(int(u.gid)), "--", name}, args...)...)
+		cmd = exec.Command("nsenter", append(append(n.enterNode(),
+			"-S", strconv.Itoa(int(u.uid)), "-G", strconv.Itoa(int(u.gid)), "--", name), args...)...)
 		cmd.Env = append(baseEnv(), "SLURM_CONF="+c.conf)
 		cmd.Env = append(cmd.Env, c.fakeEnv...)
 		cmd.Dir = u.dir

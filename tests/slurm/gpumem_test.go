@@ -344,7 +344,7 @@ func TestGresShardRefused(t *testing.T) {
 	}
 	// Nor can a user change a job's GPU requests once it is queued.
 	id := c.sbatch(t, u, "held", "#!/bin/sh\ntrue\n", "--hold", "--gpu-mem=1G")
-	r := run(ctxFor(t, time.Minute), c.cmd(u, "scontrol", "update", "jobid="+id, "TresPerNode=gres:shard:1"))
+	r := run(ctxFor(t, time.Minute), c.cmd(u, "scontrol", "update", "jobid="+id, "TresPerNode="+slurm.gres+"shard:1"))
 	if r.code == 0 {
 		t.Errorf("scontrol update TresPerNode as the owner: %s", r)
 	}
@@ -352,8 +352,8 @@ func TestGresShardRefused(t *testing.T) {
 	if log := readFile(t, c.path("log", "slurmctld.log")); !strings.Contains(log, want) {
 		t.Errorf("slurmctld's log lacks %q", want)
 	}
-	if j, _ := c.job(id); j["TresPerNode"] != "gres:shard:1024" {
-		t.Errorf("job %s TresPerNode=%s after the refused update, want gres:shard:1024", id, j["TresPerNode"])
+	if j, _ := c.job(id); j["TresPerNode"] != slurm.gres+"shard:1024" {
+		t.Errorf("job %s TresPerNode=%s after the refused update, want %sshard:1024", id, j["TresPerNode"], slurm.gres)
 	}
 }
 

@@ -4,6 +4,14 @@
 // 2x40 GiB on tn2), the built SPANK plugin, Prolog/Epilog and the shipped
 // job_submit.lua, all in a temporary directory. See docs/slurm.md.
 //
+// The suite runs on Debian 12's Slurm 22.05 on the machine, or, with
+// GPUSLICE_SLURM_RELEASE=24.11 (make test-slurm-24.11), on Debian 13's Slurm
+// 24.11 in the Debian 13 root (make trixie-root): the test binary then runs
+// a copy of itself in the root (internal/debroot), which builds the same
+// cluster there from the root's Slurm and munge, the plugin built for 24.11
+// and the machine's build of everything else. What differs between the
+// releases is in slurmconf_test.go.
+//
 // The harness, for suites that plug in: startCluster(c, ClusterOptions)
 // (defaultOptions()), c.cmd(user, ...) submits as a user from the submit
 // host, n.onNode(user, ...) runs on a node, n.client()/n.session/n.gpus
@@ -15,14 +23,17 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"os"
+	"path/filepath"
 	"sort"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/gpuslice/gpuslice/internal/client"
+	"github.com/gpuslice/gpuslice/internal/debroot"
 )
 
 var (
@@ -32,10 +43,25 @@ var (
 )
 
 func TestMain(m *testing.M) {
+	flag.Parse()
+	name := os.Getenv("GPUSLICE_SLURM_RELEASE")
+	if name == "" {
+		name = slurm2205.name
+	}
+	rel, ok := releases[name]
+	if !ok {
+		fmt.Fprintf(os.Stderr, "slurm suite: GPUSLICE_SLURM_RELEASE=%s: the suite runs on 22.05 or 24.11\n", name)
+		os.Exit(2)
+	}
+	slurm = rel
+	useNet(slurm.net)
 	if os.Geteuid() != 0 {
 		skipWhy = "the Slurm end-to-end suite needs root (it runs slurmctld, slurmd, munged, network namespaces and submits jobs as test users)"
 		fmt.Fprintln(os.Stderr, "slurm suite: SKIP: "+skipWhy)
 		os.Exit(m.Run())
+	}
+	if slurm.inRoot && !debroot.Inside() {
+		os.Exit(runInRoot(m))
 	}
 	start := time.Now()
 	cl = &cluster{}
@@ -46,7 +72,7 @@ func TestMain(m *testing.M) {
 		cl.stop()
 		os.Exit(1)
 	}
-	fmt.Fprintf(os.Stderr, "slurm suite: two-node cluster up in %v\n", time.Since(start).Round(time.Second))
+	fmt.Fprintf(os.Stderr, "slurm suite: two-node cluster on Slurm %s up in %v\n", slurm.name, time.Since(start).Round(time.Second))
 	code := m.Run()
 	if code != 0 {
 		cl.dumpLogs(os.Stderr)
@@ -55,22 +81,99 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// needCluster returns the running cluster or skips the test.
+// runInRoot runs this test binary in the Debian 13 root and returns its
+// exit status. The run's lock is taken here, on the machine: the bridge and
+// veths live in the machine's network namespace, which the runs from every
+// checkout's root share. When the root cannot be had here, the tests run
+// and skip with the reason.
+func runInRoot(m *testing.M) int {
+	build, err := repoBuildDir()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "slurm suite: %v\n", err)
+		return 1
+	}
+	repo, err := repoFile(".")
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "slurm suite: %v\n", err)
+		return 1
+	}
+	if err := debroot.Ready(build); err != nil {
+		if errors.Is(err, debroot.ErrSkip) {
+			skipWhy = err.Error()
+			fmt.Fprintln(os.Stderr, "slurm suite: SKIP: "+skipWhy)
+			return m.Run()
+		}
+		fmt.Fprintf(os.Stderr, "slurm suite: %v\n", err)
+		return 1
+	}
+	if _, err := os.Stat(filepath.Join(build, slurm.plugin)); err != nil {
+		fmt.Fprintf(os.Stderr, "slurm suite: no plugin for Slurm %s (make spank-24.11): %v\n", slurm.name, err)
+		return 1
+	}
+	lock, err := takeLock(lockFile)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "slurm suite: %v\n", err)
+		return 1
+	}
+	defer lock.Close()
+	env := []string{"GPUSLICE_SLURM_RELEASE=" + slurm.name}
+	for _, k := range []string{"GPUSLICE_SLURM_ACCOUNTING", "GPUSLICE_KEEP_TEST_DIR"} {
+		if v := os.Getenv(k); v != "" && !strings.ContainsAny(v, " \t\n") {
+			env = append(env, k+"="+v)
+		}
+	}
+	code, err := debroot.RunTests(debroot.Options{Repo: filepath.Clean(repo), Build: build, Env: env,
+		Stdout: os.Stdout, Stderr: os.Stderr})
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "slurm suite: %v\n", err)
+		return 1
+	}
+	return code
+}
+
+// needCluster returns the running cluster or skips the test: everywhere
+// when the suite cannot run here, or a test that cannot pass on this
+// run's Slurm release (slurmRelease.skip says why).
 func needCluster(t *testing.T) *cluster {
 	t.Helper()
 	if skipWhy != "" {
 		t.Skip(skipWhy)
 	}
+	if why, ok := slurm.skip[t.Name()]; ok {
+		t.Skipf("not on Slurm %s: %s", slurm.name, why)
+	}
 	return cl
+}
+
+// The daemons and clients are the Slurm release the run is for: 22.05 on
+// the machine, 24.11 in the Debian 13 root.
+func TestSlurmRelease(t *testing.T) {
+	c := needCluster(t)
+	for _, prog := range []string{"slurmctld", "slurmd", "srun", "sbatch"} {
+		out, err := c.cmd(nil, prog, "-V").CombinedOutput()
+		// Debian's builds say "slurm-wlm 24.11.5".
+		f := strings.Fields(string(out))
+		if err != nil || len(f) != 2 || !strings.HasPrefix(f[1], slurm.name+".") {
+			t.Errorf("%s -V: %q (%v), want Slurm %s", prog, out, err, slurm.name)
+		}
+	}
+	deb, err := os.ReadFile("/etc/debian_version")
+	want := map[string]string{"22.05": "12", "24.11": "13"}[slurm.name]
+	if err != nil || !strings.HasPrefix(string(deb), want+".") {
+		t.Errorf("/etc/debian_version %q (%v), want Debian %s", deb, err, want)
+	}
+	if debroot.Inside() != slurm.inRoot {
+		t.Errorf("running in the Debian 13 root: %v, want %v", debroot.Inside(), slurm.inRoot)
+	}
 }
 
 func (c *cluster) dumpLogs(w *os.File) {
 	if c == nil || c.dir == "" {
 		return
 	}
-	files := []string{"slurmctld.log", "slurmctld.out", "munged.out"}
+	files := []string{"slurmctld.log", "slurmctld.out", "munged.out", "slurmdbd.log", "slurmdbd.out", "mariadb.log"}
 	for _, n := range c.nodes {
-		files = append(files, "slurmd-"+n.Name+".log", "slurmd-"+n.Name+".out", "gpusliced-"+n.Name+".out")
+		files = append(files, "holder-"+n.Name+".out", "slurmd-"+n.Name+".log", "slurmd-"+n.Name+".out", "gpusliced-"+n.Name+".out")
 	}
 	for _, f := range files {
 		b, err := os.ReadFile(c.path("log", f))

@@ -53,22 +53,31 @@ func TestEnvBypassUnderSlurm(t *testing.T) {
 	}
 }
 
-// A job's task without the interceptor (env -u LD_PRELOAD) that takes more
-// than the job's quota is killed by gpusliced's audit, which reads the
-// driver's per-process figures and maps the pid to the job from its
-// process tree; the job's report says so.
+// A job's task without the interceptor (env -u LD_PRELOAD, or env -i) that
+// takes more than the job's quota is killed by gpusliced's audit, which
+// reads the driver's per-process figures and maps the pid to the job from
+// its process tree; the job's report says so. With env -i the task keeps
+// only the fake GPU's own plumbing (FAKECUDA_STATE, LD_LIBRARY_PATH), which a
+// real driver does not need: everything gpuslice set is gone.
 func TestUnpreloadedTaskAuditedUnderSlurm(t *testing.T) {
 	c := needCluster(t)
 	u := c.users["gsltest1"]
-	r := run(ctxFor(t, 2*time.Minute), c.cmd(u, "srun", "-v", "--gpu-mem=2G", "env", "-u", "LD_PRELOAD",
-		c.bin("target_app"), "--api", "driver", "--step", "1G", "--count", "3", "--hold", "60"))
-	if r.code == 0 {
-		t.Fatalf("a task holding 3 GiB under a 2 GiB quota ran to the end: %s", r)
-	}
-	id := jobID(t, r)
-	c.assertReleased(t, id)
-	h := c.history(t, id)
-	if h.AuditKilled < 1 || len(h.Audit) == 0 || !strings.Contains(h.Audit[0], "killed pid") {
-		t.Errorf("report of job %s does not say the audit killed the task: %+v", id, h)
+	app := c.bin("target_app") + " --api driver --step 1G --count 3 --hold 60"
+	for _, tc := range []struct{ name, cmd string }{
+		{"env -u LD_PRELOAD", "exec env -u LD_PRELOAD " + app},
+		{"env -i", `exec env -i FAKECUDA_STATE="$FAKECUDA_STATE" LD_LIBRARY_PATH="$LD_LIBRARY_PATH" FAKECUDA_CTX_BYTES=0 ` + app},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := run(ctxFor(t, 2*time.Minute), c.cmd(u, "srun", "-v", "--gpu-mem=2G", "sh", "-c", tc.cmd))
+			if r.code == 0 {
+				t.Fatalf("a task holding 3 GiB under a 2 GiB quota ran to the end: %s", r)
+			}
+			id := jobID(t, r)
+			c.assertReleased(t, id)
+			h := c.history(t, id)
+			if h.AuditKilled < 1 || len(h.Audit) == 0 || !strings.Contains(h.Audit[0], "killed pid") {
+				t.Errorf("report of job %s does not say the audit killed the task: %+v", id, h)
+			}
+		})
 	}
 }

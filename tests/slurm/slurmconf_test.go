@@ -1,9 +1,10 @@
 package slurm
 
-// slurm.conf, gres.conf, plugstack.conf, job_submit.lua and the
-// Prolog/Epilog wrappers of the test cluster. What depends on the Slurm
-// version is in this file only (slurm22Conf); the node lines come from each
-// node's `gpuslice slurm-config`, as an admin would produce them.
+// slurm.conf, gres.conf, cgroup.conf, plugstack.conf, job_submit.lua and
+// the Prolog/Epilog wrappers of the test cluster. What depends on the Slurm
+// release is in this file only (slurmRelease: slurm2205, slurm2411); the
+// node lines come from each node's `gpuslice slurm-config`, as an admin
+// would produce them.
 
 import (
 	"fmt"
@@ -11,15 +12,78 @@ import (
 	"strings"
 )
 
-// slurm22Conf holds the settings that Debian 12's Slurm 22.05 needs here
-// (a later Slurm may need others): process tracking without cgroups (the
-// nodes share the machine's cgroup tree), no accounting daemon, and
+// slurmRelease is what the suite does differently on one Slurm release.
+type slurmRelease struct {
+	name string // major.minor, as `slurmctld -V` prints it
+	// inRoot: the suite runs in the Debian 13 root (internal/debroot).
+	inRoot bool
+	// plugin is the SPANK plugin built for this release, under the build
+	// directory.
+	plugin string
+	// conf are the slurm.conf settings this release needs here.
+	conf string
+	// cgroupConf is cgroup.conf's content; empty: no cgroup.conf.
+	cgroupConf string
+	// gres is how a gres starts in a job's TRES strings (TresPerNode):
+	// "gres:" up to 22.05, "gres/" from 23.02 on.
+	gres string
+	// net is what the run owns on the machine (cluster_test.go).
+	net hostNet
+	// noAccounting, when set, says why this release runs without slurmdbd.
+	noAccounting string
+	// skip maps a test that cannot pass on this release to why.
+	skip map[string]string
+}
+
+// slurm2205 is Debian 12's Slurm 22.05 on this machine: process tracking
+// without cgroups (the nodes share the machine's cgroup tree) and
 // SlurmdParameters=config_overrides so each node may declare more CPUs than
 // the machine has.
-const slurm22Conf = `ProctrackType=proctrack/linuxproc
+var slurm2205 = slurmRelease{
+	name:   "22.05",
+	plugin: "spank/gpuslice.so",
+	gres:   "gres:",
+	conf: `ProctrackType=proctrack/linuxproc
 TaskPlugin=task/none
 SlurmdParameters=config_overrides
-`
+`,
+	net: net2205,
+}
+
+// slurm2411 is Debian 13's Slurm 24.11 in the Debian 13 root (make
+// trixie-root), with the plugin built there (make spank-24.11). As on
+// 22.05, and: 24.11's slurmd and slurmstepd load a cgroup plugin even with
+// proctrack/linuxproc and task/none unless cgroup.conf says
+// CgroupPlugin=disabled (a value 22.05 does not know).
+var slurm2411 = slurmRelease{
+	name:   "24.11",
+	inRoot: true,
+	plugin: "spank-24.11/gpuslice.so",
+	gres:   "gres/",
+	conf: `ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+SlurmdParameters=config_overrides
+`,
+	cgroupConf:   "CgroupPlugin=disabled\n",
+	net:          net2411,
+	noAccounting: noAccounting2411,
+	skip: map[string]string{
+		"TestSacctShowsPeak": noAccounting2411,
+	},
+}
+
+// noAccounting2411: Debian 13's slurmdbd 24.11.5 does not start against
+// Debian 13's MariaDB 11.8 here.
+const noAccounting2411 = "Debian 13's slurmdbd 24.11.5 exits at startup against Debian 13's MariaDB 11.8 " +
+	"(its sanity query `select @var := concat('')` fails with client error 5027, " +
+	"\"Number of columns in result (=1) set exceeds maximum allowed number of columns (=0)\"), so the 24.11 run has no accounting"
+
+// releases are the Slurm releases the suite runs on, by
+// GPUSLICE_SLURM_RELEASE (default: 22.05, the machine's own).
+var releases = map[string]slurmRelease{"22.05": slurm2205, "24.11": slurm2411}
+
+// slurm is the release of this run (TestMain).
+var slurm = slurm2205
 
 // noAccounting are the accounting lines when ClusterOptions.Accounting is
 // empty: no slurmdbd.
@@ -48,14 +112,21 @@ func (c *cluster) writeSlurmConfig() error {
 	// slurmd runs the Prolog/Epilog without its own environment: the
 	// wrappers pass where gpusliced listens (the same path on every node).
 	// They also keep the environment slurmd gave them, for the tests.
-	wrapper := func(bin, name string) string {
-		return fmt.Sprintf("#!/bin/sh\nenv > %s/%s-$SLURM_JOB_ID-$(hostname).env\nexec %s --admin-socket %s --retry-timeout %s \"$@\"\n",
-			c.path("log"), name, bin, c.admSock, prologRetryArg)
+	wrapper := func(bin, name, extra string) string {
+		return fmt.Sprintf("#!/bin/sh\nenv > %s/%s-$SLURM_JOB_ID-$(hostname).env\nexec %s --admin-socket %s --retry-timeout %s%s \"$@\"\n",
+			c.path("log"), name, bin, c.admSock, prologRetryArg, extra)
 	}
-	if err := writeFile(c.path("prolog.sh"), wrapper(c.bin("prolog"), "prolog"), 0o755); err != nil {
+	// Without slurmdbd the Epilog records nothing in accounting, as an
+	// admin without accounting would set it (else each Epilog waits for
+	// sacct and sacctmgr to give up on the missing slurmdbd).
+	epilogExtra := ""
+	if c.acct == nil {
+		epilogExtra = " --sacctmgr ''"
+	}
+	if err := writeFile(c.path("prolog.sh"), wrapper(c.bin("prolog"), "prolog", ""), 0o755); err != nil {
 		return err
 	}
-	if err := writeFile(c.path("epilog.sh"), wrapper(c.bin("epilog"), "epilog"), 0o755); err != nil {
+	if err := writeFile(c.path("epilog.sh"), wrapper(c.bin("epilog"), "epilog", epilogExtra), 0o755); err != nil {
 		return err
 	}
 	if err := c.writePlugstack(c.opts.PlugstackArgs); err != nil {
@@ -126,7 +197,7 @@ GresTypes=gpu,shard
 %[7]s
 %[8]s
 %[9]s
-`, c.dir, c.ctldHost, bridgeAddr, ctldPort, slurmdPort, slurm22Conf,
+`, c.dir, c.ctldHost, bridgeAddr, ctldPort, slurmdPort, slurm.conf,
 		strings.Join(nodeLines, "\n"), strings.Join(c.opts.Partitions, "\n"), c.opts.ExtraConf, accounting)
 	for _, n := range c.nodes {
 		if err := os.MkdirAll(c.path("spool", n.Name), 0o755); err != nil {
@@ -135,6 +206,11 @@ GresTypes=gpu,shard
 	}
 	if err := writeFile(c.conf, conf, 0o644); err != nil {
 		return err
+	}
+	if slurm.cgroupConf != "" {
+		if err := writeFile(c.path("cgroup.conf"), slurm.cgroupConf, 0o644); err != nil {
+			return err
+		}
 	}
 	return writeFile(c.path("gres.conf"), strings.Join(gres, "\n")+"\n", 0o644)
 }

@@ -22,8 +22,11 @@ type accounting struct {
 	dbDir           string
 }
 
-// accountingWanted: on unless GPUSLICE_SLURM_ACCOUNTING=0.
-func accountingWanted() bool { return os.Getenv("GPUSLICE_SLURM_ACCOUNTING") != "0" }
+// accountingWanted: on unless GPUSLICE_SLURM_ACCOUNTING=0 or the run's
+// Slurm release has none (slurmRelease.noAccounting).
+func accountingWanted() bool {
+	return os.Getenv("GPUSLICE_SLURM_ACCOUNTING") != "0" && slurm.noAccounting == ""
+}
 
 // prepareAccounting picks the ports and returns the slurm.conf lines.
 func (c *cluster) prepareAccounting() error {
@@ -69,14 +72,17 @@ func (c *cluster) startAccounting() error {
 	}
 	sock := filepath.Join(a.dbDir, "mysqld.sock")
 	inst := exec.Command("mariadb-install-db", "--no-defaults", "--datadir="+filepath.Join(a.dbDir, "data"),
-		"--user=root", "--auth-root-authentication-method=socket", "--skip-test-db")
+		"--user=root", "--auth-root-authentication-method=socket", "--skip-test-db",
+		// The grants name addresses; no look-up of this machine's name
+		// (which the Debian 13 root's /etc/hosts does not know).
+		"--skip-name-resolve")
 	if out, err := inst.CombinedOutput(); err != nil {
 		return fmt.Errorf("mariadb-install-db: %v\n%s", err, out)
 	}
 	db := exec.Command("mariadbd", "--no-defaults", "--datadir="+filepath.Join(a.dbDir, "data"),
 		"--socket="+sock, "--port="+fmt.Sprint(a.dbPort), "--bind-address=127.0.0.1",
 		"--pid-file="+filepath.Join(a.dbDir, "mysqld.pid"), "--user=root", "--skip-log-bin",
-		"--innodb-buffer-pool-size=32M", "--log-error="+c.path("log", "mariadb.log"))
+		"--innodb-buffer-pool-size=32M", "--skip-name-resolve", "--log-error="+c.path("log", "mariadb.log"))
 	if err := c.start("mariadbd", db); err != nil {
 		return err
 	}

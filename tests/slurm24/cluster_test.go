@@ -252,6 +252,7 @@ func (c *cluster) startGpusliced() error {
 	c.fakeEnv = []string{
 		"FAKECUDA_DEVICES=80GiB",
 		"FAKECUDA_STATE=" + state,
+		"FAKECUDA_CTX_BYTES=0", // the cases count allocations only, not context memory
 		"LD_LIBRARY_PATH=" + filepath.Join(c.build, "lib"),
 	}
 	cmd := exec.Command(c.bin("gpusliced"),

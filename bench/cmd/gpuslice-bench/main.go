@@ -12,7 +12,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -26,13 +25,10 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
 	"github.com/gpuslice/gpuslice/internal/client"
-	"github.com/gpuslice/gpuslice/internal/ipc"
-	"github.com/gpuslice/gpuslice/internal/ledger"
 )
 
 func main() {
@@ -51,6 +47,26 @@ type options struct {
 	kills    int
 	audits   int
 	auditN   int
+	// figures of issue 11 (echo.go, procs.go, scale.go)
+	ipcRounds   int
+	execPairs   int
+	storm       int
+	stormRounds int
+	scale       int
+	only        string
+}
+
+// runs says whether figure group g is measured (-only).
+func (o options) runs(g string) bool {
+	if o.only == "" {
+		return true
+	}
+	for _, x := range strings.Split(o.only, ",") {
+		if x == g {
+			return true
+		}
+	}
+	return false
 }
 
 func run() int {
@@ -66,7 +82,25 @@ func run() int {
 	flag.IntVar(&o.kills, "kills", 20, "kill -9 reclaims timed")
 	flag.IntVar(&o.audits, "audits", 10, "audited overruns timed (overrun -> process killed)")
 	flag.IntVar(&o.auditN, "audit-procs", 200, "processes holding memory for the audit CPU figure")
+	flag.IntVar(&o.ipcRounds, "ipc-rounds", 5, "interleaved rounds of gpusliced and echo-server pings")
+	flag.IntVar(&o.execPairs, "exec-pairs", 30, "interleaved exec-to-first-allocation pairs")
+	flag.IntVar(&o.storm, "storm", 1000, "processes of one job in an attach storm")
+	flag.IntVar(&o.stormRounds, "storm-rounds", 2, "interleaved storm pairs")
+	flag.IntVar(&o.scale, "scale-sessions", 10000, "sessions for the scale figures")
+	flag.StringVar(&o.only, "only", "", "comma-separated figure groups: alloc,ipc,attach,create,reclaim,audit,exec,storm,scale (default all)")
+	echo := flag.String("echo", "", "serve the reference echo server on this socket (internal)")
+	readme := flag.String("readme", "", "only rewrite the performance table of this README from -out")
 	flag.Parse()
+	if *echo != "" {
+		return echoServe(*echo)
+	}
+	if *readme != "" {
+		if err := writeReadme(*readme, o.out); err != nil {
+			fmt.Fprintln(os.Stderr, "gpuslice-bench:", err)
+			return 1
+		}
+		return 0
+	}
 	build, err := filepath.Abs(o.build)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "gpuslice-bench:", err)
@@ -142,12 +176,18 @@ var targets = []struct {
 	{"alloc_free_added_ns_median", "interceptor cost per alloc+free pair (1 thread, median)", true, 150, "ns"},
 	{"throughput_ratio_8threads", "alloc/free throughput with/without interceptor (8 threads)", false, 0.9, ""},
 	{"throughput_ratio_8threads_64mib", "  the same with 64 MiB allocations (fakecuda's mmap path)", false, 0.9, ""},
-	{"ipc_ping_p50_us", "IPC ping round trip, sequential p50", true, 20, "µs"},
-	{"ipc_ping_p99_us_32clients", "IPC ping round trip, 32 concurrent clients p99", true, 1000, "µs"},
+	{"ipc_ping_p50_ratio", "IPC ping p50, gpusliced / reference echo server (same rounds)", true, 1.2, ""},
+	{"ipc_ping_p99_32_ratio", "IPC ping p99 at 32 clients, gpusliced / echo server", true, 1.2, ""},
 	{"attach_p50_us", "process attach (connect to ATTACH_OK + fds) p50", true, 300, "µs"},
+	{"exec_to_first_alloc_added_ms", "exec -> first allocation, with interceptor minus without", true, 0.3, " ms"},
+	{"attach_storm_1000_last_ratio", "storm of 1,000 processes of one job: last first-allocation, with / without", true, 1.2, ""},
 	{"session_create_p50_ms", "session create -> ready (admin API) p50", true, 25, "ms"},
 	{"reclaim_after_kill_p50_ms", "kill -9 of a process holding 256 MiB -> ledger back to 0, p50", true, 1000, "ms"},
-	{"daemon_rss_mib_1000x4", "gpusliced RSS, 1000 sessions x 4 GPUs", true, 40, "MiB"},
+	{"sessions_10k_rss_mib", "gpusliced RSS, 10,000 sessions x 4 GPUs", true, 80, " MiB"},
+	{"sessions_10k_fds_added", "gpusliced open fds added by idle sessions 100 to 10,000", true, 0, ""},
+	{"ledger_bytes_per_idle_session", "memory (memfd blocks) of an idle session's ledger", true, 16384, " B"},
+	{"list_10k_ms", "list 10,000 sessions (admin API, whole response)", true, 50, " ms"},
+	{"create_p50_ms_10k", "session create p50 with 10,000 sessions", true, 5, " ms"},
 	{"audit_overrun_to_kill_p50_ms", "audit: overrun (quota lowered) -> process killed, p50", true, 1000, "ms"},
 	{"audit_overrun_to_kill_max_ms", "audit: overrun -> process killed, max", true, 1000, "ms"},
 	{"audit_cpu_pct_per_1000_procs", "daemon CPU with the audit, scaled to 1,000 processes (fakecuda NVML)", true, 1, "% core"},
@@ -265,6 +305,7 @@ func (d *daemon) stop() {
 	if d.cl != nil {
 		d.cl.Close()
 	}
+	d.cmd, d.cl = nil, nil
 	os.Remove("/dev/shm/fakecuda-" + d.state)
 	os.RemoveAll(d.dir)
 }
@@ -290,60 +331,85 @@ func measure(o options, r *results) error {
 	defer d.stop()
 	fmt.Println("gpuslice-bench: daemon up; measuring (this takes a minute)")
 
-	if err := allocBench(o, d, r); err != nil {
-		r.fail("alloc_free_added_ns_median", err)
-		r.fail("throughput_ratio_8threads", err)
+	if o.runs("alloc") {
+		if err := allocBench(o, d, r); err != nil {
+			r.fail("alloc_free_added_ns_median", err)
+			r.fail("throughput_ratio_8threads", err)
+		}
 	}
-	allocMore(o, d, r)
+	if o.runs("alloc") {
+		allocMore(o, d, r)
+	}
 	if *allocOnly {
 		return nil
 	}
-	if p50, p99, err := pingSequential(d.ipcSock, o.pings); err != nil {
-		r.fail("ipc_ping_p50_us", err)
-	} else {
-		r.set("ipc_ping_p50_us", p50)
-		r.set("ipc_ping_p99_us", p99)
+	if o.runs("ipc") {
+		if err := ipcRatios(o, d, r); err != nil {
+			r.fail("ipc_ping_p50_ratio", err)
+			r.fail("ipc_ping_p99_32_ratio", err)
+		}
 	}
-	if p50, p99, err := pingConcurrent(d.ipcSock, o.clients, o.pings/10); err != nil {
-		r.fail("ipc_ping_p99_us_32clients", err)
-	} else {
-		r.set("ipc_ping_p99_us_32clients", p99)
-		r.set("ipc_ping_p50_us_32clients", p50)
+	if o.runs("attach") {
+		if p50, p99, err := attachBench(d, o.attaches); err != nil {
+			r.fail("attach_p50_us", err)
+		} else {
+			r.set("attach_p50_us", p50)
+			r.set("attach_p99_us", p99)
+		}
 	}
-	if p50, p99, err := attachBench(d, o.attaches); err != nil {
-		r.fail("attach_p50_us", err)
-	} else {
-		r.set("attach_p50_us", p50)
-		r.set("attach_p99_us", p99)
+	if o.runs("exec") {
+		if added, bare, err := execBench(o, d, o.execPairs); err != nil {
+			r.fail("exec_to_first_alloc_added_ms", err)
+		} else {
+			r.set("exec_to_first_alloc_added_ms", added)
+			r.set("exec_to_first_alloc_bare_ms", bare)
+		}
 	}
-	if p50, p99, err := createBench(d, o.creates); err != nil {
-		r.fail("session_create_p50_ms", err)
-	} else {
-		r.set("session_create_p50_ms", p50)
-		r.set("session_create_p99_ms", p99)
+	if o.runs("storm") {
+		key := fmt.Sprintf("attach_storm_%d_last_ratio", o.storm)
+		if ratio, with, bare, err := stormBench(o, d, o.storm, o.stormRounds); err != nil {
+			r.fail(key, err)
+		} else {
+			r.set(key, ratio)
+			r.set(fmt.Sprintf("attach_storm_%d_last_ms", o.storm), with)
+			r.set(fmt.Sprintf("attach_storm_%d_last_bare_ms", o.storm), bare)
+		}
 	}
-	if p50, max, err := reclaimBench(o, d, o.kills); err != nil {
-		r.fail("reclaim_after_kill_p50_ms", err)
-	} else {
-		r.set("reclaim_after_kill_p50_ms", p50)
-		r.set("reclaim_after_kill_max_ms", max)
+	if o.runs("create") {
+		if p50, p99, err := createBench(d, o.creates); err != nil {
+			r.fail("session_create_p50_ms", err)
+		} else {
+			r.set("session_create_p50_ms", p50)
+			r.set("session_create_p99_ms", p99)
+		}
 	}
-	if p50, max, err := auditActionBench(o, d, o.audits); err != nil {
-		r.fail("audit_overrun_to_kill_p50_ms", err)
-	} else {
-		r.set("audit_overrun_to_kill_p50_ms", p50)
-		r.set("audit_overrun_to_kill_max_ms", max)
+	if o.runs("reclaim") {
+		if p50, max, err := reclaimBench(o, d, o.kills); err != nil {
+			r.fail("reclaim_after_kill_p50_ms", err)
+		} else {
+			r.set("reclaim_after_kill_p50_ms", p50)
+			r.set("reclaim_after_kill_max_ms", max)
+		}
 	}
-	if pct, err := auditCPUBench(o, d, o.auditN, 10*time.Second); err != nil {
-		r.fail("audit_cpu_pct_per_1000_procs", err)
-	} else {
-		r.set("audit_cpu_pct_per_1000_procs", pct)
+	if o.runs("audit") {
+		if p50, max, err := auditActionBench(o, d, o.audits); err != nil {
+			r.fail("audit_overrun_to_kill_p50_ms", err)
+		} else {
+			r.set("audit_overrun_to_kill_p50_ms", p50)
+			r.set("audit_overrun_to_kill_max_ms", max)
+		}
+		if pct, err := auditCPUBench(o, d, o.auditN, 10*time.Second); err != nil {
+			r.fail("audit_cpu_pct_per_1000_procs", err)
+		} else {
+			r.set("audit_cpu_pct_per_1000_procs", pct)
+		}
+		r.set("audit_decide_us_per_1000_procs", auditDecideBench())
 	}
-	r.set("audit_decide_us_per_1000_procs", auditDecideBench())
-	if rss, err := rssBench(o); err != nil {
-		r.fail("daemon_rss_mib_1000x4", err)
-	} else {
-		r.set("daemon_rss_mib_1000x4", rss)
+	if o.runs("scale") {
+		d.stop() // the scale daemon runs alone
+		if err := scaleBench(o, r); err != nil {
+			r.fail("sessions_10k_rss_mib", err)
+		}
 	}
 	return nil
 }
@@ -469,233 +535,6 @@ func allocBench(o options, d *daemon, r *results) error {
 	r.set("alloc_session_peak_bytes", float64(peak))
 	d.cl.DeleteSession(ctx, id)
 	return nil
-}
-
-func pingSequential(sock string, n int) (p50, p99 float64, err error) {
-	lockThread()
-	c, err := dialRaw(sock)
-	if err != nil {
-		return 0, 0, err
-	}
-	defer c.close()
-	for i := 0; i < 1000; i++ {
-		if err := c.ping(); err != nil {
-			return 0, 0, err
-		}
-	}
-	lat := make([]float64, 0, n)
-	for i := 0; i < n; i++ {
-		t0 := time.Now()
-		if err := c.ping(); err != nil {
-			return 0, 0, err
-		}
-		lat = append(lat, float64(time.Since(t0).Nanoseconds())/1e3)
-	}
-	return percentile(lat, 50), percentile(lat, 99), nil
-}
-
-// pingConcurrent runs clients blocking clients, each on its own OS thread.
-func pingConcurrent(sock string, clients, per int) (p50, p99 float64, err error) {
-	var mu sync.Mutex
-	var all []float64
-	var firstErr error
-	var wg sync.WaitGroup
-	var ready sync.WaitGroup
-	start := make(chan struct{})
-	for i := 0; i < clients; i++ {
-		wg.Add(1)
-		ready.Add(1)
-		go func() {
-			defer wg.Done()
-			lockThread()
-			c, err := dialRaw(sock)
-			if err != nil {
-				mu.Lock()
-				firstErr = err
-				mu.Unlock()
-				ready.Done()
-				return
-			}
-			defer c.close()
-			for j := 0; j < 100; j++ {
-				c.ping()
-			}
-			lat := make([]float64, 0, per)
-			ready.Done()
-			<-start
-			for j := 0; j < per; j++ {
-				t0 := time.Now()
-				if err := c.ping(); err != nil {
-					mu.Lock()
-					firstErr = err
-					mu.Unlock()
-					return
-				}
-				lat = append(lat, float64(time.Since(t0).Nanoseconds())/1e3)
-			}
-			mu.Lock()
-			all = append(all, lat...)
-			mu.Unlock()
-		}()
-	}
-	ready.Wait()
-	close(start)
-	wg.Wait()
-	if firstErr != nil {
-		return 0, 0, firstErr
-	}
-	return percentile(all, 50), percentile(all, 99), nil
-}
-
-func attachBench(d *daemon, n int) (p50, p99 float64, err error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	const id = "bench-attach"
-	if _, err := d.cl.CreateSession(ctx, client.SessionRequest{ID: id, UID: uint32(os.Getuid()), QuotaBytes: 1 << 30}); err != nil {
-		return 0, 0, err
-	}
-	defer d.cl.DeleteSession(ctx, id)
-	lat := make([]float64, 0, n)
-	for i := 0; i < n+50; i++ {
-		t0 := time.Now()
-		c, err := ipc.Dial(d.ipcSock)
-		if err != nil {
-			return 0, 0, err
-		}
-		a, err := c.Attach(id, "")
-		el := time.Since(t0)
-		if err != nil {
-			c.Close()
-			return 0, 0, err
-		}
-		// Detach so the next attach is a first attach again (new slot, new pidfd).
-		if err := c.Detach(a.Slot); err != nil {
-			return 0, 0, err
-		}
-		a.Close()
-		c.Close()
-		if i >= 50 {
-			lat = append(lat, float64(el.Nanoseconds())/1e3)
-		}
-	}
-	return percentile(lat, 50), percentile(lat, 99), nil
-}
-
-func createBench(d *daemon, n int) (p50, p99 float64, err error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
-	defer cancel()
-	lat := make([]float64, 0, n)
-	for i := 0; i < n; i++ {
-		id := fmt.Sprintf("bench-create-%d", i)
-		t0 := time.Now()
-		if _, err := d.cl.CreateSession(ctx, client.SessionRequest{ID: id, UID: 1000, QuotaBytes: 64 << 20}); err != nil {
-			return 0, 0, err
-		}
-		lat = append(lat, float64(time.Since(t0).Nanoseconds())/1e6)
-	}
-	for i := 0; i < n; i++ {
-		if _, err := d.cl.DeleteSession(ctx, fmt.Sprintf("bench-create-%d", i)); err != nil {
-			return 0, 0, err
-		}
-	}
-	return percentile(lat, 50), percentile(lat, 99), nil
-}
-
-// reclaimBench times kill -9 of a process holding 256 MiB to the moment the
-// session's ledger shows the bytes back (the daemon's pidfd reclaim), read
-// from the ledger itself every 50 µs. The 1 s bound is the design's "bytes
-// back the moment it dies" made measurable; tests only check that it happens.
-func reclaimBench(o options, d *daemon, n int) (p50, max float64, err error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	const id = "bench-reclaim"
-	if _, err := d.cl.CreateSession(ctx, client.SessionRequest{ID: id, UID: uint32(os.Getuid()), QuotaBytes: 1 << 30}); err != nil {
-		return 0, 0, err
-	}
-	defer d.cl.DeleteSession(ctx, id)
-	l, err := ledger.Open(filepath.Join(d.dir, "run", "ledgers"), id)
-	if err != nil {
-		return 0, 0, err
-	}
-	defer l.Close()
-	env := append(baseEnv(), "FAKECUDA_DEVICES="+d.devices, "FAKECUDA_STATE="+d.state,
-		"LD_PRELOAD="+filepath.Join(o.build, "lib", "libgpuslice.so"),
-		"LD_LIBRARY_PATH="+filepath.Join(o.build, "lib"),
-		"GPUSLICE_SESSION="+id, "GPUSLICE_IPC_SOCK="+d.ipcSock)
-	lat := make([]float64, 0, n)
-	for i := 0; i < n; i++ {
-		cmd := exec.Command(filepath.Join(o.build, "examples", "target_app"), "--api", "driver",
-			"--step", "64MiB", "--count", "4", "--hold", "60")
-		cmd.Env = env
-		if err := cmd.Start(); err != nil {
-			return 0, 0, err
-		}
-		for start := time.Now(); l.Used(0) < 256<<20; time.Sleep(time.Millisecond) {
-			if time.Since(start) > 30*time.Second {
-				cmd.Process.Kill()
-				cmd.Wait()
-				return 0, 0, fmt.Errorf("target_app did not charge 256 MiB (used %d)", l.Used(0))
-			}
-		}
-		t0 := time.Now()
-		cmd.Process.Signal(syscall.SIGKILL)
-		for l.Used(0) != 0 {
-			if time.Since(t0) > 30*time.Second {
-				cmd.Wait()
-				return 0, 0, fmt.Errorf("not reclaimed after 30 s (used %d)", l.Used(0))
-			}
-			time.Sleep(50 * time.Microsecond)
-		}
-		el := float64(time.Since(t0).Nanoseconds()) / 1e6
-		cmd.Wait()
-		lat = append(lat, el)
-		if el > max {
-			max = el
-		}
-	}
-	return percentile(lat, 50), max, nil
-}
-
-func rssBench(o options) (float64, error) {
-	d, err := startDaemon(o.build, "4x80GiB")
-	if err != nil {
-		return 0, err
-	}
-	defer d.stop()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
-	defer cancel()
-	for i := 0; i < o.sessions; i++ {
-		_, err := d.cl.CreateSession(ctx, client.SessionRequest{ID: fmt.Sprintf("job-%d", 100000+i), UID: 1000, QuotaBytes: 64 << 20})
-		if err != nil {
-			return 0, err
-		}
-	}
-	ss, err := d.cl.ListSessions(ctx)
-	if err != nil {
-		return 0, err
-	}
-	if len(ss) != o.sessions || len(ss[0].GPUs) != 4 {
-		return 0, fmt.Errorf("expected %d sessions on 4 GPUs, got %d", o.sessions, len(ss))
-	}
-	// Steady state includes a metrics scrape (every GPU of every session).
-	if err := scrape(d.adminSock); err != nil {
-		return 0, err
-	}
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", d.cmd.Process.Pid))
-	if err != nil {
-		return 0, err
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if strings.HasPrefix(line, "VmRSS:") {
-			f := strings.Fields(line)
-			kb, err := strconv.ParseFloat(f[1], 64)
-			if err != nil {
-				return 0, err
-			}
-			return kb / 1024, nil
-		}
-	}
-	return 0, errors.New("no VmRSS in /proc status")
 }
 
 // scrape reads /metrics from the admin socket once.

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"sync"
+	"time"
 
 	"github.com/gpuslice/gpuslice/internal/ipc"
 	"golang.org/x/sys/unix"
@@ -63,3 +65,79 @@ func (c *rawConn) ping() error {
 // lockThread pins the calling goroutine to its OS thread so that blocking
 // reads behave like a C client's.
 func lockThread() { runtime.LockOSThread() }
+
+func pingSequential(sock string, n int) (p50, p99 float64, err error) {
+	lockThread()
+	c, err := dialRaw(sock)
+	if err != nil {
+		return 0, 0, err
+	}
+	defer c.close()
+	for i := 0; i < 1000; i++ {
+		if err := c.ping(); err != nil {
+			return 0, 0, err
+		}
+	}
+	lat := make([]float64, 0, n)
+	for i := 0; i < n; i++ {
+		t0 := time.Now()
+		if err := c.ping(); err != nil {
+			return 0, 0, err
+		}
+		lat = append(lat, float64(time.Since(t0).Nanoseconds())/1e3)
+	}
+	return percentile(lat, 50), percentile(lat, 99), nil
+}
+
+// pingConcurrent runs clients blocking clients, each on its own OS thread.
+func pingConcurrent(sock string, clients, per int) (p50, p99 float64, err error) {
+	var mu sync.Mutex
+	var all []float64
+	var firstErr error
+	var wg sync.WaitGroup
+	var ready sync.WaitGroup
+	start := make(chan struct{})
+	for i := 0; i < clients; i++ {
+		wg.Add(1)
+		ready.Add(1)
+		go func() {
+			defer wg.Done()
+			lockThread()
+			c, err := dialRaw(sock)
+			if err != nil {
+				mu.Lock()
+				firstErr = err
+				mu.Unlock()
+				ready.Done()
+				return
+			}
+			defer c.close()
+			for j := 0; j < 100; j++ {
+				c.ping()
+			}
+			lat := make([]float64, 0, per)
+			ready.Done()
+			<-start
+			for j := 0; j < per; j++ {
+				t0 := time.Now()
+				if err := c.ping(); err != nil {
+					mu.Lock()
+					firstErr = err
+					mu.Unlock()
+					return
+				}
+				lat = append(lat, float64(time.Since(t0).Nanoseconds())/1e3)
+			}
+			mu.Lock()
+			all = append(all, lat...)
+			mu.Unlock()
+		}()
+	}
+	ready.Wait()
+	close(start)
+	wg.Wait()
+	if firstErr != nil {
+		return 0, 0, firstErr
+	}
+	return percentile(all, 50), percentile(all, 99), nil
+}

@@ -86,6 +86,15 @@ local tn1_sizes = gs.node_gpu_sizes(conf, "tn1")
 check("requested node too small", {gs.translate({gpu_mem = 20 * GiB}, tn1_sizes, "nodes tn1")},
 	{nil, "gpuslice: --gpu-mem=20GiB is larger than any GPU in nodes tn1: the largest has 16GiB"})
 
+-- tres_prefix: the job's own TRES strings, else the Slurm release
+check("prefix 22.05 job", gs.tres_prefix({tres_per_node = "gres:nic:1"}, {}), "gres:")
+check("prefix 24.11 job", gs.tres_prefix({tres_per_job = "gres/gpu:2"}, {ESLURM_INVALID_GRES = 2072}), "gres/")
+check("prefix 22.05, no TRES", gs.tres_prefix({}, {SUCCESS = 0}), "gres:")
+check("prefix 23.02 on, no TRES", gs.tres_prefix({}, {SUCCESS = 0, ESLURM_INVALID_GRES = 2072}), "gres/")
+check("prefix, no slurm table", gs.tres_prefix({}, nil), "gres:")
+check("24.11: shards as gres/shard", {gs.translate({gpu_mem = 4 * GiB, tres_per_node = "gres/nic:1", prefix = "gres/"},
+	{16384}, "partition gpu")}, {{set = true, tres_per_node = "gres/nic:1,gres/shard:4096", why = "4GiB of one GPU"}})
+
 -- translate
 local sizes = {16384, 81920}
 local tests = {
@@ -140,6 +149,10 @@ local function submit(job_desc)
 end
 local rc, jd, log = submit({spank_job_env = {[0] = "GPU_MEM=4294967296"}})
 check("submit --gpu-mem", {rc, jd.tres_per_node, jd.shared}, {0, "gres:shard:4096"})
+slurm.ESLURM_INVALID_GRES = 2072
+rc, jd, log = submit({spank_job_env = {[0] = "GPU_MEM=4294967296"}})
+check("submit --gpu-mem on 24.11", {rc, jd.tres_per_node, jd.shared}, {0, "gres/shard:4096"})
+slurm.ESLURM_INVALID_GRES = nil
 rc, jd, log = submit({spank_job_env = {[0] = "GPU_MEM=4294967296"}, tres_per_job = "gres:gpu:2"})
 check("submit --gpus=2 --gpu-mem", {rc, jd.tres_per_node, jd.tres_per_job, jd.shared}, {0, nil, "gres:gpu:2", 0})
 rc, jd, log = submit({spank_job_env = {[0] = "GPU_MEM=107374182400"}, partition = "big"})
