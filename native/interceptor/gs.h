@@ -165,6 +165,8 @@ extern struct gs_global gs;
 struct gs_tls {
 	struct gs_slot_stripe *st;
 	uint64_t epoch;
+	struct gs_front *fr;        /* the pointer table's front this thread owns (front.h), or NULL */
+	unsigned char fr_tried;     /* a front was looked for */
 };
 extern __thread struct gs_tls gs_tls GS_TLS_MODEL;
 

@@ -102,6 +102,33 @@ static inline uint64_t gs_tab_remove(int kind, uint64_t key)
 	return gs_tab_remove_slow(t, key);
 }
 
+#include "front.h"
+
+/* Device pointers (GS_TAB_PTR): record in this thread's front if there is
+ * room, else in the shared table. 0, or -1 when neither has room. */
+GS_INLINE int gs_ptr_insert(uint64_t key, int g, uint64_t bytes)
+{
+	if (GS_LIKELY(gs_key_ok(key)) && GS_LIKELY(gs_front_put(key, gs_val_pack(g, bytes))))
+		return 0;
+	return gs_tab_insert(GS_TAB_PTR, key, g, bytes);
+}
+
+/* Take a device pointer out: this thread's front, the shared table, the
+ * other threads' fronts. Its packed value, 0 when this process did not
+ * charge it. */
+GS_INLINE uint64_t gs_ptr_remove(uint64_t key)
+{
+	if (GS_UNLIKELY(!gs_key_ok(key)))
+		return 0;
+	uint64_t v = gs_front_take(key);
+	if (GS_LIKELY(v != 0))
+		return v;
+	v = gs_tab_remove(GS_TAB_PTR, key);
+	if (v != 0)
+		return v;
+	return gs_front_take_others(key);
+}
+
 /*
  * Four-word tables (VMM handles and mappings, arrays): lock-free like the
  * above (claim by a CAS on the key, release by a CAS to tombstone), without

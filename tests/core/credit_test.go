@@ -86,3 +86,44 @@ func TestIdleThreadCreditNeverDenies(t *testing.T) {
 		return l.Charged(0) == 0, strconv.FormatUint(l.Charged(0), 10)
 	})
 }
+
+// Pointers a thread allocated sit in its own front of the pointer table
+// (docs/interceptor.md "Tables"). Another thread frees them while that
+// thread goes on allocating and freeing: every release is found and given
+// back (the fronts are flushed for it), nothing is denied, and the ledger
+// and cuMemGetInfo come back to exactly nothing allocated.
+func TestPointersFreedByAnotherThread(t *testing.T) {
+	d := testenv.StartDaemon(t, testenv.DaemonOptions{})
+	const quota = GiB
+	sess := newSession(t, d, client.SessionRequest{QuotaBytes: quota})
+	l := openLedger(t, d, sess.ID)
+	env := sessionEnv(t, d, sess.ID)
+	for round := 0; round < 3; round++ {
+		p := probe.Start(t, env, probe.Bin(t, "gs_probe"), "dev:0", "crossfree:24:8M", "meminfo", "pause")
+		s := p.Expect("crossfree")
+		if s.Get("alloc_failed") != "0" || s.Get("free_failed") != "0" {
+			t.Fatalf("round %d: %s, want no failed call\n%s", round, s.Line, p.Output())
+		}
+		if m := p.Expect("meminfo"); m.Uint(t, "free") != quota {
+			t.Errorf("round %d: %s, want free=%d (everything was freed)", round, m.Line, uint64(quota))
+		}
+		p.Expect("paused")
+		if u := l.Used(0); u != 0 {
+			t.Errorf("round %d: ledger used %d with the process alive, want 0", round, u)
+		}
+		p.Send("")
+		if err := p.Wait(); err != nil {
+			t.Fatalf("round %d: %v\n%s", round, err, p.Output())
+		}
+		noStderr(t, "gs_probe", p.Stderr())
+		eventually(t, 30*time.Second, "slot released", func() (bool, string) {
+			return l.Charged(0) == 0, strconv.FormatUint(l.Charged(0), 10)
+		})
+		if r := l.Reclaimed(0); r != 0 {
+			t.Errorf("round %d: the daemon reclaimed %d bytes at exit, want 0 (the process gave everything back)", round, r)
+		}
+	}
+	if n := l.Denied(0); n != 0 {
+		t.Errorf("%d denials, want none", n)
+	}
+}
