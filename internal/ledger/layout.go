@@ -51,6 +51,7 @@ const (
 	CtrOffVersion      = 4
 	CtrOffNGPUs        = 8
 	CtrOffNSlots       = 12
+	CtrOffSlotHWM      = 16 // slots [0, hwm) have been claimed at least once (a hint for clients)
 	CtrOffGPU          = 64 // first struct gs_counter_gpu
 	CtrGPUStride       = 64
 	CtrGPUOffUsed      = 0

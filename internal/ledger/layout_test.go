@@ -59,6 +59,7 @@ int main(void) {
 	P("CtrOffVersion", offsetof(struct gs_counters_hdr, version));
 	P("CtrOffNGPUs", offsetof(struct gs_counters_hdr, ngpus));
 	P("CtrOffNSlots", offsetof(struct gs_counters_hdr, nslots));
+	P("CtrOffSlotHWM", offsetof(struct gs_counters_hdr, slot_hwm));
 	P("CtrOffGPU", offsetof(struct gs_counters_hdr, gpu));
 	P("CtrGPUStride", sizeof(struct gs_counter_gpu));
 	P("CtrGPUOffUsed", offsetof(struct gs_counter_gpu, used));

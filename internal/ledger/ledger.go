@@ -545,6 +545,9 @@ func (l *Ledger) Claim(pid uint32, startTime, attachNS uint64) (int, bool, error
 	}
 	l.thaw(true)
 	i := free
+	if hwm := u32(l.ctr, CtrOffSlotHWM); atomic.LoadUint32(hwm) < uint32(i+1) {
+		atomic.StoreUint32(hwm, uint32(i+1))
+	}
 	for k := 0; k < SlotStripes; k++ {
 		for g := 0; g < MaxGPUs; g++ {
 			atomic.StoreUint64(l.held(i, k, g), 0)

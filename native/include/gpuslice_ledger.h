@@ -90,7 +90,11 @@ struct gs_counters_hdr {
 	uint32_t version;    /* 4 */
 	uint32_t ngpus;      /* 8 */
 	uint32_t nslots;     /* 12 */
-	uint64_t reserved[6];/* 16..63 */
+	uint32_t slot_hwm;   /* 16: slots [0, slot_hwm) have been claimed at least once (daemon
+	                      * writes; clients scan no slot past it: a slot never claimed
+	                      * is a hole of the memfd, which a read would fill) */
+	uint32_t reserved32; /* 20 */
+	uint64_t reserved[5];/* 24..63 */
 	struct gs_counter_gpu gpu[GS_MAX_GPUS]; /* 64 .. 1088; header padded to 4096 */
 };
 /* slots start at GS_COUNTERS_HDR_SIZE: slot i at 4096 + i*3136.

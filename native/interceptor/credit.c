@@ -81,6 +81,14 @@ static void thread_exit(void *arg)
 	__atomic_store_n(&s->owner, 0, __ATOMIC_RELEASE);
 }
 
+/* The slots worth reading: those ever claimed (slot_hwm), at most nslots. */
+static uint32_t scan_slots(struct gs_counters_hdr *hdr)
+{
+	uint32_t n = __atomic_load_n(&hdr->nslots, __ATOMIC_RELAXED);
+	uint32_t hwm = __atomic_load_n(&hdr->slot_hwm, __ATOMIC_ACQUIRE);
+	return hwm < n ? hwm : n;
+}
+
 static void raise_peak(struct gs_counter_gpu *c, uint64_t now)
 {
 	uint64_t peak = __atomic_load_n(&c->peak, __ATOMIC_RELAXED);
@@ -179,7 +187,7 @@ static int has_credit(const struct gs_slot_stripe *s)
 static void take_all_credit(void)
 {
 	struct gs_counters_hdr *hdr = gs.ctr;
-	uint32_t nslots = __atomic_load_n(&hdr->nslots, __ATOMIC_RELAXED);
+	uint32_t nslots = scan_slots(hdr);
 	uint64_t me = my_tid();
 	unsigned marked = 0, others = 0;
 	for (uint32_t i = 0; i < nslots; i++) {
@@ -304,7 +312,7 @@ uint64_t gs_real_used(int g)
 	struct gs_counters_hdr *hdr = gs.ctr;
 	uint64_t used = __atomic_load_n(&hdr->gpu[g].used, __ATOMIC_ACQUIRE);
 	uint64_t credit = 0;
-	uint32_t nslots = __atomic_load_n(&hdr->nslots, __ATOMIC_RELAXED);
+	uint32_t nslots = scan_slots(hdr);
 	for (uint32_t i = 0; i < nslots; i++) {
 		struct gs_slot *sl = GS_SLOT_AT(hdr, i); /* a free slot keeps nothing */
 		for (unsigned k = 0; k < GS_SLOT_OWNED; k++)
