@@ -10,7 +10,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"os"
 	"os/exec"
@@ -21,34 +20,6 @@ import (
 
 	"github.com/gpuslice/gpuslice/internal/client"
 )
-
-var allocOnly = flag.Bool("alloc-only", false, "measure the allocation figures only")
-
-func init() {
-	// DESIGN.md's targets for the allocation path (issue 11).
-	for i := range targets {
-		switch targets[i].key {
-		case "alloc_free_added_ns_median":
-			targets[i].bound = 15
-		case "throughput_ratio_8threads":
-			targets[i].bound = 0.95
-		}
-	}
-	targets = append(targets,
-		struct {
-			key, what string
-			le        bool
-			bound     float64
-			unit      string
-		}{"throughput_ratio_8threads_1core", "  the same, all 8 threads pinned to one core", false, 0.95, ""},
-		struct {
-			key, what string
-			le        bool
-			bound     float64
-			unit      string
-		}{"alloc_free_added_instructions", "instructions added per alloc+free pair (callgrind, 1 thread)", true, 120, ""},
-	)
-}
 
 // allocMore measures the one-core ratio and the callgrind count.
 func allocMore(o options, d *daemon, r *results) {
