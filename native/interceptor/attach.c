@@ -243,6 +243,8 @@ static void atfork_child(void)
 	gs.ctr = NULL;
 	gs.slot = NULL;
 	gs.ngpus = 0;
+	gs.epoch++; /* the parent's stripe is gone: no thread uses it (hooks_ptr.c) */
+	gs_tls.st = NULL;
 	gs_tab_drop();
 	session_cfg = -1;
 	last_try_ns = 0;

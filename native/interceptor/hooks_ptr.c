@@ -287,11 +287,11 @@ __attribute__((no_stack_protector)) CUresult cuMemAlloc_v2(CUdeviceptr *dptr, si
 {
 	gs_pfn_cuMemAlloc_v2 real = __atomic_load_n(&gs_real[GS_R_cuMemAlloc_v2], __ATOMIC_ACQUIRE);
 	gs_pfn_cuCtxGetDevice getdev = __atomic_load_n(&gs_real[GS_R_cuCtxGetDevice], __ATOMIC_ACQUIRE);
-	if (GS_UNLIKELY(real == NULL) || GS_UNLIKELY(getdev == NULL) || GS_UNLIKELY(bytesize - 1 >= GS_VAL_BYTES_MASK) ||
-	    GS_UNLIKELY(atomic_load_explicit(&gs.state, memory_order_acquire) != GS_ST_ACTIVE))
-		return alloc_general(dptr, bytesize);
+	/* a stripe of this attach's slot implies the state is ACTIVE: only
+	 * an attach sets it, and fork (the only way out) bumps the epoch */
 	struct gs_slot_stripe *s = gs_tls.st;
-	if (GS_UNLIKELY(s == NULL) || GS_UNLIKELY(gs_tls.epoch != gs.epoch))
+	if (GS_UNLIKELY(real == NULL) || GS_UNLIKELY(getdev == NULL) || GS_UNLIKELY(bytesize - 1 >= GS_VAL_BYTES_MASK) ||
+	    GS_UNLIKELY(s == NULL) || GS_UNLIKELY(gs_tls.epoch != __atomic_load_n(&gs.epoch, __ATOMIC_ACQUIRE)))
 		return alloc_general(dptr, bytesize);
 	CUdevice dev;
 	if (GS_UNLIKELY(getdev(&dev) != CUDA_SUCCESS) || GS_UNLIKELY((unsigned)dev >= GS_MAX_ORDINALS))
@@ -351,8 +351,9 @@ __attribute__((no_stack_protector)) CUresult cuMemFree_v2(CUdeviceptr dptr)
 {
 	gs_pfn_cuMemFree_v2 real = __atomic_load_n(&gs_real[GS_R_cuMemFree_v2], __ATOMIC_ACQUIRE);
 	struct gs_front *f = gs_tls.fr;
+	/* a front implies the state is ACTIVE: only charging claims one, and
+	 * fork (the only way out of ACTIVE) drops them all */
 	if (GS_UNLIKELY(real == NULL) || GS_UNLIKELY(f == NULL) ||
-	    GS_UNLIKELY(atomic_load_explicit(&gs.state, memory_order_acquire) != GS_ST_ACTIVE) ||
 	    GS_UNLIKELY(!gs_key_ok(dptr)) || GS_UNLIKELY(!gs_front_enter(f)))
 		return free_general(dptr);
 	struct gs_ent *e = gs_front_ent(f, dptr);
