@@ -3,7 +3,7 @@
 DEB_PKGS := gcc make libc6-dev pkg-config libslurm-dev slurmd slurmctld slurm-client munge \
             rpm lintian prometheus systemd passwd procps \
             lua5.1 slurmdbd mariadb-server iproute2 tmux debootstrap ffmpeg \
-            python3 python3-numpy python3-pytools python3-platformdirs
+            python3 python3-numpy python3-pytools python3-platformdirs valgrind
 
 .PHONY: deps
 deps: ## install build/test dependencies (apt-get as root, go mod download)

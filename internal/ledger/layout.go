@@ -8,7 +8,7 @@ package ledger
 
 // Layout constants; keep in step with native/include/gpuslice_ledger.h.
 const (
-	Version       = 2
+	Version       = 3
 	LimitsMagic   = 0x4D4C5347 // "GSLM"
 	CountersMagic = 0x54435347 // "GSCT"
 	MaxGPUs       = 16
@@ -19,8 +19,10 @@ const (
 
 	LimitsSize      = 4096
 	CountersHdrSize = 4096
-	SlotSize        = 1280
-	SlotStripes     = 8
+	SlotSize        = 3136
+	SlotStripes     = 9 // SlotOwned owned by one thread each + the shared one
+	SlotOwned       = 8
+	SlotShared      = 8 // index of the shared stripe
 
 	SlotFree       = 0
 	SlotAttached   = 1
@@ -49,6 +51,7 @@ const (
 	CtrOffVersion      = 4
 	CtrOffNGPUs        = 8
 	CtrOffNSlots       = 12
+	CtrOffSlotHWM      = 16 // slots [0, hwm) have been claimed at least once (a hint for clients)
 	CtrOffGPU          = 64 // first struct gs_counter_gpu
 	CtrGPUStride       = 64
 	CtrGPUOffUsed      = 0
@@ -62,7 +65,12 @@ const (
 	SlotOffStartTime = 8
 	SlotOffAttachNS  = 16
 	SlotOffStripe    = 256 // first struct gs_slot_stripe
-	SlotStripeStride = 128
+	SlotStripeStride = 320
+	StripeOffBusy    = 0
+	StripeOffOwner   = 4
+	StripeOffRevoke  = 8
+	StripeOffHeld    = 64
+	StripeOffLease   = 192
 )
 
 // CountersSize is the size of a counters file with nslots slots.

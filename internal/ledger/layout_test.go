@@ -59,6 +59,7 @@ int main(void) {
 	P("CtrOffVersion", offsetof(struct gs_counters_hdr, version));
 	P("CtrOffNGPUs", offsetof(struct gs_counters_hdr, ngpus));
 	P("CtrOffNSlots", offsetof(struct gs_counters_hdr, nslots));
+	P("CtrOffSlotHWM", offsetof(struct gs_counters_hdr, slot_hwm));
 	P("CtrOffGPU", offsetof(struct gs_counters_hdr, gpu));
 	P("CtrGPUStride", sizeof(struct gs_counter_gpu));
 	P("CtrGPUOffUsed", offsetof(struct gs_counter_gpu, used));
@@ -73,6 +74,13 @@ int main(void) {
 	P("SlotStripes", GS_SLOT_STRIPES);
 	P("SlotOffStripe", offsetof(struct gs_slot, stripe));
 	P("SlotStripeStride", sizeof(struct gs_slot_stripe));
+	P("SlotOwned", GS_SLOT_OWNED);
+	P("SlotShared", GS_SLOT_SHARED);
+	P("StripeOffBusy", offsetof(struct gs_slot_stripe, busy));
+	P("StripeOffOwner", offsetof(struct gs_slot_stripe, owner));
+	P("StripeOffRevoke", offsetof(struct gs_slot_stripe, revoke));
+	P("StripeOffHeld", offsetof(struct gs_slot_stripe, held));
+	P("StripeOffLease", offsetof(struct gs_slot_stripe, lease));
 	P("SlotStructSize", sizeof(struct gs_slot));
 	P("SlotAt3", (unsigned long long)(size_t)GS_SLOT_AT(0, 3));
 	return 0;
@@ -116,6 +124,8 @@ int main(void) {
 		"CtrGPUOffReclaimed": CtrGPUOffReclaimed, "CtrHdrStructSize": CtrHdrStructSize,
 		"SlotOffPID": SlotOffPID, "SlotOffState": SlotOffState, "SlotOffStartTime": SlotOffStartTime,
 		"SlotOffAttachNS": SlotOffAttachNS, "SlotStripes": SlotStripes, "SlotOffStripe": SlotOffStripe, "SlotStripeStride": SlotStripeStride,
+		"SlotOwned": SlotOwned, "SlotShared": SlotShared, "StripeOffBusy": StripeOffBusy, "StripeOffOwner": StripeOffOwner,
+		"StripeOffRevoke": StripeOffRevoke, "StripeOffHeld": StripeOffHeld, "StripeOffLease": StripeOffLease,
 		"SlotStructSize": SlotSize,
 		"SlotAt3":        CountersHdrSize + 3*SlotSize,
 	}

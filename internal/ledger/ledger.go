@@ -328,8 +328,24 @@ func (l *Ledger) gpuCtr(g, field int) *uint64 {
 	return u64(l.ctr, CtrOffGPU+g*CtrGPUStride+field)
 }
 
-// Used bytes on ledger GPU g.
+// Used bytes on ledger GPU g: what the session's processes hold, exactly
+// (gpu[g].used less the credit their threads keep).
 func (l *Ledger) Used(g int) uint64 {
+	if c := l.frozen.Load(); c != nil {
+		return c.used[g] // an idle ledger: no thread keeps credit
+	}
+	raw := l.Charged(g)
+	c := l.Credit(g)
+	if c >= raw {
+		return 0
+	}
+	return raw - c
+}
+
+// Charged is gpu[g].used as stored: what is allocated plus the credit the
+// processes' threads keep (docs/ledger.md "Credit"); the CAS against the
+// limit is on this figure.
+func (l *Ledger) Charged(g int) uint64 {
 	if c := l.frozen.Load(); c != nil {
 		return c.used[g]
 	}
@@ -362,10 +378,14 @@ func (l *Ledger) Reclaimed(g int) uint64 {
 
 func (l *Ledger) slot(i, off int) int { return CountersHdrSize + i*SlotSize + off }
 
-// stripe is slot i's counter for ledger GPU g in stripe k.
-func (l *Ledger) stripe(i, k, g int) *uint64 {
-	return u64(l.ctr, l.slot(i, SlotOffStripe+k*SlotStripeStride+8*g))
-}
+// stripeOff is the offset of field off of slot i's stripe k.
+func (l *Ledger) stripeOff(i, k, off int) int { return l.slot(i, SlotOffStripe+k*SlotStripeStride+off) }
+
+// held is slot i's held counter for ledger GPU g in stripe k.
+func (l *Ledger) held(i, k, g int) *uint64 { return u64(l.ctr, l.stripeOff(i, k, StripeOffHeld+8*g)) }
+
+// lease is slot i's share of used for ledger GPU g in stripe k.
+func (l *Ledger) lease(i, k, g int) *uint64 { return u64(l.ctr, l.stripeOff(i, k, StripeOffLease+8*g)) }
 
 // net is a slot's sum over its stripes (modulo 2^64, as they wrap): above
 // 2^63 it is a net release, which counts as nothing held.
@@ -380,9 +400,39 @@ func net(sum uint64) uint64 {
 func (l *Ledger) slotUsed(i, g int) uint64 {
 	var sum uint64
 	for k := 0; k < SlotStripes; k++ {
-		sum += atomic.LoadUint64(l.stripe(i, k, g))
+		sum += atomic.LoadUint64(l.held(i, k, g))
 	}
 	return net(sum)
+}
+
+// slotCredit is the credit slot i's threads keep on ledger GPU g: bytes
+// counted in used that no allocation holds (docs/ledger.md "Credit").
+func (l *Ledger) slotCredit(i, g int) uint64 {
+	var sum uint64
+	for k := 0; k < SlotOwned; k++ {
+		c := atomic.LoadUint64(l.lease(i, k, g)) - atomic.LoadUint64(l.held(i, k, g))
+		if c <= math.MaxInt64 {
+			sum += c
+		}
+	}
+	return sum
+}
+
+// Credit is the credit all slots keep on ledger GPU g. A free slot keeps
+// nothing; the daemon reads only the slots it has handed out (their pages
+// alone are touched, initInUse), a client every slot.
+func (l *Ledger) Credit(g int) uint64 {
+	var sum uint64
+	if l.inUse != nil {
+		for _, i := range l.InUse() {
+			sum += l.slotCredit(i, g)
+		}
+		return sum
+	}
+	for i := 0; i < l.nslots; i++ {
+		sum += l.slotCredit(i, g)
+	}
+	return sum
 }
 
 // Slot is a snapshot of one process slot.
@@ -495,10 +545,17 @@ func (l *Ledger) Claim(pid uint32, startTime, attachNS uint64) (int, bool, error
 	}
 	l.thaw(true)
 	i := free
+	if hwm := u32(l.ctr, CtrOffSlotHWM); atomic.LoadUint32(hwm) < uint32(i+1) {
+		atomic.StoreUint32(hwm, uint32(i+1))
+	}
 	for k := 0; k < SlotStripes; k++ {
-		for g := 0; g < l.ngpus; g++ {
-			atomic.StoreUint64(l.stripe(i, k, g), 0)
+		for g := 0; g < MaxGPUs; g++ {
+			atomic.StoreUint64(l.held(i, k, g), 0)
+			atomic.StoreUint64(l.lease(i, k, g), 0)
 		}
+		atomic.StoreUint32(u32(l.ctr, l.stripeOff(i, k, StripeOffBusy)), 0)
+		atomic.StoreUint32(u32(l.ctr, l.stripeOff(i, k, StripeOffOwner)), 0)
+		atomic.StoreUint64(u64(l.ctr, l.stripeOff(i, k, StripeOffRevoke)), 0)
 	}
 	atomic.StoreUint32(u32(l.ctr, l.slot(i, SlotOffPID)), pid)
 	atomic.StoreUint64(u64(l.ctr, l.slot(i, SlotOffStartTime)), startTime)
@@ -510,26 +567,46 @@ func (l *Ledger) Claim(pid uint32, startTime, attachNS uint64) (int, bool, error
 	return i, false, nil
 }
 
+// reclaimMark is what the daemon writes into a stripe's revoke word while
+// it reclaims the slot (an interceptor writes its pid, below 2^32).
+const reclaimMark = 1 << 40
+
 // Reclaim gives back what slot i holds (docs/ledger.md "Reclaim"): the slot
-// goes to reclaiming, every stripe of each per-GPU figure is exchanged with
-// 0, their sum subtracted from used and added to reclaimed, then the slot is
-// freed. It returns the
-// bytes reclaimed per ledger GPU.
+// goes to reclaiming; each owned stripe is marked against processes taking
+// its credit back (its revoke word, never waited for); every
+// stripe's lease (its share of used: held plus credit) is exchanged with 0
+// and the sum subtracted from used, and what the stripes held is added to
+// reclaimed; then the slot is freed. It returns the bytes the process held
+// per ledger GPU.
 func (l *Ledger) Reclaim(i int) []uint64 {
 	out := make([]uint64, l.ngpus)
 	atomic.StoreUint32(u32(l.ctr, l.slot(i, SlotOffState)), SlotReclaiming)
+	// Mark the owned stripes so that a process of the session that starts
+	// taking their credit back now leaves them alone. The daemon never
+	// waits on these words (the job can write them): a taker already at
+	// work can at worst make the session's own used lower than it should
+	// be, which decides nothing (the audit is the authority).
+	for k := 0; k < SlotOwned; k++ {
+		atomic.CompareAndSwapUint64(u64(l.ctr, l.stripeOff(i, k, StripeOffRevoke)), 0, reclaimMark)
+	}
 	for g := 0; g < l.ngpus; g++ {
-		var sum uint64
+		var lease, held uint64
 		for k := 0; k < SlotStripes; k++ {
-			sum += atomic.SwapUint64(l.stripe(i, k, g), 0)
+			lease += atomic.SwapUint64(l.lease(i, k, g), 0)
+			held += atomic.SwapUint64(l.held(i, k, g), 0)
 		}
-		v := net(sum)
-		if v == 0 {
-			continue
+		if v := net(lease); v != 0 {
+			subSaturating(l.gpuCtr(g, CtrGPUOffUsed), v)
 		}
-		subSaturating(l.gpuCtr(g, CtrGPUOffUsed), v)
-		atomic.AddUint64(l.gpuCtr(g, CtrGPUOffReclaimed), v)
-		out[g] = v
+		if v := net(held); v != 0 {
+			atomic.AddUint64(l.gpuCtr(g, CtrGPUOffReclaimed), v)
+			out[g] = v
+		}
+	}
+	for k := 0; k < SlotStripes; k++ {
+		atomic.StoreUint32(u32(l.ctr, l.stripeOff(i, k, StripeOffOwner)), 0)
+		atomic.StoreUint32(u32(l.ctr, l.stripeOff(i, k, StripeOffBusy)), 0)
+		atomic.StoreUint64(u64(l.ctr, l.stripeOff(i, k, StripeOffRevoke)), 0)
 	}
 	atomic.StoreUint32(u32(l.ctr, l.slot(i, SlotOffPID)), 0)
 	atomic.StoreUint64(u64(l.ctr, l.slot(i, SlotOffStartTime)), 0)
@@ -572,7 +649,8 @@ func subSaturating(p *uint64, v uint64) {
 }
 
 // Reserve charges n bytes on ledger GPU g to slot i, exactly as the
-// interceptor's hot path does (docs/ledger.md), on the slot's stripe 0.
+// interceptor's exact path does (docs/ledger.md), on the slot's shared
+// stripe.
 // Used by Go clients and tests.
 func (l *Ledger) Reserve(i, g int, n uint64) error {
 	l.thaw(false)
@@ -585,7 +663,8 @@ func (l *Ledger) Reserve(i, g int, n uint64) error {
 			return ErrQuota
 		}
 		if atomic.CompareAndSwapUint64(used, cur, cur+n) {
-			atomic.AddUint64(l.stripe(i, 0, g), n)
+			atomic.AddUint64(l.lease(i, SlotShared, g), n)
+			atomic.AddUint64(l.held(i, SlotShared, g), n)
 			peak := l.gpuCtr(g, CtrGPUOffPeak)
 			for {
 				p := atomic.LoadUint64(peak)
@@ -602,6 +681,7 @@ func (l *Ledger) Reserve(i, g int, n uint64) error {
 // used, which stops at 0, so bytes the daemon already reclaimed are never
 // subtracted twice.
 func (l *Ledger) Release(i, g int, n uint64) {
-	atomic.AddUint64(l.stripe(i, 0, g), -n)
+	atomic.AddUint64(l.held(i, SlotShared, g), -n)
+	atomic.AddUint64(l.lease(i, SlotShared, g), -n)
 	subSaturating(l.gpuCtr(g, CtrGPUOffUsed), n)
 }

@@ -200,25 +200,31 @@ func TestSlotStripesSum(t *testing.T) {
 	if err := d.SetLimits([]uint64{GiB, GiB}); err != nil {
 		t.Fatal(err)
 	}
-	if err := d.Reserve(i, 1, 96*MiB); err != nil { // stripe 0
+	if err := d.Reserve(i, 1, 96*MiB); err != nil { // the shared stripe
 		t.Fatal(err)
 	}
-	atomic.AddUint64(d.stripe(i, 3, 1), 64*MiB)
-	atomic.AddUint64(d.gpuCtr(1, CtrGPUOffUsed), 64*MiB)
-	atomic.AddUint64(d.stripe(i, 5, 1), -uint64(32*MiB)) // released by another thread
+	// stripe 3 holds 64 MiB and keeps 16 MiB of credit
+	atomic.AddUint64(d.held(i, 3, 1), 64*MiB)
+	atomic.AddUint64(d.lease(i, 3, 1), 80*MiB)
+	atomic.AddUint64(d.gpuCtr(1, CtrGPUOffUsed), 80*MiB)
+	atomic.AddUint64(d.held(i, 5, 1), -uint64(32*MiB)) // released by another thread
+	atomic.AddUint64(d.lease(i, 5, 1), -uint64(32*MiB))
 	atomic.AddUint64(d.gpuCtr(1, CtrGPUOffUsed), -uint64(32*MiB))
 	if got := d.Slot(i).Used[1]; got != 128*MiB {
 		t.Fatalf("slot holds %d, want %d (96 + 64 - 32 MiB)", got, 128*MiB)
+	}
+	if d.Credit(1) != 16*MiB || d.Charged(1) != 144*MiB || d.Used(1) != 128*MiB {
+		t.Fatalf("credit %d, charged %d, used %d; want 16, 144, 128 MiB", d.Credit(1), d.Charged(1), d.Used(1))
 	}
 	if got := d.Slot(i).Used[0]; got != 0 {
 		t.Fatalf("GPU 0: %d, want 0", got)
 	}
 	got := d.Reclaim(i)
-	if got[1] != 128*MiB || d.Used(1) != 0 || d.Reclaimed(1) != 128*MiB {
+	if got[1] != 128*MiB || d.Charged(1) != 0 || d.Reclaimed(1) != 128*MiB {
 		t.Fatalf("Reclaim = %v, used %d, reclaimed %d", got, d.Used(1), d.Reclaimed(1))
 	}
 	for k := 0; k < SlotStripes; k++ {
-		if v := atomic.LoadUint64(d.stripe(i, k, 1)); v != 0 {
+		if v := atomic.LoadUint64(d.held(i, k, 1)) | atomic.LoadUint64(d.lease(i, k, 1)); v != 0 {
 			t.Fatalf("stripe %d after Reclaim: %d", k, v)
 		}
 	}
@@ -226,11 +232,11 @@ func TestSlotStripesSum(t *testing.T) {
 	// A net release (bytes the daemon had already taken back) is 0, and
 	// a slot claimed again starts from zero in every stripe.
 	j, _, _ := d.Claim(200, 8, 2)
-	atomic.AddUint64(d.stripe(j, 6, 0), -uint64(MiB))
+	atomic.AddUint64(d.held(j, 6, 0), -uint64(MiB))
 	if got := d.Slot(j).Used[0]; got != 0 {
 		t.Fatalf("net release reads %d, want 0", got)
 	}
-	atomic.AddUint64(d.stripe(j, 2, 0), 5*MiB)
+	atomic.AddUint64(d.held(j, 2, 0), 5*MiB)
 	d.Reclaim(j)
 	k, _, _ := d.Claim(300, 9, 3)
 	if k != j || d.Slot(k).Used[0] != 0 {

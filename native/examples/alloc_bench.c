@@ -9,7 +9,10 @@
  *   {"threads":N,"pairs":P,"ns_per_pair_median":X,"pairs_per_sec":Y}
  * where X is the median over all batches of each thread's median, taken
  * across threads (the median of the per-thread medians), and Y is P over the
- * wall time of the whole run. Exit status: 0, or 1 if any allocation failed.
+ * time the workers ran: from the first worker's start to the last one's end,
+ * each read by the worker itself (a main thread scheduled late on a busy
+ * machine would otherwise shorten or stretch the span). Exit status: 0, or
+ * 1 if any allocation failed.
  */
 #include <pthread.h>
 
@@ -27,6 +30,7 @@ static pthread_barrier_t start;
 struct result {
 	double median;
 	long pairs, failures;
+	uint64_t start, end; /* the worker's own clock around its timed pairs */
 };
 
 static void *worker(void *arg)
@@ -43,6 +47,7 @@ static void *worker(void *arg)
 			res->failures++;
 	}
 	pthread_barrier_wait(&start);
+	res->start = ex_now_ns();
 	for (long b = 0; b < batches && !res->failures; b++) {
 		uint64_t t0 = ex_now_ns();
 		for (int i = 0; i < BATCH; i++) {
@@ -61,6 +66,7 @@ static void *worker(void *arg)
 		per[b] = ex_now_ns() - t0;
 		res->pairs += BATCH;
 	}
+	res->end = ex_now_ns();
 	if (batches > 0) {
 		qsort(per, (size_t)batches, sizeof(*per), ex_cmp_u64);
 		uint64_t m = batches % 2 ? per[batches / 2] : (per[batches / 2 - 1] + per[batches / 2]) / 2;
@@ -102,16 +108,20 @@ int main(int argc, char **argv)
 	for (long t = 0; t < threads; t++)
 		pthread_create(&tid[t], NULL, worker, &res[t]);
 	pthread_barrier_wait(&start);
-	uint64_t t0 = ex_now_ns();
 	long pairs = 0, failures = 0;
+	uint64_t first = UINT64_MAX, last = 0;
 	double *med = calloc((size_t)threads, sizeof(double));
 	for (long t = 0; t < threads; t++) {
 		pthread_join(tid[t], NULL);
 		pairs += res[t].pairs;
 		failures += res[t].failures;
 		med[t] = res[t].median;
+		if (res[t].start < first)
+			first = res[t].start;
+		if (res[t].end > last)
+			last = res[t].end;
 	}
-	double wall = (double)(ex_now_ns() - t0) / 1e9;
+	double wall = last > first ? (double)(last - first) / 1e9 : 0.0;
 	qsort(med, (size_t)threads, sizeof(double), cmp_double);
 	double m = threads % 2 ? med[threads / 2] : (med[threads / 2 - 1] + med[threads / 2]) / 2;
 	if (failures) {

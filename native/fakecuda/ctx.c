@@ -18,7 +18,7 @@
 
 #define STACK_MAX 64
 
-FC_HIDDEN __thread CUcontext fc_tls_ctx;
+FC_HIDDEN __thread CUcontext fc_tls_ctx __attribute__((tls_model("initial-exec")));
 static __thread CUcontext stack[STACK_MAX];
 static __thread int depth;
 
@@ -32,11 +32,6 @@ static _Atomic unsigned long long next_ctx_id = 1;
 static void set_top(void)
 {
 	fc_tls_ctx = depth > 0 ? stack[depth - 1] : NULL;
-}
-
-bool fc_ctx_valid(CUcontext c)
-{
-	return c != NULL && c->magic == FC_MAGIC_CTX;
 }
 
 void fc_mark_ctx_on_device(unsigned phys)

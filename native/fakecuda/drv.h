@@ -51,13 +51,19 @@ struct CUctx_st {
 	unsigned usage;   /* cuCtxAttach / cuCtxDetach count of a created context */
 };
 
-extern __thread CUcontext fc_tls_ctx; /* top of this thread's context stack */
+/* Top of this thread's context stack. Initial-exec: one %fs-relative load
+ * (a driver's current context is its hottest thread-local); a library
+ * loaded by dlopen gets it from glibc's static TLS reserve. */
+extern __thread CUcontext fc_tls_ctx __attribute__((tls_model("initial-exec")));
 
 static inline CUcontext fc_current(void)
 {
 	return fc_tls_ctx;
 }
-bool fc_ctx_valid(CUcontext c);
+static inline bool fc_ctx_valid(CUcontext c)
+{
+	return c != NULL && c->magic == FC_MAGIC_CTX;
+}
 
 /* The calling thread's current context in *c: CUDA_SUCCESS, or why there is none. */
 static inline CUresult fc_require_ctx(CUcontext *c)

@@ -10,7 +10,7 @@
 
 #include <stdint.h>
 
-#define GS_LEDGER_VERSION 2u
+#define GS_LEDGER_VERSION 3u
 #define GS_LIMITS_MAGIC 0x4D4C5347u   /* "GSLM" */
 #define GS_COUNTERS_MAGIC 0x54435347u /* "GSCT" */
 #define GS_MAX_GPUS 16
@@ -19,8 +19,10 @@
 #define GS_DEFAULT_SLOTS 4096
 #define GS_LIMITS_SIZE 4096
 #define GS_COUNTERS_HDR_SIZE 4096
-#define GS_SLOT_STRIPES 8  /* per-thread counters per slot (threads share them modulo 8) */
-#define GS_SLOT_SIZE 1280  /* 256-byte head + GS_SLOT_STRIPES * 128 */
+#define GS_SLOT_OWNED 8    /* stripes a thread owns alone (0..7); its credit lives there */
+#define GS_SLOT_SHARED 8   /* index of the stripe the other threads share (atomics only) */
+#define GS_SLOT_STRIPES 9  /* GS_SLOT_OWNED + the shared one */
+#define GS_SLOT_SIZE 3136  /* 256-byte head + GS_SLOT_STRIPES * 320 */
 
 /* slot states */
 #define GS_SLOT_FREE 0u
@@ -54,16 +56,25 @@ struct gs_counter_gpu {
 	uint64_t reserved[4];/* 32..63 */
 };                       /* 64 bytes, one cache line */
 
-/* What one process holds, spread over GS_SLOT_STRIPES stripes so that the
- * threads of a process do not write one shared cache line: a thread adds
- * to its own stripe (the k-th thread to charge uses stripe k mod 8) and a
- * release subtracts from the releasing thread's stripe, so one stripe may
- * go below 0 (two's complement). What the process holds on GPU g is the
- * sum of stripe[*].used[g] modulo 2^64; a sum above 2^63 means "nothing"
- * (releases of bytes the daemon had already taken back). */
+/* What one process holds, spread over stripes so that the threads of a
+ * process do not write one shared cache line (docs/ledger.md "Credit").
+ * Stripes 0..7 are each owned by one thread at a time, which writes them
+ * with plain stores; stripe 8 is shared by the threads that own none and
+ * is only changed with atomic adds. Per ledger GPU g:
+ *   held[g]  bytes allocated minus bytes released through this stripe
+ *            (wrapping: a release may come from another thread than the
+ *            allocation; the slot's sum is what the process holds);
+ *   lease[g] this stripe's share of gpu[g].used: held plus the credit the
+ *            owner keeps (bytes it released but did not give back to used).
+ * A sum over a slot above 2^63 means "nothing". */
 struct gs_slot_stripe {
-	uint64_t used[GS_MAX_GPUS]; /* bytes per ledger GPU, wrapping */
-};                              /* 128 bytes, two cache lines */
+	uint32_t busy;              /* 0: owner inside an update (1) or not (0) */
+	uint32_t owner;             /* 4: owning thread id, 0 when free */
+	uint64_t revoke;            /* 8: non-zero while someone takes the credit back */
+	uint64_t reserved[6];       /* 16..63 */
+	uint64_t held[GS_MAX_GPUS]; /* 64 */
+	uint64_t lease[GS_MAX_GPUS];/* 192 */
+};                              /* 320 bytes, five cache lines */
 
 struct gs_slot {
 	uint32_t pid;        /* 0: owner pid (written by the daemon at attach) */
@@ -71,18 +82,22 @@ struct gs_slot {
 	uint64_t starttime;  /* 8: /proc/<pid>/stat field 22 of the owner, guards pid reuse */
 	uint64_t attach_ns;  /* 16: unix time of attach in ns */
 	uint64_t reserved[29]; /* 24..255 */
-	struct gs_slot_stripe stripe[GS_SLOT_STRIPES]; /* 256..1279 */
-};                       /* 1280 bytes */
+	struct gs_slot_stripe stripe[GS_SLOT_STRIPES]; /* 256..3135 */
+};                       /* 3136 bytes */
 
 struct gs_counters_hdr {
 	uint32_t magic;      /* 0 */
 	uint32_t version;    /* 4 */
 	uint32_t ngpus;      /* 8 */
 	uint32_t nslots;     /* 12 */
-	uint64_t reserved[6];/* 16..63 */
+	uint32_t slot_hwm;   /* 16: slots [0, slot_hwm) have been claimed at least once (daemon
+	                      * writes; clients scan no slot past it: a slot never claimed
+	                      * is a hole of the memfd, which a read would fill) */
+	uint32_t reserved32; /* 20 */
+	uint64_t reserved[5];/* 24..63 */
 	struct gs_counter_gpu gpu[GS_MAX_GPUS]; /* 64 .. 1088; header padded to 4096 */
 };
-/* slots start at GS_COUNTERS_HDR_SIZE: slot i at 4096 + i*1280.
+/* slots start at GS_COUNTERS_HDR_SIZE: slot i at 4096 + i*3136.
  * counters file size = GS_COUNTERS_HDR_SIZE + nslots*GS_SLOT_SIZE. */
 
 #define GS_SLOT_AT(base, i) \
@@ -91,7 +106,7 @@ struct gs_counters_hdr {
 _Static_assert(sizeof(struct gs_limit_gpu) == 64, "gs_limit_gpu");
 _Static_assert(sizeof(struct gs_limits) == 1152, "gs_limits");
 _Static_assert(sizeof(struct gs_counter_gpu) == 64, "gs_counter_gpu");
-_Static_assert(sizeof(struct gs_slot_stripe) == 128, "gs_slot_stripe");
+_Static_assert(sizeof(struct gs_slot_stripe) == 320, "gs_slot_stripe");
 _Static_assert(sizeof(struct gs_slot) == GS_SLOT_SIZE, "gs_slot");
 _Static_assert(sizeof(struct gs_counters_hdr) == 1088, "gs_counters_hdr");
 

@@ -37,16 +37,6 @@
 struct gs_global gs;
 __thread struct gs_tls gs_tls GS_TLS_MODEL;
 
-/* This thread's stripe of the slot: the k-th thread to charge after an
- * attach takes stripe k mod GS_SLOT_STRIPES (docs/ledger.md). */
-uint64_t *gs_stripe_slow(void)
-{
-	unsigned k = __atomic_fetch_add(&gs.next_stripe, 1, __ATOMIC_RELAXED) % GS_SLOT_STRIPES;
-	gs_tls.stripe = gs.slot->stripe[k].used;
-	gs_tls.epoch = gs.epoch;
-	return gs_tls.stripe;
-}
-
 static pthread_mutex_t init_mu = PTHREAD_MUTEX_INITIALIZER;
 static int session_cfg = -1; /* -1 unknown, 0 inert, 1 session named, 2 none named: ask */
 static char sock_path[sizeof(((struct sockaddr_un *)0)->sun_path)];
@@ -189,14 +179,14 @@ static int map_ledger(const struct gs_attach_reply *rep, struct gs_attach_err *e
 	gs.lim = l;
 	gs.ctr = c;
 	gs.slot = GS_SLOT_AT(c, rep->slot);
-	gs.next_stripe = 0;
-	gs.epoch++; /* every thread picks a stripe of the new slot (gs_stripe) */
+	gs.epoch++; /* every thread picks a stripe of the new slot (gs_own) */
 	gs.ngpus = l->ngpus;
 	gs.slot_index = rep->slot;
 	gs.ctr_len = ctr_len;
 	memcpy(gs.session, l->session, GS_SESSION_LEN);
 	for (int i = 0; i < GS_MAX_ORDINALS; i++)
 		gs.devmap[i] = GS_MAP_UNKNOWN;
+	gs_credit_attach();
 	return 0;
 bad:
 	if (lim != MAP_FAILED)
@@ -253,6 +243,8 @@ static void atfork_child(void)
 	gs.ctr = NULL;
 	gs.slot = NULL;
 	gs.ngpus = 0;
+	gs.epoch++; /* the parent's stripe is gone: no thread uses it (hooks_ptr.c) */
+	gs_tls.st = NULL;
 	gs_tab_drop();
 	session_cfg = -1;
 	last_try_ns = 0;

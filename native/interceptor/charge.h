@@ -56,19 +56,6 @@ GS_INLINE CUresult charge_ctx(struct charge *c, int st, uint64_t n)
 	return charge_dev(c, GS_ST_ACTIVE, dev, n);
 }
 
-/* Charge n bytes the driver already holds on ledger GPU g, over the limit
- * if need be (memory that exists is counted; the audit decides). */
-static inline void gs_charge_force(int g, uint64_t n)
-{
-	struct gs_counter_gpu *c = &gs.ctr->gpu[g];
-	uint64_t now = __atomic_add_fetch(&c->used, n, __ATOMIC_ACQ_REL);
-	__atomic_fetch_add(&gs_stripe()[g], n, __ATOMIC_RELAXED);
-	uint64_t peak = __atomic_load_n(&c->peak, __ATOMIC_RELAXED);
-	while (now > peak &&
-	       !__atomic_compare_exchange_n(&c->peak, &peak, now, 1, __ATOMIC_RELAXED, __ATOMIC_RELAXED))
-		;
-}
-
 static inline uint64_t mul_sat(uint64_t a, uint64_t b)
 {
 	uint64_t r;

@@ -150,7 +150,7 @@ struct gs_global {
 	uint32_t ngpus;
 	uint32_t slot_index;
 	uint64_t epoch;                /* bumped at every attach; 0 before the first */
-	unsigned next_stripe;          /* stripes handed out since the attach */
+	int credit_ok;                 /* membarrier registered: threads may keep credit */
 	size_t ctr_len;
 	signed char devmap[GS_MAX_ORDINALS]; /* ordinal -> ledger GPU, GS_MAP_* */
 	char session[GS_SESSION_LEN];
@@ -158,16 +158,17 @@ struct gs_global {
 
 extern struct gs_global gs;
 
-/* Per thread: the stripe of the slot this thread charges (valid while
- * epoch == gs.epoch). Initial-exec TLS: the library is preloaded, so the
- * access is one %fs-relative load. */
+/* Per thread: the stripe of the slot this thread owns, NULL when it owns
+ * none (valid while epoch == gs.epoch; credit.h). Initial-exec TLS: the
+ * library is preloaded, so the access is one %fs-relative load. */
 #define GS_TLS_MODEL __attribute__((tls_model("initial-exec")))
 struct gs_tls {
-	uint64_t *stripe;
+	struct gs_slot_stripe *st;
 	uint64_t epoch;
+	struct gs_front *fr;        /* the pointer table's front this thread owns (front.h), or NULL */
+	unsigned char fr_tried;     /* a front was looked for */
 };
 extern __thread struct gs_tls gs_tls GS_TLS_MODEL;
-uint64_t *gs_stripe_slow(void);
 
 int gs_init_slow(void);
 int gs_failed_retry(void);
@@ -196,37 +197,6 @@ static inline int gs_dev_to_gpu(int dev)
 	return gs_dev_lookup_slow(dev);
 }
 
-/* This thread's stripe of the process's slot: a thread-local load and a
- * compare; the slow path runs once per thread per attach. */
-GS_INLINE uint64_t *gs_stripe(void)
-{
-	if (GS_LIKELY(gs_tls.epoch == gs.epoch))
-		return gs_tls.stripe;
-	return gs_stripe_slow();
-}
-
-/* Reserve n bytes on ledger GPU g: 0 on success, -1 when over the limit. */
-static inline int gs_reserve(int g, uint64_t n)
-{
-	uint64_t limit = __atomic_load_n(&gs.lim->gpu[g].limit, __ATOMIC_ACQUIRE);
-	struct gs_counter_gpu *c = &gs.ctr->gpu[g];
-	uint64_t used = __atomic_load_n(&c->used, __ATOMIC_RELAXED);
-	do {
-		if (n > limit || used > limit - n) {
-			__atomic_fetch_add(&c->denied, 1, __ATOMIC_RELAXED);
-			return -1;
-		}
-	} while (!__atomic_compare_exchange_n(&c->used, &used, used + n, 1, __ATOMIC_ACQ_REL,
-					      __ATOMIC_RELAXED));
-	__atomic_fetch_add(&gs_stripe()[g], n, __ATOMIC_RELAXED);
-	uint64_t now = used + n;
-	uint64_t peak = __atomic_load_n(&c->peak, __ATOMIC_RELAXED);
-	while (now > peak &&
-	       !__atomic_compare_exchange_n(&c->peak, &peak, now, 1, __ATOMIC_RELAXED, __ATOMIC_RELAXED))
-		;
-	return 0;
-}
-
 /* *p -= n, floored at 0: the daemon may have re-based or reclaimed the
  * counter since the bytes were charged (docs/ledger.md), and a release
  * must never wrap it to ~2^64 (which would deny every later allocation).
@@ -238,11 +208,7 @@ GS_INLINE void gs_sub_floor(uint64_t *p, uint64_t n, int order)
 		;
 }
 
-static inline void gs_unreserve(int g, uint64_t n)
-{
-	__atomic_fetch_sub(&gs_stripe()[g], n, __ATOMIC_RELAXED); /* may wrap: the slot's sum counts */
-	gs_sub_floor(&gs.ctr->gpu[g].used, n, __ATOMIC_RELEASE);
-}
+#include "credit.h"
 
 /* ---- allocation tables (ptrtab.c) ---- */
 /* device pointer -> (GPU, bytes): the lock-free table of the hot path */

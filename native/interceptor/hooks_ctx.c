@@ -92,7 +92,7 @@ static void take_ptr(struct victims *vs, gs_pfn_cuPointerGetAttribute attr, CUco
 	uint64_t id = buffer_id(attr, ptr);
 	if (id == 0 || !victims_room(vs))
 		return; /* cannot tell later whether it is gone: leave it charged */
-	uint64_t v = gs_tab_remove(GS_TAB_PTR, ptr);
+	uint64_t v = gs_ptr_remove(ptr);
 	if (v == 0)
 		return; /* freed meanwhile */
 	vs->v[vs->n++] = (struct victim){.key = ptr, .val = v, .aux = id, .kind = V_PTR};
@@ -105,6 +105,7 @@ static void take_ptrs(struct victims *vs, CUcontext ctx)
 	struct gs_tab *t = &gs_tabs[GS_TAB_PTR];
 	if (attr == NULL || t->e == NULL)
 		return;
+	gs_front_flush_all(); /* the threads' fronts into the table walked here */
 	for (uint64_t i = 0; i <= t->mask; i++) {
 		uint64_t k = __atomic_load_n(&t->e[i].key, __ATOMIC_ACQUIRE);
 		if (k != GS_KEY_EMPTY && k != GS_KEY_TOMB)

@@ -19,7 +19,7 @@ static void virtual_mem(int g, uint64_t real_free, uint64_t real_total, uint64_t
 		return;
 	}
 	uint64_t limit = __atomic_load_n(&gs.lim->gpu[g].limit, __ATOMIC_ACQUIRE);
-	uint64_t u = __atomic_load_n(&gs.ctr->gpu[g].used, __ATOMIC_RELAXED);
+	uint64_t u = gs_real_used(g); /* credit kept by threads is free */
 	*total = min64(limit, real_total);
 	*free = min64(limit > u ? limit - u : 0, real_free);
 	*used = u;

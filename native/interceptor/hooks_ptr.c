@@ -80,7 +80,8 @@ GS_INLINE int finish(struct charge *c, CUresult r, int kind, uint64_t key)
 		gs_unreserve(c->g, c->n);
 		return 0;
 	}
-	if (GS_LIKELY(gs_tab_insert(kind, key, c->g, c->n) == 0))
+	(void)kind;
+	if (GS_LIKELY(gs_ptr_insert(key, c->g, c->n) == 0))
 		return 0;
 	return -1;
 }
@@ -100,7 +101,8 @@ static __attribute__((noinline, cold)) CUresult refuse_unrecorded(struct charge 
  * did not charge it. */
 static inline uint64_t untrack(int st, int kind, uint64_t key)
 {
-	return st == GS_ST_ACTIVE ? gs_tab_remove(kind, key) : 0;
+	(void)kind;
+	return st == GS_ST_ACTIVE ? gs_ptr_remove(key) : 0;
 }
 
 /* After the real release: give the bytes back, or keep the entry. */
@@ -126,8 +128,10 @@ static inline void released(CUresult r, int kind, uint64_t key, uint64_t v)
  * give the bytes back (or put the entry back when the call failed). Keys
  * this process never charged pass straight through.
  */
-#define GS_CHARGED_CREATE(sym, params, call_args, reserve, kind, key, undo)     \
-	CUresult sym params                                                     \
+#define GS_CHARGED_CREATE(sym, params, call_args, reserve, kind, key, undo) \
+	GS_CHARGED_CREATE_AS(sym, sym, params, call_args, reserve, kind, key, undo)
+#define GS_CHARGED_CREATE_AS(fn, sym, params, call_args, reserve, kind, key, undo) \
+	CUresult fn params                                                      \
 	{                                                                       \
 		gs_pfn_##sym real = GS_REAL(sym);                               \
 		if (GS_UNLIKELY(real == NULL))                                  \
@@ -148,8 +152,9 @@ static inline void released(CUresult r, int kind, uint64_t key, uint64_t v)
 		return r;                                                       \
 	}
 
-#define GS_RELEASE(sym, params, call_args, kind, key)                           \
-	CUresult sym params                                                     \
+#define GS_RELEASE(sym, params, call_args, kind, key) GS_RELEASE_AS(sym, sym, params, call_args, kind, key)
+#define GS_RELEASE_AS(fn, sym, params, call_args, kind, key)                    \
+	CUresult fn params                                                      \
 	{                                                                       \
 		gs_pfn_##sym real = GS_REAL(sym);                               \
 		if (GS_UNLIKELY(real == NULL))                                  \
@@ -176,7 +181,9 @@ static __attribute__((noinline, cold)) void undo_free(CUdeviceptr p)
 		fr(p);
 }
 
-GS_CHARGED_PTR_ALLOC(cuMemAlloc_v2, (dptr, bytesize))
+/* cuMemAlloc_v2 and cuMemFree_v2: hooks_hot.c, which falls back to these. */
+static GS_CHARGED_CREATE_AS(alloc_general, cuMemAlloc_v2, (CUdeviceptr * dptr, size_t bytesize), (dptr, bytesize),
+			    charge_ctx(&c, st, bytesize), GS_TAB_PTR, *dptr, undo_free(*dptr))
 GS_CHARGED_PTR_ALLOC(cuMemAllocManaged, (dptr, bytesize, flags), unsigned int flags)
 
 /* stream-ordered: the stream's device, or the pool's */
@@ -245,6 +252,123 @@ CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pitch, size_t width, size
 #define GS_PTR_FREE(sym, call_args, ...) \
 	GS_RELEASE(sym, (CUdeviceptr dptr, ##__VA_ARGS__), call_args, GS_TAB_PTR, dptr)
 
-GS_PTR_FREE(cuMemFree_v2, (dptr))
+static GS_RELEASE_AS(free_general, cuMemFree_v2, (CUdeviceptr dptr), (dptr), GS_TAB_PTR, dptr)
 GS_PTR_FREE(cuMemFreeAsync, (dptr, stream), CUstream stream)
 GS_PTR_FREE(cuMemFreeAsync_ptsz, (dptr, stream), CUstream stream)
+
+/*
+ * cuMemAlloc_v2 and cuMemFree_v2, the calls caching allocators make by the
+ * million: the common case spelled out (docs/interceptor.md "Cost"). An
+ * attached thread with its own ledger stripe and front, whose credit
+ * covers the allocation, pays plain loads and stores on lines only it
+ * writes; anything else goes to the general hooks above before changing
+ * anything. No stack protector here: no array or buffer lives in these
+ * frames, and the canary would be a fifth of what they add.
+ */
+/* After the fast path's real cuMemAlloc_v2 failed: give the credit back. */
+static __attribute__((noinline, cold)) CUresult alloc_failed(uint64_t v, CUresult r)
+{
+	gs_unreserve(gs_val_gpu(v), gs_val_bytes(v));
+	return r;
+}
+
+/* The allocation did not fit this thread's front: the shared table, or
+ * free it and refuse when that is full too. */
+static __attribute__((noinline)) CUresult alloc_record(CUdeviceptr *dptr, uint64_t v)
+{
+	struct charge c = {.active = 1, .g = gs_val_gpu(v), .n = gs_val_bytes(v)};
+	if (GS_LIKELY(finish(&c, CUDA_SUCCESS, GS_TAB_PTR, *dptr) == 0))
+		return CUDA_SUCCESS;
+	undo_free(*dptr);
+	return refuse_unrecorded(&c, dptr);
+}
+
+__attribute__((no_stack_protector)) CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize)
+{
+	gs_pfn_cuMemAlloc_v2 real = __atomic_load_n(&gs_real[GS_R_cuMemAlloc_v2], __ATOMIC_ACQUIRE);
+	gs_pfn_cuCtxGetDevice getdev = __atomic_load_n(&gs_real[GS_R_cuCtxGetDevice], __ATOMIC_ACQUIRE);
+	/* a stripe of this attach's slot implies the state is ACTIVE: only
+	 * an attach sets it, and fork (the only way out) bumps the epoch */
+	struct gs_slot_stripe *s = gs_tls.st;
+	if (GS_UNLIKELY(real == NULL) || GS_UNLIKELY(getdev == NULL) || GS_UNLIKELY(bytesize - 1 >= GS_VAL_BYTES_MASK) ||
+	    GS_UNLIKELY(s == NULL) || GS_UNLIKELY(gs_tls.epoch != __atomic_load_n(&gs.epoch, __ATOMIC_ACQUIRE)))
+		return alloc_general(dptr, bytesize);
+	CUdevice dev;
+	if (GS_UNLIKELY(getdev(&dev) != CUDA_SUCCESS) || GS_UNLIKELY((unsigned)dev >= GS_MAX_ORDINALS))
+		return alloc_general(dptr, bytesize);
+	int g = __atomic_load_n(&gs.devmap[dev], __ATOMIC_RELAXED);
+	if (GS_UNLIKELY(g < 0) || GS_UNLIKELY(!gs_enter(s)))
+		return alloc_general(dptr, bytesize);
+	uint64_t h = __atomic_load_n(&s->held[g], __ATOMIC_RELAXED);
+	if (GS_UNLIKELY(__atomic_load_n(&s->lease[g], __ATOMIC_RELAXED) - h < bytesize)) {
+		gs_leave(s);
+		return alloc_general(dptr, bytesize);
+	}
+	__atomic_store_n(&s->held[g], h + bytesize, __ATOMIC_RELAXED);
+	gs_leave(s);
+	uint64_t v = ((uint64_t)g << GS_VAL_GPU_SHIFT) | bytesize;
+	CUresult r = real(dptr, bytesize);
+	if (GS_UNLIKELY(r != CUDA_SUCCESS))
+		return alloc_failed(v, r);
+	uint64_t key = *dptr;
+	struct gs_front *f = gs_tls.fr;
+	if (GS_LIKELY(f != NULL) && GS_LIKELY(gs_key_ok(key)) && GS_LIKELY(gs_front_enter(f))) {
+		struct gs_ent *e = gs_front_ent(f, key);
+		if (GS_LIKELY(__atomic_load_n(&e->key, __ATOMIC_RELAXED) == GS_KEY_EMPTY) &&
+		    GS_LIKELY(__atomic_load_n(&f->cool, __ATOMIC_RELAXED) == 0)) {
+			__atomic_store_n(&e->val, v, __ATOMIC_RELAXED);
+			__atomic_store_n(&e->key, key, __ATOMIC_RELAXED);
+			__atomic_store_n(&f->live, __atomic_load_n(&f->live, __ATOMIC_RELAXED) + 1, __ATOMIC_RELAXED);
+			gs_front_leave(f);
+			return CUDA_SUCCESS;
+		}
+		gs_front_leave(f);
+	}
+	return alloc_record(dptr, v);
+}
+
+/* After the fast path's real cuMemFree_v2: the bytes back to this thread's
+ * credit, or the general way. */
+GS_INLINE void free_credit(uint64_t v)
+{
+	int g = gs_val_gpu(v);
+	uint64_t n = gs_val_bytes(v);
+	struct gs_slot_stripe *s = gs_tls.st;
+	if (GS_LIKELY(s != NULL) && GS_LIKELY(gs_tls.epoch == gs.epoch) && GS_LIKELY(gs_enter(s))) {
+		uint64_t h = __atomic_load_n(&s->held[g], __ATOMIC_RELAXED) - n;
+		uint64_t cap = __atomic_load_n(&gs.lim->gpu[g].limit, __ATOMIC_RELAXED) >> 3;
+		if (GS_LIKELY(__atomic_load_n(&s->lease[g], __ATOMIC_RELAXED) - h <= cap)) {
+			__atomic_store_n(&s->held[g], h, __ATOMIC_RELAXED);
+			gs_leave(s);
+			return;
+		}
+		gs_leave(s);
+	}
+	gs_unreserve_slow(g, n);
+}
+
+__attribute__((no_stack_protector)) CUresult cuMemFree_v2(CUdeviceptr dptr)
+{
+	gs_pfn_cuMemFree_v2 real = __atomic_load_n(&gs_real[GS_R_cuMemFree_v2], __ATOMIC_ACQUIRE);
+	struct gs_front *f = gs_tls.fr;
+	/* a front implies the state is ACTIVE: only charging claims one, and
+	 * fork (the only way out of ACTIVE) drops them all */
+	if (GS_UNLIKELY(real == NULL) || GS_UNLIKELY(f == NULL) ||
+	    GS_UNLIKELY(!gs_key_ok(dptr)) || GS_UNLIKELY(!gs_front_enter(f)))
+		return free_general(dptr);
+	struct gs_ent *e = gs_front_ent(f, dptr);
+	if (GS_UNLIKELY(__atomic_load_n(&e->key, __ATOMIC_RELAXED) != dptr)) {
+		gs_front_leave(f);
+		return free_general(dptr);
+	}
+	uint64_t v = __atomic_load_n(&e->val, __ATOMIC_RELAXED);
+	__atomic_store_n(&e->key, GS_KEY_EMPTY, __ATOMIC_RELAXED);
+	__atomic_store_n(&f->live, __atomic_load_n(&f->live, __ATOMIC_RELAXED) - 1, __ATOMIC_RELAXED);
+	gs_front_leave(f);
+	CUresult r = real(dptr);
+	if (GS_LIKELY(r == CUDA_SUCCESS))
+		free_credit(v);
+	else
+		released(r, GS_TAB_PTR, dptr, v);
+	return r;
+}

@@ -23,7 +23,7 @@
 #include "gs.h"
 
 static const unsigned gs_tab_bits[GS_NTAB] = {
-	[GS_TAB_PTR] = 20,
+	[GS_TAB_PTR] = GS_TAB_BITS,
 };
 
 static const unsigned gs_xtab_bits[GS_NXTAB] = {
@@ -104,6 +104,7 @@ void gs_tab_drop(void)
 	}
 	for (int k = 0; k < GS_NXTAB; k++)
 		gs_xtabs[k].e = NULL;
+	gs_front_drop();
 	pthread_mutex_init(&gs_map_mu, NULL);
 	pthread_mutex_init(&gs_ctx_mu, NULL);
 	gs_nmapped = 0;

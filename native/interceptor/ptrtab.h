@@ -14,6 +14,8 @@
 #define GS_VAL_GPU_SHIFT 56
 #define GS_VAL_BYTES_MASK ((1ull << GS_VAL_GPU_SHIFT) - 1)
 #define GS_OVF_ENTRIES 4096
+#define GS_TAB_BITS 20 /* entries of each table: 2^GS_TAB_BITS (a constant: the hot path's hash) */
+#define GS_TAB_MASK ((1ull << GS_TAB_BITS) - 1)
 
 struct gs_ent {
 	uint64_t key;
@@ -34,10 +36,13 @@ extern struct gs_tab gs_tabs[];
 int gs_tab_insert_slow(struct gs_tab *t, uint64_t key, uint64_t val);
 uint64_t gs_tab_remove_slow(struct gs_tab *t, uint64_t key);
 
-static inline uint64_t gs_tab_hash(const struct gs_tab *t, uint64_t key)
+static inline uint64_t gs_tab_hash(uint64_t key)
 {
-	return (key * 0x9E3779B97F4A7C15ull) >> t->shift;
+	return (key * 0x9E3779B97F4A7C15ull) >> (64 - GS_TAB_BITS);
 }
+
+/* key is neither GS_KEY_EMPTY (0) nor GS_KEY_TOMB (~0): one compare */
+static inline int gs_key_ok(uint64_t key) { return key + 1 > 1; }
 
 static inline uint64_t gs_val_pack(int g, uint64_t bytes)
 {
@@ -53,12 +58,12 @@ static inline uint64_t gs_val_bytes(uint64_t v) { return v & GS_VAL_BYTES_MASK; 
 static inline int gs_tab_insert(int kind, uint64_t key, int g, uint64_t bytes)
 {
 	struct gs_tab *t = &gs_tabs[kind];
-	if (key == GS_KEY_EMPTY || key == GS_KEY_TOMB || t->e == NULL)
+	if (!gs_key_ok(key) || t->e == NULL)
 		return -1;
 	uint64_t val = gs_val_pack(g, bytes);
-	uint64_t h = gs_tab_hash(t, key);
+	uint64_t h = gs_tab_hash(key);
 	for (unsigned i = 0; i < GS_PROBE; i++) {
-		struct gs_ent *e = &t->e[(h + i) & t->mask];
+		struct gs_ent *e = &t->e[(h + i) & GS_TAB_MASK];
 		uint64_t k = __atomic_load_n(&e->key, __ATOMIC_ACQUIRE);
 		while (k == GS_KEY_EMPTY || k == GS_KEY_TOMB) {
 			if (__atomic_compare_exchange_n(&e->key, &k, key, 0, __ATOMIC_ACQ_REL,
@@ -76,11 +81,11 @@ static inline int gs_tab_insert(int kind, uint64_t key, int g, uint64_t bytes)
 static inline uint64_t gs_tab_remove(int kind, uint64_t key)
 {
 	struct gs_tab *t = &gs_tabs[kind];
-	if (key == GS_KEY_EMPTY || key == GS_KEY_TOMB || t->e == NULL)
+	if (!gs_key_ok(key) || t->e == NULL)
 		return 0;
-	uint64_t h = gs_tab_hash(t, key);
+	uint64_t h = gs_tab_hash(key);
 	for (unsigned i = 0; i < GS_PROBE; i++) {
-		struct gs_ent *e = &t->e[(h + i) & t->mask];
+		struct gs_ent *e = &t->e[(h + i) & GS_TAB_MASK];
 		uint64_t k = __atomic_load_n(&e->key, __ATOMIC_ACQUIRE);
 		if (k == GS_KEY_EMPTY)
 			return 0;
@@ -95,6 +100,33 @@ static inline uint64_t gs_tab_remove(int kind, uint64_t key)
 	if (__atomic_load_n(&t->novf, __ATOMIC_ACQUIRE) == 0)
 		return 0;
 	return gs_tab_remove_slow(t, key);
+}
+
+#include "front.h"
+
+/* Device pointers (GS_TAB_PTR): record in this thread's front if there is
+ * room, else in the shared table. 0, or -1 when neither has room. */
+GS_INLINE int gs_ptr_insert(uint64_t key, int g, uint64_t bytes)
+{
+	if (GS_LIKELY(gs_key_ok(key)) && GS_LIKELY(gs_front_put(key, gs_val_pack(g, bytes))))
+		return 0;
+	return gs_tab_insert(GS_TAB_PTR, key, g, bytes);
+}
+
+/* Take a device pointer out: this thread's front, the shared table, the
+ * other threads' fronts. Its packed value, 0 when this process did not
+ * charge it. */
+GS_INLINE uint64_t gs_ptr_remove(uint64_t key)
+{
+	if (GS_UNLIKELY(!gs_key_ok(key)))
+		return 0;
+	uint64_t v = gs_front_take(key);
+	if (GS_LIKELY(v != 0))
+		return v;
+	v = gs_tab_remove(GS_TAB_PTR, key);
+	if (v != 0)
+		return v;
+	return gs_front_take_others(key);
 }
 
 /*

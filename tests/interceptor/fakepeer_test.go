@@ -174,6 +174,13 @@ func newLedger(t testing.TB, session, uuid string, limit uint64, nslots int) *le
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { l.Close() })
+	// every slot handed out, as gpusliced does before it names one in a
+	// reply (its figures read the slots it handed out)
+	for i := 0; i < nslots; i++ {
+		if _, _, err := l.Claim(uint32(1000000+i), 1, 1); err != nil {
+			t.Fatal(err)
+		}
+	}
 	return l
 }
 

@@ -173,8 +173,10 @@ var targets = []struct {
 	bound     float64
 	unit      string
 }{
-	{"alloc_free_added_ns_median", "interceptor cost per alloc+free pair (1 thread, median)", true, 150, "ns"},
-	{"throughput_ratio_8threads", "alloc/free throughput with/without interceptor (8 threads)", false, 0.9, ""},
+	{"alloc_free_added_ns_median", "interceptor cost per alloc+free pair (1 thread, 1 MiB; median of paired rounds)", true, 15, "ns"},
+	{"alloc_free_added_instructions", "instructions added per alloc+free pair (callgrind, 1 thread)", true, 120, ""},
+	{"throughput_ratio_8threads", "alloc/free throughput with/without interceptor (8 threads, 1 MiB; median of paired rounds)", false, 0.95, ""},
+	{"throughput_ratio_8threads_1core", "  the same, all 8 threads pinned to one core", false, 0.95, ""},
 	{"throughput_ratio_8threads_64mib", "  the same with 64 MiB allocations (fakecuda's mmap path)", false, 0.9, ""},
 	{"ipc_ping_p50_ratio", "IPC ping p50, gpusliced / reference echo server (same rounds)", true, 1.2, ""},
 	{"ipc_ping_p99_32_ratio", "IPC ping p99 at 32 clients, gpusliced / echo server", true, 1.2, ""},
@@ -337,6 +339,9 @@ func measure(o options, r *results) error {
 			r.fail("throughput_ratio_8threads", err)
 		}
 	}
+	if o.runs("alloc") {
+		allocMore(o, d, r)
+	}
 	if o.runs("ipc") {
 		if err := ipcRatios(o, d, r); err != nil {
 			r.fail("ipc_ping_p50_ratio", err)
@@ -473,8 +478,10 @@ func allocBench(o options, d *daemon, r *results) error {
 	}{{1, 1 << 20}, {8, 1 << 20}, {8, 64 << 20}}
 	for _, cfg := range configs {
 		threads := cfg.threads
-		var nsWith, nsWithout, ppsWith, ppsWithout []float64
-		// Warm up once each, then interleave.
+		var nsWith, nsWithout, ppsWith, ppsWithout, nsAdded, ratios []float64
+		// Warm up once each, then interleave: each round runs without and
+		// with back to back, and its pair gives one difference and one
+		// ratio (the machine's load drifts between rounds, not within one).
 		if _, err := runAllocBench(bin, without, threads, cfg.size); err != nil {
 			return err
 		}
@@ -494,18 +501,24 @@ func allocBench(o options, d *daemon, r *results) error {
 			nsWith = append(nsWith, b.NsPerPairMedian)
 			ppsWithout = append(ppsWithout, a.PairsPerSec)
 			ppsWith = append(ppsWith, b.PairsPerSec)
+			nsAdded = append(nsAdded, b.NsPerPairMedian-a.NsPerPairMedian)
+			ratios = append(ratios, b.PairsPerSec/a.PairsPerSec)
 		}
 		switch {
 		case cfg.size != 1<<20:
-			r.set("throughput_ratio_8threads_64mib", median(ppsWith)/median(ppsWithout))
+			r.set("throughput_ratio_8threads_64mib", median(ratios))
 			r.set("pairs_per_sec_8threads_64mib_without", median(ppsWithout))
 			r.set("pairs_per_sec_8threads_64mib_with", median(ppsWith))
 		case threads == 1:
-			r.set("alloc_free_added_ns_median", median(nsWith)-median(nsWithout))
+			r.set("alloc_free_added_ns_median", median(nsAdded))
+			r.set("alloc_free_added_ns_min", percentile(nsAdded, 0))
+			r.set("alloc_free_added_ns_max", percentile(nsAdded, 100))
 			r.set("alloc_free_ns_median_without", median(nsWithout))
 			r.set("alloc_free_ns_median_with", median(nsWith))
 		default:
-			r.set("throughput_ratio_8threads", median(ppsWith)/median(ppsWithout))
+			r.set("throughput_ratio_8threads", median(ratios))
+			r.set("throughput_ratio_8threads_min", percentile(ratios, 0))
+			r.set("throughput_ratio_8threads_max", percentile(ratios, 100))
 			r.set("pairs_per_sec_8threads_without", median(ppsWithout))
 			r.set("pairs_per_sec_8threads_with", median(ppsWith))
 		}

@@ -62,12 +62,22 @@
  *   held               bytes held by this program
  *   pid                this process's pid
  *   fds                how many file descriptors are open
+ *   idlecredit:S       a new thread (on the current context) allocates S and frees it,
+ *                      then sleeps until the process exits: it keeps the bytes as
+ *                      credit (docs/ledger.md "Credit"); prints both rcs
+ *   crossfree:N:S      a new thread (on the current context) allocates N blocks of S
+ *                      and hands them over; the main thread frees them while that
+ *                      thread goes on allocating and freeing one more block of S
+ *                      (its pointers are in its own table front: docs/interceptor.md
+ *                      "Tables"); prints how many calls failed on each side
  *   pause              print "paused" and wait for a line on stdin
  *   sleep:MS
  *   fork ... endfork   the child runs the steps in between, then exits;
  *                      the parent waits for it
  */
 #include <dirent.h>
+#include <pthread.h>
+#include <sched.h>
 #include <dlfcn.h>
 #include <fcntl.h>
 #include <stdint.h>
@@ -206,6 +216,59 @@ static CUresult unmap_range(CUdeviceptr p, uint64_t n)
 		nvmaps = w;
 	}
 	return r;
+}
+
+struct idle_arg {
+	CUcontext ctx;
+	uint64_t n;
+	CUresult ra, rf;
+	int pipe[2];
+};
+
+/* allocate and free, report, then stay alive and idle */
+static void *idle_thread(void *p)
+{
+	struct idle_arg *a = p;
+	CUdeviceptr d = 0;
+	a->ra = cuCtxSetCurrent(a->ctx);
+	if (a->ra == CUDA_SUCCESS)
+		a->ra = cuMemAlloc_v2(&d, a->n);
+	a->rf = a->ra == CUDA_SUCCESS ? cuMemFree_v2(d) : CUDA_ERROR_INVALID_VALUE;
+	char c = 1;
+	if (write(a->pipe[1], &c, 1) != 1)
+		return NULL;
+	for (;;)
+		pause();
+	return NULL;
+}
+
+struct cross_arg {
+	CUcontext ctx;
+	uint64_t n, size;
+	CUdeviceptr *p;
+	int handed, stop;
+	unsigned long long failed, loops;
+};
+
+/* allocate n blocks and hand them over, then allocate and free until told to stop */
+static void *cross_thread(void *v)
+{
+	struct cross_arg *a = v;
+	if (cuCtxSetCurrent(a->ctx) != CUDA_SUCCESS)
+		a->failed++;
+	for (uint64_t i = 0; i < a->n; i++)
+		if (cuMemAlloc_v2(&a->p[i], a->size) != CUDA_SUCCESS) {
+			a->p[i] = 0;
+			a->failed++;
+		}
+	__atomic_store_n(&a->handed, 1, __ATOMIC_RELEASE);
+	while (!__atomic_load_n(&a->stop, __ATOMIC_ACQUIRE) || a->loops < 1000) {
+		CUdeviceptr q;
+		if (cuMemAlloc_v2(&q, a->size) != CUDA_SUCCESS || cuMemFree_v2(q) != CUDA_SUCCESS)
+			a->failed++;
+		a->loops++;
+	}
+	return NULL;
 }
 
 static CUresult on_device(int ordinal, CUcontext *out)
@@ -606,6 +669,38 @@ static void step(char *arg)
 			held_bytes -= held[--nheld].bytes;
 		}
 		printf("freeall failed=%d\n", bad);
+	} else if (strcmp(cmd, "idlecredit") == 0 && nf >= 2) {
+		static struct idle_arg a; /* the thread lives as long as the process */
+		pthread_t t;
+		char c;
+		a.n = parse_size(f[1]);
+		a.ra = a.rf = CUDA_ERROR_UNKNOWN;
+		if (cuCtxGetCurrent(&a.ctx) != CUDA_SUCCESS || pipe(a.pipe) != 0 ||
+		    pthread_create(&t, NULL, idle_thread, &a) != 0 || read(a.pipe[0], &c, 1) != 1) {
+			printf("idlecredit rc=-1\n");
+		} else {
+			pthread_detach(t);
+			printf("idlecredit alloc=%d free=%d\n", a.ra, a.rf);
+		}
+	} else if (strcmp(cmd, "crossfree") == 0 && nf >= 3) {
+		struct cross_arg a = {.n = parse_size(f[1]), .size = parse_size(f[2])};
+		pthread_t t;
+		unsigned long long bad = 0;
+		a.p = calloc(a.n ? a.n : 1, sizeof(*a.p));
+		if (a.p == NULL || cuCtxGetCurrent(&a.ctx) != CUDA_SUCCESS ||
+		    pthread_create(&t, NULL, cross_thread, &a) != 0) {
+			printf("crossfree rc=-1\n");
+		} else {
+			while (!__atomic_load_n(&a.handed, __ATOMIC_ACQUIRE))
+				sched_yield();
+			for (uint64_t i = 0; i < a.n; i++)
+				if (a.p[i] != 0 && cuMemFree_v2(a.p[i]) != CUDA_SUCCESS)
+					bad++;
+			__atomic_store_n(&a.stop, 1, __ATOMIC_RELEASE);
+			pthread_join(t, NULL);
+			printf("crossfree alloc_failed=%llu free_failed=%llu loops=%llu\n", a.failed, bad, a.loops);
+		}
+		free(a.p);
 	} else if (strcmp(cmd, "meminfo") == 0) {
 		size_t fr = 0, to = 0;
 		r = cuMemGetInfo_v2(&fr, &to);

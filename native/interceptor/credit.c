@@ -1,0 +1,322 @@
+/*
+ * The slow side of charging (credit.h has the fast side; docs/ledger.md
+ * "Credit" the protocol): which stripe a thread owns, the exact path on
+ * gpu[g].used, taking every thread's credit back before a denial, giving
+ * it back at thread exit, and what the session really holds (for the
+ * memory queries).
+ */
+#include <linux/membarrier.h>
+#include <pthread.h>
+#include <sched.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "gs.h"
+
+/* How long a taker waits for an owner inside an update, or for another
+ * taker, before it leaves that stripe alone: rounds of sched_yield. */
+#define GS_TAKE_SPINS 20000
+
+static pthread_key_t exit_key;
+static pthread_once_t exit_once = PTHREAD_ONCE_INIT;
+static int exit_key_ok;
+
+static void thread_exit(void *arg);
+
+static void make_exit_key(void) { exit_key_ok = pthread_key_create(&exit_key, thread_exit) == 0; }
+
+static uint32_t my_tid(void) { return (uint32_t)syscall(SYS_gettid); }
+
+static long membarrier(int cmd) { return syscall(SYS_membarrier, cmd, 0, 0); }
+
+/* After each attach: threads keep credit only if a taker can fence them. */
+void gs_credit_attach(void)
+{
+	pthread_once(&exit_once, make_exit_key);
+	gs.credit_ok = exit_key_ok && membarrier(MEMBARRIER_CMD_REGISTER_GLOBAL_EXPEDITED) == 0;
+	if (!gs.credit_ok)
+		gs_debug("membarrier unavailable: every charge takes the exact path");
+}
+
+/* First charge of a thread since the attach: own a free stripe if there
+ * is one (the thread then keeps credit there), else use the shared one. */
+struct gs_slot_stripe *gs_own_slow(void)
+{
+	gs_tls.st = NULL;
+	gs_tls.epoch = gs.epoch;
+	if (!gs.credit_ok || gs.slot == NULL)
+		return NULL;
+	uint32_t tid = my_tid();
+	for (unsigned k = 0; k < GS_SLOT_OWNED; k++) {
+		uint32_t free = 0;
+		if (__atomic_compare_exchange_n(&gs.slot->stripe[k].owner, &free, tid, 0, __ATOMIC_ACQ_REL,
+						__ATOMIC_RELAXED)) {
+			gs_tls.st = &gs.slot->stripe[k];
+			pthread_setspecific(exit_key, gs_tls.st);
+			break;
+		}
+	}
+	return gs_tls.st;
+}
+
+/* Thread exit: give the credit back and let another thread own the stripe
+ * (what the stripe holds stays: other threads may free it). */
+static void thread_exit(void *arg)
+{
+	struct gs_slot_stripe *s = arg;
+	if (s == NULL || gs_tls.epoch != gs.epoch || gs_tls.st != s)
+		return;
+	if (gs_enter(s)) {
+		for (uint32_t g = 0; g < gs.ngpus; g++) {
+			uint64_t h = __atomic_load_n(&s->held[g], __ATOMIC_RELAXED);
+			uint64_t c = __atomic_load_n(&s->lease[g], __ATOMIC_RELAXED) - h;
+			if (c != 0) {
+				__atomic_store_n(&s->lease[g], h, __ATOMIC_RELAXED);
+				gs_sub_floor(&gs.ctr->gpu[g].used, c, __ATOMIC_RELEASE);
+			}
+		}
+		gs_leave(s);
+	}
+	gs_tls.st = NULL;
+	__atomic_store_n(&s->owner, 0, __ATOMIC_RELEASE);
+}
+
+/* The slots worth reading: those ever claimed (slot_hwm), at most nslots. */
+static uint32_t scan_slots(struct gs_counters_hdr *hdr)
+{
+	uint32_t n = __atomic_load_n(&hdr->nslots, __ATOMIC_RELAXED);
+	uint32_t hwm = __atomic_load_n(&hdr->slot_hwm, __ATOMIC_ACQUIRE);
+	return hwm < n ? hwm : n;
+}
+
+static void raise_peak(struct gs_counter_gpu *c, uint64_t now)
+{
+	uint64_t peak = __atomic_load_n(&c->peak, __ATOMIC_RELAXED);
+	while (now > peak &&
+	       !__atomic_compare_exchange_n(&c->peak, &peak, now, 1, __ATOMIC_RELAXED, __ATOMIC_RELAXED))
+		;
+}
+
+/* The exact path: spend what credit there is, take the rest from used
+ * with a CAS against the limit. 0, or -1 when it does not fit. */
+static int reserve_exact(int g, uint64_t n)
+{
+	uint64_t limit = __atomic_load_n(&gs.lim->gpu[g].limit, __ATOMIC_ACQUIRE);
+	struct gs_counter_gpu *c = &gs.ctr->gpu[g];
+	struct gs_slot_stripe *s = gs_own();
+	if (s != NULL && !gs_enter(s))
+		s = NULL;
+	uint64_t h = 0, have = 0;
+	if (s != NULL) {
+		h = __atomic_load_n(&s->held[g], __ATOMIC_RELAXED);
+		have = __atomic_load_n(&s->lease[g], __ATOMIC_RELAXED) - h;
+		if (have >= n) {
+			__atomic_store_n(&s->held[g], h + n, __ATOMIC_RELAXED);
+			gs_leave(s);
+			return 0;
+		}
+	}
+	uint64_t want = n - have;
+	uint64_t used = __atomic_load_n(&c->used, __ATOMIC_RELAXED);
+	do {
+		if (want > limit || used > limit - want) {
+			if (s != NULL)
+				gs_leave(s);
+			return -1;
+		}
+	} while (!__atomic_compare_exchange_n(&c->used, &used, used + want, 1, __ATOMIC_ACQ_REL,
+					      __ATOMIC_RELAXED));
+	if (s != NULL) {
+		__atomic_store_n(&s->lease[g], __atomic_load_n(&s->lease[g], __ATOMIC_RELAXED) + want,
+				 __ATOMIC_RELAXED);
+		__atomic_store_n(&s->held[g], h + n, __ATOMIC_RELAXED);
+		gs_leave(s);
+	} else {
+		struct gs_slot_stripe *sh = &gs.slot->stripe[GS_SLOT_SHARED];
+		__atomic_fetch_add(&sh->lease[g], n, __ATOMIC_RELAXED);
+		__atomic_fetch_add(&sh->held[g], n, __ATOMIC_RELAXED);
+	}
+	raise_peak(c, used + want);
+	return 0;
+}
+
+/* Wait (bounded) until *w is 0; 1 when it is. */
+static int wait_zero32(const uint32_t *w)
+{
+	for (int i = 0; i < GS_TAKE_SPINS; i++) {
+		if (__atomic_load_n(w, __ATOMIC_ACQUIRE) == 0)
+			return 1;
+		sched_yield();
+	}
+	return 0;
+}
+
+static int wait_zero64(const uint64_t *w)
+{
+	for (int i = 0; i < GS_TAKE_SPINS; i++) {
+		if (__atomic_load_n(w, __ATOMIC_ACQUIRE) == 0)
+			return 1;
+		sched_yield();
+	}
+	return 0;
+}
+
+static uint64_t stripe_credit(const struct gs_slot_stripe *s, uint32_t g)
+{
+	uint64_t c = __atomic_load_n(&s->lease[g], __ATOMIC_RELAXED) -
+		     __atomic_load_n(&s->held[g], __ATOMIC_RELAXED);
+	return c > INT64_MAX ? 0 : c;
+}
+
+static int has_credit(const struct gs_slot_stripe *s)
+{
+	for (uint32_t g = 0; g < gs.ngpus; g++)
+		if (stripe_credit(s, g) != 0)
+			return 1;
+	return 0;
+}
+
+/*
+ * Take back the credit of every owned stripe of every slot of the session
+ * (this thread's included), on every GPU: mark each stripe that keeps some
+ * (revoke = our tid), one membarrier, then per marked stripe wait for its
+ * owner to leave any update, move its credit back to used, unmark. Stripes
+ * another taker has marked are waited for, so that what it gives back is
+ * in used when this returns.
+ */
+static void take_all_credit(void)
+{
+	struct gs_counters_hdr *hdr = gs.ctr;
+	uint32_t nslots = scan_slots(hdr);
+	uint64_t me = my_tid();
+	unsigned marked = 0, others = 0;
+	for (uint32_t i = 0; i < nslots; i++) {
+		struct gs_slot *sl = GS_SLOT_AT(hdr, i); /* a free slot keeps nothing */
+		for (unsigned k = 0; k < GS_SLOT_OWNED; k++) {
+			struct gs_slot_stripe *s = &sl->stripe[k];
+			if (!has_credit(s))
+				continue;
+			uint64_t zero = 0;
+			if (__atomic_compare_exchange_n(&s->revoke, &zero, me, 0, __ATOMIC_ACQ_REL,
+							__ATOMIC_RELAXED))
+				marked++;
+			else
+				others++;
+		}
+	}
+	if (marked == 0 && others == 0)
+		return;
+	if (marked != 0 && membarrier(MEMBARRIER_CMD_GLOBAL_EXPEDITED) != 0 &&
+	    membarrier(MEMBARRIER_CMD_GLOBAL) != 0) {
+		/* cannot order the owners' updates: take nothing */
+		gs_debug("membarrier failed; credit not taken back");
+		for (uint32_t i = 0; i < nslots; i++)
+			for (unsigned k = 0; k < GS_SLOT_OWNED; k++) {
+				uint64_t *rv = &GS_SLOT_AT(hdr, i)->stripe[k].revoke;
+				if (__atomic_load_n(rv, __ATOMIC_RELAXED) == me)
+					__atomic_store_n(rv, 0, __ATOMIC_RELEASE);
+			}
+		return;
+	}
+	for (uint32_t i = 0; i < nslots && (marked != 0 || others != 0); i++) {
+		struct gs_slot *sl = GS_SLOT_AT(hdr, i);
+		for (unsigned k = 0; k < GS_SLOT_OWNED; k++) {
+			struct gs_slot_stripe *s = &sl->stripe[k];
+			uint64_t rv = __atomic_load_n(&s->revoke, __ATOMIC_ACQUIRE);
+			if (rv == 0)
+				continue;
+			if (rv != me) {
+				wait_zero64(&s->revoke); /* another taker; bounded */
+				continue;
+			}
+			if (wait_zero32(&s->busy)) {
+				for (uint32_t g = 0; g < gs.ngpus; g++) {
+					uint64_t h = __atomic_load_n(&s->held[g], __ATOMIC_ACQUIRE);
+					uint64_t c = __atomic_load_n(&s->lease[g], __ATOMIC_ACQUIRE) - h;
+					if (c == 0 || c > INT64_MAX)
+						continue;
+					__atomic_store_n(&s->lease[g], h, __ATOMIC_RELEASE);
+					gs_sub_floor(&hdr->gpu[g].used, c, __ATOMIC_RELEASE);
+				}
+			}
+			__atomic_store_n(&s->revoke, 0, __ATOMIC_RELEASE);
+		}
+	}
+}
+
+int gs_reserve_slow(int g, uint64_t n)
+{
+	if (reserve_exact(g, n) == 0)
+		return 0;
+	if (gs.credit_ok) {
+		take_all_credit();
+		if (reserve_exact(g, n) == 0)
+			return 0;
+	}
+	__atomic_fetch_add(&gs.ctr->gpu[g].denied, 1, __ATOMIC_RELAXED);
+	return -1;
+}
+
+/* used -= n, floored at 0; 1 when it floored (used held less than n). */
+static int give_back(uint64_t *used, uint64_t n)
+{
+	uint64_t v = __atomic_load_n(used, __ATOMIC_RELAXED);
+	while (!__atomic_compare_exchange_n(used, &v, v > n ? v - n : 0, 1, __ATOMIC_RELEASE, __ATOMIC_RELAXED))
+		;
+	return v < n;
+}
+
+/* A release that is not the plain case: on the shared stripe, or with
+ * more credit than the owner keeps (the excess goes back to used). */
+void gs_unreserve_slow(int g, uint64_t n)
+{
+	struct gs_slot_stripe *s = gs_own();
+	if (s != NULL && gs_enter(s)) {
+		uint64_t h = __atomic_load_n(&s->held[g], __ATOMIC_RELAXED) - n;
+		uint64_t l = __atomic_load_n(&s->lease[g], __ATOMIC_RELAXED);
+		uint64_t cap = __atomic_load_n(&gs.lim->gpu[g].limit, __ATOMIC_RELAXED) >> 3;
+		uint64_t c = l - h;
+		__atomic_store_n(&s->held[g], h, __ATOMIC_RELAXED);
+		if (c > cap && c <= INT64_MAX) {
+			/* used below what is given back: the daemon re-based it, and
+			 * the credit left is counted nowhere: drop it */
+			if (give_back(&gs.ctr->gpu[g].used, c - cap))
+				l = h + (c - cap);
+			__atomic_store_n(&s->lease[g], l - (c - cap), __ATOMIC_RELAXED);
+		}
+		gs_leave(s);
+		return;
+	}
+	struct gs_slot_stripe *sh = &gs.slot->stripe[GS_SLOT_SHARED];
+	__atomic_fetch_sub(&sh->held[g], n, __ATOMIC_RELAXED); /* may wrap: the slot's sum counts */
+	__atomic_fetch_sub(&sh->lease[g], n, __ATOMIC_RELAXED);
+	gs_sub_floor(&gs.ctr->gpu[g].used, n, __ATOMIC_RELEASE);
+}
+
+/* Charge n bytes the driver already holds on ledger GPU g, over the limit
+ * if need be (memory that exists is counted; the audit decides). */
+void gs_charge_force(int g, uint64_t n)
+{
+	struct gs_counter_gpu *c = &gs.ctr->gpu[g];
+	uint64_t now = __atomic_add_fetch(&c->used, n, __ATOMIC_ACQ_REL);
+	struct gs_slot_stripe *sh = &gs.slot->stripe[GS_SLOT_SHARED];
+	__atomic_fetch_add(&sh->lease[g], n, __ATOMIC_RELAXED);
+	__atomic_fetch_add(&sh->held[g], n, __ATOMIC_RELAXED);
+	raise_peak(c, now);
+}
+
+/* What the session really holds on ledger GPU g: used less the credit
+ * every owned stripe of every slot keeps. */
+uint64_t gs_real_used(int g)
+{
+	struct gs_counters_hdr *hdr = gs.ctr;
+	uint64_t used = __atomic_load_n(&hdr->gpu[g].used, __ATOMIC_ACQUIRE);
+	uint64_t credit = 0;
+	uint32_t nslots = scan_slots(hdr);
+	for (uint32_t i = 0; i < nslots; i++) {
+		struct gs_slot *sl = GS_SLOT_AT(hdr, i); /* a free slot keeps nothing */
+		for (unsigned k = 0; k < GS_SLOT_OWNED; k++)
+			credit += stripe_credit(&sl->stripe[k], (uint32_t)g);
+	}
+	return used > credit ? used - credit : 0;
+}

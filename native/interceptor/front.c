@@ -1,0 +1,207 @@
+/*
+ * The slow side of the pointer table's per-thread fronts (front.h has the
+ * fast side and the protocol): claiming a front, giving it up at thread
+ * exit, and flushing fronts into the shared table when another thread
+ * releases a pointer one of them holds, when a context is torn down, and
+ * after fork.
+ */
+#include <linux/membarrier.h>
+#include <pthread.h>
+#include <sched.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "gs.h"
+
+/* How long a flusher waits for an owner inside an update, or for another
+ * flusher: rounds of sched_yield. */
+#define GS_FLUSH_SPINS 20000
+
+struct gs_front gs_fronts[GS_FRONTS];
+int gs_front_ok;
+
+static pthread_key_t exit_key;
+static pthread_once_t init_once = PTHREAD_ONCE_INIT;
+/* Serialises flushers with each other (they are rare: a pointer released
+ * by another thread than its allocator, a context teardown). */
+static pthread_mutex_t flush_mu = PTHREAD_MUTEX_INITIALIZER;
+
+static void thread_exit(void *arg);
+
+static long membarrier(int cmd) { return syscall(SYS_membarrier, cmd, 0, 0); }
+
+static void front_init(void)
+{
+	if (pthread_key_create(&exit_key, thread_exit) != 0)
+		return;
+	gs_front_ok = membarrier(MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED) == 0;
+	if (!gs_front_ok)
+		gs_debug("membarrier unavailable: every allocation is recorded in the shared table");
+}
+
+/* First use by this thread: own a free front if there is one. */
+struct gs_front *gs_front_claim(void)
+{
+	gs_tls.fr_tried = 1;
+	pthread_once(&init_once, front_init);
+	if (!gs_front_ok)
+		return NULL;
+	uint32_t tid = (uint32_t)syscall(SYS_gettid);
+	for (unsigned k = 0; k < GS_FRONTS; k++) {
+		uint32_t free = 0;
+		struct gs_front *f = &gs_fronts[k];
+		if (__atomic_compare_exchange_n(&f->owner, &free, tid, 0, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED)) {
+			gs_tls.fr = f;
+			pthread_setspecific(exit_key, f);
+			return f;
+		}
+	}
+	return NULL;
+}
+
+/* Move f's entries into the shared table (the caller has f to itself);
+ * the entry for key, if there, is taken out and returned instead. An entry
+ * the shared table has no room for stays in the front. */
+static uint64_t drain(struct gs_front *f, uint64_t key)
+{
+	uint64_t found = 0, live = 0;
+	for (unsigned i = 0; i < (1u << GS_FRONT_BITS); i++) {
+		struct gs_ent *e = &f->e[i];
+		uint64_t k = __atomic_load_n(&e->key, __ATOMIC_ACQUIRE);
+		if (k == GS_KEY_EMPTY)
+			continue;
+		uint64_t v = __atomic_load_n(&e->val, __ATOMIC_ACQUIRE);
+		if (k == key && found == 0) {
+			found = v;
+		} else if (gs_tab_insert(GS_TAB_PTR, k, gs_val_gpu(v), gs_val_bytes(v)) != 0) {
+			live++;
+			continue;
+		}
+		__atomic_store_n(&e->key, GS_KEY_EMPTY, __ATOMIC_RELEASE);
+	}
+	__atomic_store_n(&f->live, live, __ATOMIC_RELEASE);
+	return found;
+}
+
+static int wait_zero(const uint32_t *w)
+{
+	for (int i = 0; i < GS_FLUSH_SPINS; i++) {
+		if (__atomic_load_n(w, __ATOMIC_ACQUIRE) == 0)
+			return 1;
+		sched_yield();
+	}
+	return 0;
+}
+
+/*
+ * Flush every front but this thread's that holds entries (flush_mu held):
+ * mark each, one membarrier, then per front wait for its owner to leave
+ * any update, drain it and unmark it. A front flushed for another thread's
+ * release is skipped by its owner for its next GS_FRONT_COOL allocations,
+ * so that a thread that keeps releasing another's pointers pays this once
+ * in a while, not at every release. Returns key's value if a front held it.
+ */
+static uint64_t flush_fronts(uint64_t key, int cool)
+{
+	struct gs_front *mine = gs_tls.fr;
+	unsigned marked = 0;
+	for (unsigned k = 0; k < GS_FRONTS; k++) {
+		struct gs_front *f = &gs_fronts[k];
+		if (f == mine || __atomic_load_n(&f->live, __ATOMIC_ACQUIRE) == 0)
+			continue;
+		__atomic_store_n(&f->revoke, 1, __ATOMIC_RELEASE);
+		marked |= 1u << k;
+	}
+	if (marked == 0)
+		return 0;
+	if (membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED) != 0) {
+		/* cannot order the owners' updates: leave the fronts alone */
+		for (unsigned k = 0; k < GS_FRONTS; k++)
+			if (marked & (1u << k))
+				__atomic_store_n(&gs_fronts[k].revoke, 0, __ATOMIC_RELEASE);
+		return 0;
+	}
+	uint64_t found = 0;
+	for (unsigned k = 0; k < GS_FRONTS; k++) {
+		if (!(marked & (1u << k)))
+			continue;
+		struct gs_front *f = &gs_fronts[k];
+		if (wait_zero(&f->busy)) {
+			uint64_t v = drain(f, found == 0 ? key : GS_KEY_EMPTY);
+			if (v != 0)
+				found = v;
+			if (cool)
+				__atomic_store_n(&f->cool, GS_FRONT_COOL, __ATOMIC_RELAXED);
+		}
+		__atomic_store_n(&f->revoke, 0, __ATOMIC_RELEASE);
+	}
+	return found;
+}
+
+/* key was in neither this thread's front nor the shared table. A flusher
+ * may be moving it from one to the other (this thread's own front
+ * included): once flush_mu is ours no flush is under way, so look in both
+ * again, then in the other threads' fronts. Its value, 0 when no front
+ * holds it either. */
+uint64_t gs_front_take_others(uint64_t key)
+{
+	if (!gs_front_ok)
+		return 0;
+	pthread_mutex_lock(&flush_mu);
+	uint64_t v = gs_front_take(key);
+	if (v == 0)
+		v = gs_tab_remove(GS_TAB_PTR, key);
+	if (v == 0)
+		v = flush_fronts(key, 1);
+	pthread_mutex_unlock(&flush_mu);
+	return v;
+}
+
+/* Before walking the shared table (a context teardown): every front's
+ * entries, this thread's included, go into it. */
+void gs_front_flush_all(void)
+{
+	if (!gs_front_ok)
+		return;
+	pthread_mutex_lock(&flush_mu);
+	flush_fronts(GS_KEY_EMPTY, 0);
+	struct gs_front *mine = gs_tls.fr;
+	if (mine != NULL && __atomic_load_n(&mine->live, __ATOMIC_RELAXED) != 0 && gs_front_enter(mine)) {
+		drain(mine, GS_KEY_EMPTY);
+		gs_front_leave(mine);
+	}
+	pthread_mutex_unlock(&flush_mu);
+}
+
+/* Thread exit: its entries go to the shared table (other threads may
+ * release them) and the front to the next thread that wants one. */
+static void thread_exit(void *arg)
+{
+	struct gs_front *f = arg;
+	if (f == NULL || gs_tls.fr != f)
+		return;
+	pthread_mutex_lock(&flush_mu);
+	if (gs_front_enter(f)) {
+		drain(f, GS_KEY_EMPTY);
+		gs_front_leave(f);
+	}
+	if (__atomic_load_n(&f->live, __ATOMIC_RELAXED) == 0) {
+		__atomic_store_n(&f->cool, 0, __ATOMIC_RELAXED);
+		__atomic_store_n(&f->owner, 0, __ATOMIC_RELEASE);
+	}
+	/* else the shared table was full: the front keeps them, unowned, and
+	 * other threads' releases still find them there */
+	pthread_mutex_unlock(&flush_mu);
+	gs_tls.fr = NULL;
+}
+
+/* After fork (child, single-threaded): the parent's allocations are
+ * forgotten, and so are its threads' fronts. */
+void gs_front_drop(void)
+{
+	memset(gs_fronts, 0, sizeof(gs_fronts));
+	gs_tls.fr = NULL;
+	gs_tls.fr_tried = 0;
+	pthread_mutex_init(&flush_mu, NULL);
+}

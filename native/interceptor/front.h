@@ -1,0 +1,112 @@
+/*
+ * The pointer table's per-thread front (docs/interceptor.md "Tables"): a
+ * small direct-mapped array of (device pointer, charge) owned by one thread,
+ * written by it with plain stores. An allocation is recorded in its
+ * thread's front when its place there is free, else in the shared table; a
+ * release looks in its own thread's front first, then in the shared table,
+ * then (front.c) in the other threads' fronts, which are flushed into the
+ * shared table for it.
+ *
+ * The owner writes `busy` around each update and reads `revoke` between;
+ * a flusher sets `revoke`, runs membarrier (which orders the owner's store
+ * before its load as a fence would, so the owner pays none), then waits for
+ * `busy` to be 0 and has the front to itself until it clears `revoke`.
+ * Included from ptrtab.h.
+ */
+#ifndef GPUSLICE_FRONT_H
+#define GPUSLICE_FRONT_H
+
+#include <stdint.h>
+
+#define GS_FRONTS 8       /* threads of a process with a front of their own */
+#define GS_FRONT_BITS 5   /* entries of a front: 2^GS_FRONT_BITS */
+#define GS_FRONT_COOL 4096 /* allocations that skip a front after it was flushed for another thread */
+
+struct gs_front {
+	uint32_t busy;   /* owner inside an update */
+	uint32_t owner;  /* owning thread id, 0 when free */
+	uint32_t revoke; /* a flusher has the front */
+	uint32_t cool;   /* allocations left that go to the shared table (owner decrements) */
+	uint64_t live;   /* entries in e[] */
+	uint64_t pad[5];
+	struct gs_ent e[1u << GS_FRONT_BITS];
+} __attribute__((aligned(64)));
+
+extern struct gs_front gs_fronts[GS_FRONTS];
+extern int gs_front_ok; /* membarrier registered: fronts may be used */
+
+struct gs_front *gs_front_claim(void);
+uint64_t gs_front_take_others(uint64_t key);
+void gs_front_flush_all(void);
+void gs_front_drop(void);
+
+GS_INLINE struct gs_front *gs_front_mine(void)
+{
+	struct gs_front *f = gs_tls.fr;
+	if (GS_LIKELY(f != NULL) || gs_tls.fr_tried)
+		return f;
+	return gs_front_claim();
+}
+
+/* Enter an update of f: 1 when the owner may write it, 0 while a flusher
+ * has it (busy is then 0 again). */
+GS_INLINE int gs_front_enter(struct gs_front *f)
+{
+	__atomic_store_n(&f->busy, 1, __ATOMIC_RELAXED);
+	__atomic_signal_fence(__ATOMIC_SEQ_CST); /* a flusher's membarrier fences it */
+	if (GS_LIKELY(__atomic_load_n(&f->revoke, __ATOMIC_ACQUIRE) == 0))
+		return 1;
+	__atomic_store_n(&f->busy, 0, __ATOMIC_RELEASE);
+	return 0;
+}
+
+GS_INLINE void gs_front_leave(struct gs_front *f) { __atomic_store_n(&f->busy, 0, __ATOMIC_RELEASE); }
+
+GS_INLINE struct gs_ent *gs_front_ent(struct gs_front *f, uint64_t key)
+{
+	return &f->e[(key * 0x9E3779B97F4A7C15ull) >> (64 - GS_FRONT_BITS)];
+}
+
+/* Record key -> val in this thread's front: 1 when recorded there, 0 when
+ * the caller records it in the shared table. */
+GS_INLINE int gs_front_put(uint64_t key, uint64_t val)
+{
+	struct gs_front *f = gs_front_mine();
+	if (GS_UNLIKELY(f == NULL) || GS_UNLIKELY(!gs_front_enter(f)))
+		return 0;
+	struct gs_ent *e = gs_front_ent(f, key);
+	uint32_t cool = __atomic_load_n(&f->cool, __ATOMIC_RELAXED);
+	int done = 0;
+	if (GS_LIKELY(cool == 0)) {
+		if (GS_LIKELY(__atomic_load_n(&e->key, __ATOMIC_RELAXED) == GS_KEY_EMPTY)) {
+			__atomic_store_n(&e->val, val, __ATOMIC_RELAXED);
+			__atomic_store_n(&e->key, key, __ATOMIC_RELAXED);
+			__atomic_store_n(&f->live, __atomic_load_n(&f->live, __ATOMIC_RELAXED) + 1,
+					 __ATOMIC_RELAXED);
+			done = 1;
+		}
+	} else {
+		__atomic_store_n(&f->cool, cool - 1, __ATOMIC_RELAXED);
+	}
+	gs_front_leave(f);
+	return done;
+}
+
+/* Take key out of this thread's front: its value, 0 when it is not there. */
+GS_INLINE uint64_t gs_front_take(uint64_t key)
+{
+	struct gs_front *f = gs_tls.fr;
+	if (GS_UNLIKELY(f == NULL) || GS_UNLIKELY(!gs_front_enter(f)))
+		return 0;
+	struct gs_ent *e = gs_front_ent(f, key);
+	uint64_t v = 0;
+	if (GS_LIKELY(__atomic_load_n(&e->key, __ATOMIC_RELAXED) == key)) {
+		v = __atomic_load_n(&e->val, __ATOMIC_RELAXED);
+		__atomic_store_n(&e->key, GS_KEY_EMPTY, __ATOMIC_RELAXED);
+		__atomic_store_n(&f->live, __atomic_load_n(&f->live, __ATOMIC_RELAXED) - 1, __ATOMIC_RELAXED);
+	}
+	gs_front_leave(f);
+	return v;
+}
+
+#endif

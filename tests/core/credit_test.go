@@ -1,0 +1,129 @@
+package core
+
+import (
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/gpuslice/gpuslice/internal/client"
+	"github.com/gpuslice/gpuslice/internal/testenv"
+	"github.com/gpuslice/gpuslice/tests/interceptor/probe"
+)
+
+// A thread that allocated and freed keeps the bytes as credit (they stay
+// in the ledger's used counter) and then sleeps. That credit must never
+// cause a denial: the same process's other threads and another process of
+// the job can still allocate up to the quota less what is really allocated,
+// and cuMemGetInfo's free is exact (quota − really allocated) meanwhile.
+func TestIdleThreadCreditNeverDenies(t *testing.T) {
+	d := testenv.StartDaemon(t, testenv.DaemonOptions{})
+	const quota = GiB
+	sess := newSession(t, d, client.SessionRequest{QuotaBytes: quota})
+	l := openLedger(t, d, sess.ID)
+	env := sessionEnv(t, d, sess.ID)
+
+	// Process A: an idle thread keeps 100 MiB of credit.
+	a := probe.Start(t, env, probe.Bin(t, "gs_probe"), "dev:0", "idlecredit:100M", "meminfo", "pause",
+		"alloc:1G", "meminfo", "free", "pause")
+	if s := a.Expect("idlecredit"); s.Get("alloc") != "0" || s.Get("free") != "0" {
+		t.Fatalf("idle thread: %s\n%s", s.Line, a.Output())
+	}
+	if m := a.Expect("meminfo"); m.Uint(t, "free") != quota {
+		t.Errorf("process A with credit outstanding: %s, want free=%d (nothing is allocated)", m.Line, uint64(quota))
+	}
+	a.Expect("paused")
+	if l.Charged(0) != 100*MiB || l.Used(0) != 0 || l.Credit(0) != 100*MiB {
+		t.Fatalf("ledger charged %d, used %d, credit %d; want the idle thread's 100 MiB kept as credit, nothing used",
+			l.Charged(0), l.Used(0), l.Credit(0))
+	}
+
+	// Process B: sees the whole quota free and gets it, in one allocation.
+	b := probe.Start(t, env, probe.Bin(t, "gs_probe"), "dev:0", "meminfo", "alloc:1G", "meminfo", "free", "meminfo")
+	if m := b.Expect("meminfo"); m.Uint(t, "free") != quota {
+		t.Errorf("process B: %s, want free=%d", m.Line, uint64(quota))
+	}
+	if s := b.Expect("alloc"); s.Get("rc") != "0" {
+		t.Errorf("process B, 1 GiB under a 1 GiB quota with another process's idle credit: %s, want rc=0", s.Line)
+	}
+	if m := b.Expect("meminfo"); m.Uint(t, "free") != 0 {
+		t.Errorf("process B holding the quota: %s, want free=0", m.Line)
+	}
+	b.Expect("free")
+	if m := b.Expect("meminfo"); m.Uint(t, "free") != quota {
+		t.Errorf("process B after its free: %s, want free=%d", m.Line, uint64(quota))
+	}
+	if err := b.Wait(); err != nil {
+		t.Fatalf("process B: %v\n%s", err, b.Output())
+	}
+	noStderr(t, "process B", b.Stderr())
+	eventually(t, 30*time.Second, "process B reclaimed", func() (bool, string) {
+		return l.Used(0) == 0, strconv.FormatUint(l.Used(0), 10)
+	})
+
+	// Process A's main thread: the whole quota, with its idle thread's
+	// credit (taken back by B or still there) counted nowhere twice.
+	a.Send("")
+	if s := a.Expect("alloc"); s.Get("rc") != "0" {
+		t.Errorf("process A's main thread, 1 GiB next to its idle thread: %s, want rc=0", s.Line)
+	}
+	if m := a.Expect("meminfo"); m.Uint(t, "free") != 0 {
+		t.Errorf("process A holding the quota: %s, want free=0", m.Line)
+	}
+	a.Expect("free")
+	a.Expect("paused")
+	if u, c := l.Used(0), l.Charged(0); u != 0 || c > quota {
+		t.Errorf("after A's free: used %d, charged %d; want 0 and at most the quota", u, c)
+	}
+	if l.Denied(0) != 0 {
+		t.Errorf("%d denials, want none", l.Denied(0))
+	}
+	a.Send("")
+	if err := a.Wait(); err != nil {
+		t.Fatalf("process A: %v\n%s", err, a.Output())
+	}
+	noStderr(t, "process A", a.Stderr())
+	eventually(t, 30*time.Second, "process A's credit back with its slot", func() (bool, string) {
+		return l.Charged(0) == 0, strconv.FormatUint(l.Charged(0), 10)
+	})
+}
+
+// Pointers a thread allocated sit in its own front of the pointer table
+// (docs/interceptor.md "Tables"). Another thread frees them while that
+// thread goes on allocating and freeing: every release is found and given
+// back (the fronts are flushed for it), nothing is denied, and the ledger
+// and cuMemGetInfo come back to exactly nothing allocated.
+func TestPointersFreedByAnotherThread(t *testing.T) {
+	d := testenv.StartDaemon(t, testenv.DaemonOptions{})
+	const quota = GiB
+	sess := newSession(t, d, client.SessionRequest{QuotaBytes: quota})
+	l := openLedger(t, d, sess.ID)
+	env := sessionEnv(t, d, sess.ID)
+	for round := 0; round < 3; round++ {
+		p := probe.Start(t, env, probe.Bin(t, "gs_probe"), "dev:0", "crossfree:24:8M", "meminfo", "pause")
+		s := p.Expect("crossfree")
+		if s.Get("alloc_failed") != "0" || s.Get("free_failed") != "0" {
+			t.Fatalf("round %d: %s, want no failed call\n%s", round, s.Line, p.Output())
+		}
+		if m := p.Expect("meminfo"); m.Uint(t, "free") != quota {
+			t.Errorf("round %d: %s, want free=%d (everything was freed)", round, m.Line, uint64(quota))
+		}
+		p.Expect("paused")
+		if u := l.Used(0); u != 0 {
+			t.Errorf("round %d: ledger used %d with the process alive, want 0", round, u)
+		}
+		p.Send("")
+		if err := p.Wait(); err != nil {
+			t.Fatalf("round %d: %v\n%s", round, err, p.Output())
+		}
+		noStderr(t, "gs_probe", p.Stderr())
+		eventually(t, 30*time.Second, "slot released", func() (bool, string) {
+			return l.Charged(0) == 0, strconv.FormatUint(l.Charged(0), 10)
+		})
+		if r := l.Reclaimed(0); r != 0 {
+			t.Errorf("round %d: the daemon reclaimed %d bytes at exit, want 0 (the process gave everything back)", round, r)
+		}
+	}
+	if n := l.Denied(0); n != 0 {
+		t.Errorf("%d denials, want none", n)
+	}
+}
