@@ -22,15 +22,32 @@ func StartTime(pid uint32) (uint64, error) {
 	return st, err
 }
 
+// statBufSize holds a whole /proc/<pid>/stat line (52 fields, a command
+// name of at most 64 bytes).
+const statBufSize = 1024
+
+// readStat reads /proc/<pid>/stat into buf with three system calls (no
+// os.File: the sweep and every attach read it, and an os.File costs a
+// poller registration and fcntl calls besides).
+func readStat(pid uint32, buf []byte) (int, error) {
+	var path [32]byte
+	p := append(append(append(path[:0], "/proc/"...), strconv.FormatUint(uint64(pid), 10)...), "/stat"...)
+	fd, err := unix.Open(string(p), unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return 0, err
+	}
+	n, err := unix.Read(fd, buf)
+	unix.Close(fd)
+	if err != nil {
+		return 0, err
+	}
+	return n, nil
+}
+
 // procStat reads the state (field 3) and start time (field 22) of pid.
 func procStat(pid uint32) (state byte, start uint64, err error) {
-	var buf [512]byte
-	f, err := os.Open("/proc/" + strconv.FormatUint(uint64(pid), 10) + "/stat")
-	if err != nil {
-		return 0, 0, err
-	}
-	n, err := f.Read(buf[:])
-	f.Close()
+	var buf [statBufSize]byte
+	n, err := readStat(pid, buf[:])
 	if err != nil {
 		return 0, 0, err
 	}
@@ -105,13 +122,8 @@ func anyThreadRuns(pid uint32) bool {
 // move without CAP_SYS_RESOURCE. 0 when unreadable. Two attaches of one
 // process with the same token come from the same image.
 func ImageToken(pid uint32) uint64 {
-	var buf [1024]byte
-	f, err := os.Open("/proc/" + strconv.FormatUint(uint64(pid), 10) + "/stat")
-	if err != nil {
-		return 0
-	}
-	n, err := f.Read(buf[:])
-	f.Close()
+	var buf [statBufSize]byte
+	n, err := readStat(pid, buf[:])
 	if err != nil {
 		return 0
 	}
