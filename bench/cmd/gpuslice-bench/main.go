@@ -85,7 +85,7 @@ func run() int {
 	flag.IntVar(&o.ipcRounds, "ipc-rounds", 5, "interleaved rounds of gpusliced and echo-server pings")
 	flag.IntVar(&o.execPairs, "exec-pairs", 30, "interleaved exec-to-first-allocation pairs")
 	flag.IntVar(&o.storm, "storm", 1000, "processes of one job in an attach storm")
-	flag.IntVar(&o.stormRounds, "storm-rounds", 2, "interleaved storm pairs")
+	flag.IntVar(&o.stormRounds, "storm-rounds", 5, "interleaved storm pairs")
 	flag.IntVar(&o.scale, "scale-sessions", 10000, "sessions for the scale figures")
 	flag.StringVar(&o.only, "only", "", "comma-separated figure groups: alloc,ipc,attach,create,reclaim,audit,exec,storm,scale (default all)")
 	echo := flag.String("echo", "", "serve the reference echo server on this socket (internal)")
