@@ -119,8 +119,9 @@ func anyThreadRuns(pid uint32) bool {
 // ImageToken identifies the program image pid runs: the addresses of its
 // argument and environment strings (/proc/<pid>/stat fields 48 and 50),
 // which exec places on a new, randomised stack and which a process cannot
-// move without CAP_SYS_RESOURCE. 0 when unreadable. Two attaches of one
-// process with the same token come from the same image.
+// move without CAP_SYS_RESOURCE. 0 when unknown: unreadable, or read during
+// an exec before the new stack is in place (both addresses still 0). Two
+// attaches of one process with the same token come from the same image.
 func ImageToken(pid uint32) uint64 {
 	var buf [statBufSize]byte
 	n, err := readStat(pid, buf[:])
@@ -141,8 +142,8 @@ func parseImageToken(b []byte) uint64 {
 	}
 	argStart, err1 := strconv.ParseUint(string(fields[45]), 10, 64)
 	envStart, err2 := strconv.ParseUint(string(fields[47]), 10, 64)
-	if err1 != nil || err2 != nil {
-		return 0
+	if err1 != nil || err2 != nil || argStart == 0 || envStart == 0 {
+		return 0 // unreadable, or an exec has not yet placed the new stack
 	}
 	return argStart ^ (envStart << 1) ^ (envStart >> 63)
 }

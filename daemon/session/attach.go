@@ -89,7 +89,13 @@ func (m *Manager) Attach(id string, uid, pid uint32) (Attachment, error) {
 		// starts from an empty slot. The same image attaching again keeps
 		// its slot and every byte charged to it: a second ATTACH never
 		// uncharges memory that is still allocated.
-		if old, ok := s.images[slot]; ok && (img == 0 || old == img) {
+		// A token of 0 is unknown (unreadable, or read while the kernel
+		// was still setting up an exec's new stack): an unknown token
+		// never proves a new image, and a known one replaces it.
+		if old, ok := s.images[slot]; ok && (img == 0 || old == 0 || old == img) {
+			if old == 0 {
+				s.images[slot] = img
+			}
 			m.opt.Log.Info("second attach of the same image keeps its charge", "session", id, "pid", pid, "slot", slot)
 			return m.attachmentLocked(s, slot)
 		}
