@@ -22,6 +22,20 @@ func StartTime(pid uint32) (uint64, error) {
 	return st, err
 }
 
+// Identity reads /proc/<pid>/stat once for both the start time
+// (StartTime) and the program image (ImageToken, 0 when unknown).
+func Identity(pid uint32) (start, image uint64, err error) {
+	var buf [statBufSize]byte
+	n, err := readStat(pid, buf[:])
+	if err != nil {
+		return 0, 0, err
+	}
+	if _, start, err = parseStat(buf[:n]); err != nil {
+		return 0, 0, err
+	}
+	return start, parseImageToken(buf[:n]), nil
+}
+
 // statBufSize holds a whole /proc/<pid>/stat line (52 fields, a command
 // name of at most 64 bytes).
 const statBufSize = 1024
