@@ -178,7 +178,7 @@ var targets = []struct {
 	{"throughput_ratio_8threads_64mib", "  the same with 64 MiB allocations (fakecuda's mmap path)", false, 0.9, ""},
 	{"ipc_ping_p50_ratio", "IPC ping p50, gpusliced / reference echo server (same rounds)", true, 1.2, ""},
 	{"ipc_ping_p99_32_ratio", "IPC ping p99 at 32 clients, gpusliced / echo server", true, 1.2, ""},
-	{"attach_p50_us", "process attach (connect to ATTACH_OK + fds) p50", true, 300, "µs"},
+	{"attach_p50_us", "ATTACH round trip, one process attaching again (Go client) p50", true, 300, "µs"},
 	{"exec_to_first_alloc_added_ms", "exec -> first allocation, with interceptor minus without", true, 0.3, " ms"},
 	{"attach_storm_1000_last_ratio", "storm of 1,000 processes of one job: last first-allocation, with / without", true, 1.2, ""},
 	{"session_create_p50_ms", "session create -> ready (admin API) p50", true, 25, "ms"},
