@@ -56,6 +56,9 @@ static int env_error; /* the environment itself is unusable (reason below) */
 static char env_reason[128];
 static int64_t last_try_ns;
 static int atfork_done;
+/* This thread is starting NVML inside the first attach (init_mu held): a
+ * hooked call NVML makes meanwhile passes through as if inert. */
+static __thread int in_attach GS_TLS_MODEL;
 
 static int64_t mono_ns(void)
 {
@@ -218,8 +221,11 @@ static int attach_once(struct gs_attach_err *err, int prepare)
 	int s = gs_ipc_attach_send(sock_path, session_env, token, err);
 	if (s < 0)
 		return -1;
-	if (prepare)
+	if (prepare) {
+		in_attach = 1;
 		gs_ctxcost_prepare();
+		in_attach = 0;
+	}
 	if (gs_ipc_attach_recv(s, &rep, err) < 0)
 		return -1;
 	int rv = map_ledger(&rep, err);
@@ -270,6 +276,8 @@ static void atfork_child(void)
 
 int gs_init_slow(void)
 {
+	if (in_attach)
+		return GS_ST_INERT; /* re-entered from NVML's start: init_mu is ours */
 	pthread_mutex_lock(&init_mu);
 	int s = atomic_load_explicit(&gs.state, memory_order_acquire);
 	if (s != GS_ST_UNINIT)
