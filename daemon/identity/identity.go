@@ -13,7 +13,10 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
+
+	"golang.org/x/sys/unix"
 )
 
 // MaxDepth bounds the ancestry walk.
@@ -24,6 +27,69 @@ const MaxDepth = 64
 type Resolver struct {
 	Proc   string // default /proc
 	Cgroup string // default /sys/fs/cgroup
+	// Cache, when set, remembers what the ancestry walk found above each
+	// ancestor it visited (NewCache).
+	Cache *Cache
+}
+
+// Cache holds, for an ancestor process known by pid and start time (both
+// from the kernel: a pid reused by a later process is another key), the
+// job the ancestry walk found from it up to init: the job of the first
+// root slurmstepd, or none. The processes of a step share their ancestors
+// (the step's slurmstepd, the user's shell), so after the first attach of
+// a step the walk stops at the attaching process's parent.
+//
+// What is kept stays true: a process's start time never changes, a root
+// slurmstepd never becomes another program, and reparenting (an ancestor
+// exits) only ever moves a process up its own tree, towards init, so an
+// ancestor with no slurmstepd above it never gains one. A process that
+// left its step (its parent's exit reparented it to init) is still known
+// by the job it was started in.
+type Cache struct {
+	mu sync.Mutex
+	m  map[procKey]string
+}
+
+type procKey struct {
+	pid   uint32
+	start uint64
+}
+
+// cacheMax bounds the cache; a full cache starts again empty.
+const cacheMax = 16384
+
+// NewCache returns an empty cache.
+func NewCache() *Cache { return &Cache{m: map[procKey]string{}} }
+
+func (c *Cache) get(k procKey) (string, bool) {
+	if c == nil {
+		return "", false
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	job, ok := c.m[k]
+	return job, ok
+}
+
+func (c *Cache) put(keys []procKey, job string) {
+	if c == nil || len(keys) == 0 {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.m)+len(keys) > cacheMax {
+		c.m = map[procKey]string{}
+	}
+	for _, k := range keys {
+		c.m[k] = job
+	}
+}
+
+// Len is the number of ancestors remembered.
+func (c *Cache) Len() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.m)
 }
 
 // How says which method found the job.
@@ -68,13 +134,18 @@ func (r Resolver) Job(pid uint32) (string, How) {
 // subtree delegated to them (systemd user sessions) is theirs, not root's,
 // and does not count.
 func (r Resolver) byCgroup(pid uint32) string {
-	b, err := os.ReadFile(filepath.Join(r.proc(), strconv.FormatUint(uint64(pid), 10), "cgroup"))
+	b, err := readSmall(filepath.Join(r.proc(), strconv.FormatUint(uint64(pid), 10), "cgroup"))
 	if err != nil {
 		return ""
 	}
-	for _, line := range strings.Split(string(b), "\n") {
+	for len(b) > 0 {
+		var line []byte
+		line, b, _ = bytes.Cut(b, []byte("\n"))
+		if !bytes.Contains(line, []byte("job_")) {
+			continue
+		}
 		// hierarchy-ID:controllers:path
-		parts := strings.SplitN(line, ":", 3)
+		parts := strings.SplitN(string(line), ":", 3)
 		if len(parts) != 3 {
 			continue
 		}
@@ -91,6 +162,35 @@ func (r Resolver) byCgroup(pid uint32) string {
 		}
 	}
 	return ""
+}
+
+// readSmall reads a /proc file of at most 64 KiB with plain system calls:
+// an os.File costs a poller registration and four fcntl calls besides, on
+// a path every attach takes.
+func readSmall(path string) ([]byte, error) {
+	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer unix.Close(fd)
+	buf := make([]byte, 0, 1024)
+	for len(buf) < 64<<10 {
+		if len(buf) == cap(buf) {
+			buf = append(buf, 0)[:len(buf)]
+		}
+		n, err := unix.Read(fd, buf[len(buf):cap(buf)])
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		if n == 0 {
+			break
+		}
+		buf = buf[:len(buf)+n]
+	}
+	return buf, nil
 }
 
 // controllerDir is where a cgroup v1 hierarchy is mounted ("" for v2).
@@ -128,18 +228,36 @@ func isJobID(s string) bool {
 // slurmstepd: a process whose real and effective uid are 0, whose
 // executable is named slurmstepd and whose title names the job. A user
 // cannot start such a process; a process that left the tree (double fork,
-// reparented to init or a subreaper) is not found this way.
+// reparented to init or a subreaper) is not found this way. With a Cache
+// the walk stops at the first ancestor whose answer is known.
 func (r Resolver) byAncestry(pid uint32) string {
-	p := pid
+	st, ok := r.stat(pid)
+	if !ok {
+		return ""
+	}
+	p := st.ppid
+	var seen []procKey
 	for depth := 0; depth < MaxDepth && p > 1; depth++ {
-		ppid, ok := r.parent(p)
+		pst, ok := r.stat(p)
 		if !ok {
 			return ""
 		}
-		p = ppid
+		k := procKey{pid: p, start: pst.start}
+		if pst.start != 0 {
+			if job, ok := r.Cache.get(k); ok {
+				r.Cache.put(seen, job)
+				return job
+			}
+			seen = append(seen, k)
+		}
 		if job := r.stepdJob(p); job != "" {
+			r.Cache.put(seen, job)
 			return job
 		}
+		p = pst.ppid
+	}
+	if p <= 1 {
+		r.Cache.put(seen, "") // init reached: no slurmstepd above any of them
 	}
 	return ""
 }
@@ -148,22 +266,35 @@ func (r Resolver) dir(pid uint32) string {
 	return filepath.Join(r.proc(), strconv.FormatUint(uint64(pid), 10))
 }
 
-// parent reads the ppid (field 4) of /proc/<pid>/stat.
-func (r Resolver) parent(pid uint32) (uint32, bool) {
-	b, err := os.ReadFile(filepath.Join(r.dir(pid), "stat"))
+type procStat struct {
+	ppid  uint32
+	start uint64 // 0 when the line has no field 22 (a prepared tree)
+}
+
+// stat reads the ppid (field 4) and start time (field 22) of
+// /proc/<pid>/stat.
+func (r Resolver) stat(pid uint32) (procStat, bool) {
+	b, err := readSmall(filepath.Join(r.dir(pid), "stat"))
 	if err != nil {
-		return 0, false
+		return procStat{}, false
 	}
 	i := bytes.LastIndexByte(b, ')')
 	if i < 0 {
-		return 0, false
+		return procStat{}, false
 	}
 	f := bytes.Fields(b[i+1:])
 	if len(f) < 2 {
-		return 0, false
+		return procStat{}, false
 	}
 	v, err := strconv.ParseUint(string(f[1]), 10, 32)
-	return uint32(v), err == nil
+	if err != nil {
+		return procStat{}, false
+	}
+	st := procStat{ppid: uint32(v)}
+	if len(f) > 19 {
+		st.start, _ = strconv.ParseUint(string(f[19]), 10, 64)
+	}
+	return st, true
 }
 
 // stepdJob returns the job of pid when pid is a root slurmstepd.
@@ -176,7 +307,7 @@ func (r Resolver) stepdJob(pid uint32) string {
 	if !rootProcess(filepath.Join(d, "status")) {
 		return ""
 	}
-	cmd, err := os.ReadFile(filepath.Join(d, "cmdline"))
+	cmd, err := readSmall(filepath.Join(d, "cmdline"))
 	if err != nil {
 		return ""
 	}

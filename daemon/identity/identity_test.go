@@ -124,3 +124,63 @@ func TestParseStepdTitle(t *testing.T) {
 		}
 	}
 }
+
+// statLine is a /proc/<pid>/stat line with every field up to the start
+// time (field 22).
+func statLine(pid, ppid uint32, start uint64) string {
+	return itoa(pid) + " (x y) S " + itoa(ppid) + " 1 1 0 -1 4194560 100 0 0 0 0 0 0 0 20 0 1 0 " +
+		strconv.FormatUint(start, 10) + " 1000 10\n"
+}
+
+// The cache answers for an ancestor known by pid and start time; the same
+// pid with another start time (a later process) is walked again.
+func TestJobCache(t *testing.T) {
+	root := t.TempDir()
+	const rootUIDs, userUIDs = "0\t0\t0\t0", "1000\t1000\t1000\t1000"
+	writeTree(t, root, []fakeProc{
+		{pid: 1, ppid: 0, exe: "/sbin/init", uids: rootUIDs, cmdline: "init"},
+		{pid: 100, ppid: 1, exe: "/usr/sbin/slurmstepd", uids: rootUIDs, cmdline: "slurmstepd: [1234.0]"},
+		{pid: 101, ppid: 100, exe: "/bin/bash", uids: userUIDs, cmdline: "bash"},
+		{pid: 102, ppid: 101, exe: "/usr/bin/python3", uids: userUIDs, cmdline: "python3"},
+		{pid: 103, ppid: 101, exe: "/usr/bin/python3", uids: userUIDs, cmdline: "python3"},
+		{pid: 200, ppid: 1, exe: "/bin/bash", uids: userUIDs, cmdline: "bash"},
+		{pid: 201, ppid: 200, exe: "/bin/sleep", uids: userUIDs, cmdline: "sleep"},
+	})
+	proc := filepath.Join(root, "proc")
+	setStat := func(pid, ppid uint32, start uint64) {
+		if err := os.WriteFile(filepath.Join(proc, itoa(pid), "stat"), []byte(statLine(pid, ppid, start)), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, p := range [][3]uint32{{1, 0, 1}, {100, 1, 50}, {101, 100, 60}, {102, 101, 70}, {103, 101, 71}, {200, 1, 80}, {201, 200, 90}} {
+		setStat(p[0], p[1], uint64(p[2]))
+	}
+	c := NewCache()
+	r := Resolver{Proc: proc, Cgroup: filepath.Join(root, "cgroup"), Cache: c}
+	if job, how := r.Job(102); job != "1234" || how != ByStepd {
+		t.Fatalf("Job(102) = %q, %q; want 1234 by slurmstepd", job, how)
+	}
+	if job, _ := r.Job(201); job != "" {
+		t.Fatalf("Job(201) = %q; want none", job)
+	}
+	if c.Len() != 3 { // 101 and 100 (job 1234), 200 (none)
+		t.Fatalf("cache holds %d ancestors, want 3", c.Len())
+	}
+	// The step's slurmstepd is not read again for a sibling: its title
+	// changed on disk, the remembered answer stands.
+	os.WriteFile(filepath.Join(proc, "100", "cmdline"), []byte("slurmstepd: [9999.0]\x00"), 0o644)
+	if job, _ := r.Job(103); job != "1234" {
+		t.Fatalf("Job(103) = %q; want 1234 (from the cache)", job)
+	}
+	// pid 101 reused by a process with another start time whose parent is
+	// the user's shell outside the job: not the cached ancestor.
+	setStat(101, 200, 61)
+	if job, _ := r.Job(102); job != "" {
+		t.Fatalf("Job(102) under a reused parent pid = %q; want none", job)
+	}
+	// Without a cache the title read now counts.
+	setStat(101, 100, 60)
+	if job, _ := (Resolver{Proc: proc, Cgroup: r.Cgroup}).Job(103); job != "9999" {
+		t.Fatalf("uncached Job(103) = %q; want 9999", job)
+	}
+}

@@ -22,15 +22,46 @@ func StartTime(pid uint32) (uint64, error) {
 	return st, err
 }
 
-// procStat reads the state (field 3) and start time (field 22) of pid.
-func procStat(pid uint32) (state byte, start uint64, err error) {
-	var buf [512]byte
-	f, err := os.Open("/proc/" + strconv.FormatUint(uint64(pid), 10) + "/stat")
+// Identity reads /proc/<pid>/stat once for both the start time
+// (StartTime) and the program image (ImageToken, 0 when unknown).
+func Identity(pid uint32) (start, image uint64, err error) {
+	var buf [statBufSize]byte
+	n, err := readStat(pid, buf[:])
 	if err != nil {
 		return 0, 0, err
 	}
-	n, err := f.Read(buf[:])
-	f.Close()
+	if _, start, err = parseStat(buf[:n]); err != nil {
+		return 0, 0, err
+	}
+	return start, parseImageToken(buf[:n]), nil
+}
+
+// statBufSize holds a whole /proc/<pid>/stat line (52 fields, a command
+// name of at most 64 bytes).
+const statBufSize = 1024
+
+// readStat reads /proc/<pid>/stat into buf with three system calls (no
+// os.File: the sweep and every attach read it, and an os.File costs a
+// poller registration and fcntl calls besides).
+func readStat(pid uint32, buf []byte) (int, error) {
+	var path [32]byte
+	p := append(append(append(path[:0], "/proc/"...), strconv.FormatUint(uint64(pid), 10)...), "/stat"...)
+	fd, err := unix.Open(string(p), unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return 0, err
+	}
+	n, err := unix.Read(fd, buf)
+	unix.Close(fd)
+	if err != nil {
+		return 0, err
+	}
+	return n, nil
+}
+
+// procStat reads the state (field 3) and start time (field 22) of pid.
+func procStat(pid uint32) (state byte, start uint64, err error) {
+	var buf [statBufSize]byte
+	n, err := readStat(pid, buf[:])
 	if err != nil {
 		return 0, 0, err
 	}
@@ -102,16 +133,12 @@ func anyThreadRuns(pid uint32) bool {
 // ImageToken identifies the program image pid runs: the addresses of its
 // argument and environment strings (/proc/<pid>/stat fields 48 and 50),
 // which exec places on a new, randomised stack and which a process cannot
-// move without CAP_SYS_RESOURCE. 0 when unreadable. Two attaches of one
-// process with the same token come from the same image.
+// move without CAP_SYS_RESOURCE. 0 when unknown: unreadable, or read during
+// an exec before the new stack is in place (both addresses still 0). Two
+// attaches of one process with the same token come from the same image.
 func ImageToken(pid uint32) uint64 {
-	var buf [1024]byte
-	f, err := os.Open("/proc/" + strconv.FormatUint(uint64(pid), 10) + "/stat")
-	if err != nil {
-		return 0
-	}
-	n, err := f.Read(buf[:])
-	f.Close()
+	var buf [statBufSize]byte
+	n, err := readStat(pid, buf[:])
 	if err != nil {
 		return 0
 	}
@@ -129,8 +156,8 @@ func parseImageToken(b []byte) uint64 {
 	}
 	argStart, err1 := strconv.ParseUint(string(fields[45]), 10, 64)
 	envStart, err2 := strconv.ParseUint(string(fields[47]), 10, 64)
-	if err1 != nil || err2 != nil {
-		return 0
+	if err1 != nil || err2 != nil || argStart == 0 || envStart == 0 {
+		return 0 // unreadable, or an exec has not yet placed the new stack
 	}
 	return argStart ^ (envStart << 1) ^ (envStart >> 63)
 }

@@ -63,7 +63,9 @@ func (m *Manager) Attach(id string, uid, pid uint32) (Attachment, error) {
 	if uid != 0 && uid != s.uid {
 		return Attachment{}, fmt.Errorf("%w: session %q belongs to uid %d, not %d", ErrNotPermitted, id, s.uid, uid)
 	}
-	start, err := reclaim.StartTime(pid)
+	// One read for both: an image read while an exec is still under way
+	// is 0, unknown (below), never a wrong image.
+	start, img, err := reclaim.Identity(pid)
 	if err != nil {
 		return Attachment{}, fmt.Errorf("read /proc/%d/stat: %w", pid, err)
 	}
@@ -80,7 +82,6 @@ func (m *Manager) Attach(id string, uid, pid uint32) (Attachment, error) {
 	if err != nil {
 		return Attachment{}, err
 	}
-	img := reclaim.ImageToken(pid)
 	if again {
 		// The same process attaching a second time. After an exec (a new
 		// program image: the kernel gave it a new stack, so its argument
@@ -89,7 +90,13 @@ func (m *Manager) Attach(id string, uid, pid uint32) (Attachment, error) {
 		// starts from an empty slot. The same image attaching again keeps
 		// its slot and every byte charged to it: a second ATTACH never
 		// uncharges memory that is still allocated.
-		if old, ok := s.images[slot]; ok && (img == 0 || old == img) {
+		// A token of 0 is unknown (unreadable, or read while the kernel
+		// was still setting up an exec's new stack): an unknown token
+		// never proves a new image, and a known one replaces it.
+		if old, ok := s.images[slot]; ok && (img == 0 || old == 0 || old == img) {
+			if old == 0 {
+				s.images[slot] = img
+			}
 			m.opt.Log.Info("second attach of the same image keeps its charge", "session", id, "pid", pid, "slot", slot)
 			return m.attachmentLocked(s, slot)
 		}

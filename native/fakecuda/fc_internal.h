@@ -8,6 +8,7 @@
 #define __CUDA_API_VERSION_INTERNAL 1
 #include "cuda.h"
 
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -48,7 +49,7 @@ void fc_uuid_format(const uint8_t bytes[16], char out[48]);
 /* node-wide state in /dev/shm (state.c)                               */
 /* ------------------------------------------------------------------ */
 #define FC_SHM_MAGIC 0x46434b53u /* "SKCF" */
-#define FC_SHM_VERSION 1u
+#define FC_SHM_VERSION 2u /* 2: slot_hwm, per-slot liveness lock */
 #define FC_SHM_SLOTS 8192 /* processes the fake node lists (a session serves 4,096) */
 #define FC_PID_CLAIMED 0xFFFFFFFFu
 
@@ -71,7 +72,12 @@ struct fc_shm_slot {
 	_Atomic uint64_t ctxmask;   /* bit i: the process has a context on physical device i */
 	uint64_t pad1;
 	_Atomic uint64_t used[FC_MAX_DEVICES];
-	uint8_t pad[256 - 32 - 8 * FC_MAX_DEVICES];
+	/* Held by the thread that took the slot (a robust, process-shared
+	 * mutex): when that thread or its process dies, or the process execs,
+	 * the kernel sets FUTEX_OWNER_DIED in its word, as the real kernel
+	 * driver learns of a process's death when its device files close. */
+	pthread_mutex_t alive;
+	uint8_t pad[256 - 32 - 8 * FC_MAX_DEVICES - sizeof(pthread_mutex_t)];
 };
 
 struct fc_shm {
@@ -80,7 +86,9 @@ struct fc_shm {
 	uint32_t ndev;
 	uint32_t nslots;
 	char config[512]; /* canonical device list it was created with */
-	uint8_t pad[4096 - 16 - 512];
+	_Atomic uint32_t slot_hwm; /* every slot at or past this index is free */
+	uint32_t pad1;
+	uint8_t pad[4096 - 16 - 512 - 8];
 	struct fc_shm_dev dev[FC_MAX_DEVICES];
 	struct fc_shm_slot slot[FC_SHM_SLOTS];
 };

@@ -2,6 +2,8 @@
  * NVML's process lists: the processes that hold memory or a context on a
  * device, with the bytes each holds, from the node-wide state's per-process
  * slots (dead processes swept first, as the kernel driver frees their memory).
+ * A listing reads the slots in use only (below slot_hwm), and tells a live
+ * owner from a dead one without a system call (state.c).
  */
 #define __NVML_API_VERSION_INTERNAL 1
 #include "nvml.h"
@@ -14,7 +16,8 @@ FC_HIDDEN unsigned fc_nvml_procs(unsigned idx, unsigned cap, void (*put)(void *,
 {
 	(void)fc_state_sweep();
 	unsigned n = 0;
-	for (unsigned i = 0; i < fc_shm->nslots && i < FC_SHM_SLOTS; i++) {
+	unsigned hwm = atomic_load_explicit(&fc_shm->slot_hwm, memory_order_acquire);
+	for (unsigned i = 0; i < hwm && i < fc_shm->nslots && i < FC_SHM_SLOTS; i++) {
 		struct fc_shm_slot *s = &fc_shm->slot[i];
 		uint32_t pid = atomic_load(&s->pid);
 		if (pid == 0 || pid == FC_PID_CLAIMED)

@@ -9,12 +9,19 @@
  * per device. Slots of dead processes are reclaimed by sweeps (when an
  * allocation would not fit and whenever NVML lists processes); a clean exit
  * gives everything back at once.
+ *
+ * Sweeps and listings cost what the live slots cost, not what the node
+ * ever held: they stop at slot_hwm (slots are taken lowest first), and a
+ * slot's owner is known alive from its robust mutex (struct fc_shm_slot)
+ * without a system call; /proc is read only for a slot whose mutex says
+ * its thread is gone (a thread that exited in a live process, or an exec).
  */
 #include "fc_internal.h"
 #include "size_suffix.h"
 
 #include <errno.h>
 #include <fcntl.h>
+#include <linux/futex.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -241,6 +248,45 @@ static int proc_stat(pid_t pid, char *state, uint64_t *starttime)
 	return 0;
 }
 
+/* The slots in use are below this index. */
+static unsigned slot_hwm(void)
+{
+	unsigned n = atomic_load_explicit(&fc_shm->slot_hwm, memory_order_acquire);
+	return n < FC_SHM_SLOTS ? n : FC_SHM_SLOTS;
+}
+
+static void slot_hwm_raise(unsigned n)
+{
+	unsigned cur = atomic_load_explicit(&fc_shm->slot_hwm, memory_order_relaxed);
+	while (cur < n && !atomic_compare_exchange_weak_explicit(&fc_shm->slot_hwm, &cur, n, memory_order_release,
+								 memory_order_relaxed))
+		;
+}
+
+/* The calling thread holds the slot's mutex until the process releases the
+ * slot or dies (the kernel marks it then). -1 when it cannot (the slot's
+ * owner is then checked through /proc). */
+static int slot_hold(struct fc_shm_slot *s)
+{
+	pthread_mutexattr_t a;
+	int rv = -1;
+	if (pthread_mutexattr_init(&a) != 0)
+		return -1;
+	if (pthread_mutexattr_setpshared(&a, PTHREAD_PROCESS_SHARED) == 0 &&
+	    pthread_mutexattr_setrobust(&a, PTHREAD_MUTEX_ROBUST) == 0 && pthread_mutex_init(&s->alive, &a) == 0 &&
+	    pthread_mutex_lock(&s->alive) == 0)
+		rv = 0;
+	pthread_mutexattr_destroy(&a);
+	return rv;
+}
+
+/* The word of the slot's mutex: the owner thread's id, with FUTEX_OWNER_DIED
+ * once the kernel saw that thread die (glibc's pthread_mutex_t layout). */
+static unsigned slot_lock_word(struct fc_shm_slot *s)
+{
+	return (unsigned)__atomic_load_n(&s->alive.__data.__lock, __ATOMIC_ACQUIRE);
+}
+
 /* Give back what a slot this process has claimed (pid = FC_PID_CLAIMED)
  * holds, and free the slot. Returns the bytes given back. */
 static uint64_t slot_give_back(struct fc_shm_slot *s)
@@ -266,7 +312,8 @@ static void release_previous_image(pid_t pid, uint64_t start)
 {
 	if (start == 0)
 		return;
-	for (unsigned i = 0; i < FC_SHM_SLOTS; i++) {
+	unsigned hwm = slot_hwm();
+	for (unsigned i = 0; i < hwm; i++) {
 		struct fc_shm_slot *s = &fc_shm->slot[i];
 		uint32_t p = atomic_load_explicit(&s->pid, memory_order_acquire);
 		if (p != (uint32_t)pid || atomic_load(&s->starttime) != start)
@@ -295,6 +342,9 @@ void fc_state_register_self(void)
 				atomic_store(&s->used[d], 0);
 			atomic_store(&s->ctxmask, 0);
 			atomic_store(&s->starttime, start);
+			if (slot_hold(s) != 0)
+				memset(&s->alive, 0, sizeof(s->alive)); /* word 0: checked through /proc */
+			slot_hwm_raise(i + 1);
 			atomic_store(&s->pid, (uint32_t)pid);
 			fc_self_slot = s;
 			return;
@@ -308,6 +358,9 @@ void fc_state_register_self(void)
 
 static bool slot_owner_dead(struct fc_shm_slot *s, uint32_t pid)
 {
+	unsigned w = slot_lock_word(s);
+	if (w != 0 && !(w & FUTEX_OWNER_DIED))
+		return false; /* the thread that took the slot is alive: so is its process */
 	char state;
 	uint64_t start;
 	if (kill((pid_t)pid, 0) != 0 && errno == ESRCH)
@@ -325,7 +378,8 @@ uint64_t fc_state_sweep(void)
 	uint64_t total = 0;
 	if (fc_shm == NULL)
 		return 0;
-	for (unsigned i = 0; i < FC_SHM_SLOTS; i++) {
+	unsigned hwm = slot_hwm();
+	for (unsigned i = 0; i < hwm; i++) {
 		struct fc_shm_slot *s = &fc_shm->slot[i];
 		uint32_t pid = atomic_load_explicit(&s->pid, memory_order_acquire);
 		if (pid == 0 || pid == FC_PID_CLAIMED || s == fc_self_slot)
@@ -357,12 +411,17 @@ void fc_state_release_self(void)
 	if (s == &private_slot)
 		return;
 	atomic_store(&s->ctxmask, 0);
+	/* Only the thread that took the slot can let go of its mutex (and so
+	 * take it off its robust list). Called from another thread (exit()
+	 * on a thread other than the one that initialised CUDA), the slot,
+	 * empty now, stays this process's until the kernel marks it dead. */
+	if (slot_lock_word(s) != 0 && pthread_mutex_unlock(&s->alive) != 0)
+		return;
 	atomic_store(&s->starttime, 0);
 	atomic_store_explicit(&s->pid, 0, memory_order_release);
 }
 
-/* A sweep reads /proc for every live foreign slot; a storm of failing
- * allocations sweeps at most once per millisecond. */
+/* A storm of failing allocations sweeps at most once per millisecond. */
 uint64_t fc_state_sweep_limited(void)
 {
 	static _Atomic uint64_t last;

@@ -43,6 +43,11 @@ GS_COMPAT_SYMVER(pthread_mutex_trylock)
 GS_COMPAT_SYMVER(pthread_create)
 GS_COMPAT_SYMVER(pthread_join)
 GS_COMPAT_SYMVER(pthread_detach)
+GS_COMPAT_SYMVER(pthread_mutexattr_init)
+GS_COMPAT_SYMVER(pthread_mutexattr_destroy)
+GS_COMPAT_SYMVER(pthread_mutexattr_setpshared)
+/* robust mutexes came with glibc 2.12 */
+__asm__(".symver pthread_mutexattr_setrobust,pthread_mutexattr_setrobust@GLIBC_2.12");
 
 /* fstat: before 2.33 a header inline over __fxstat, which every glibc
  * still exports at GLIBC_2.2.5 (x86-64 stat version 1). */

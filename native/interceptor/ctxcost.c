@@ -9,7 +9,9 @@
  * per-process figure, the one the audit reads (NVML's running processes):
  * this process's usage on the device before and after its first context
  * there. Later contexts on the device are charged the same figure. Where
- * NVML cannot answer the cost is 0: the audit cannot see it either.
+ * NVML cannot answer the cost is 0: the audit cannot see it either. NVML
+ * is loaded and started once per process (gs_ctxcost_prepare), during the
+ * first attach's round trip to gpusliced when a session is named.
  *
  * Which contexts (every change with gs_ctx_mu held):
  *  - a device's primary context: charged at the retain that finds it
@@ -23,6 +25,7 @@
  * CUDA_ERROR_OUT_OF_MEMORY. The table of created contexts has a fixed
  * size: when it is full, a new context is refused (fails closed).
  */
+#include <pthread.h>
 #include <stdlib.h>
 #include <unistd.h>
 
@@ -45,7 +48,19 @@ static struct {
 } prim[GS_MAX_ORDINALS];
 static uint64_t cost_of[GS_MAX_ORDINALS];
 static unsigned char cost_known[GS_MAX_ORDINALS];
-static int nvml_state; /* 0 not tried, 1 ready, -1 unavailable */
+static int nvml_state; /* 1 ready, -1 unavailable (set once by nvml_start) */
+static pthread_once_t nvml_once = PTHREAD_ONCE_INIT;
+
+static void nvml_start(void)
+{
+	gs_pfn_nvmlInit_v2 init = GS_REAL(nvmlInit_v2);
+	nvml_state = init != NULL && init() == NVML_SUCCESS ? 1 : -1;
+}
+
+void gs_ctxcost_prepare(void)
+{
+	pthread_once(&nvml_once, nvml_start);
+}
 
 /* After fork (child): no context of the parent is the child's. */
 void gs_ctxcost_drop(void)
@@ -59,14 +74,12 @@ void gs_ctxcost_drop(void)
 /* This process's usage on dev as NVML reports it; -1 when NVML cannot say. */
 static int own_usage(CUdevice dev, uint64_t *out)
 {
-	gs_pfn_nvmlInit_v2 init = GS_REAL(nvmlInit_v2);
 	gs_pfn_nvmlDeviceGetHandleByUUID byuuid = GS_REAL(nvmlDeviceGetHandleByUUID);
 	gs_pfn_nvmlDeviceGetComputeRunningProcesses_v3 procs = GS_REAL(nvmlDeviceGetComputeRunningProcesses_v3);
 	gs_pfn_cuDeviceGetUuid_v2 getuuid = GS_REAL(cuDeviceGetUuid_v2);
-	if (init == NULL || byuuid == NULL || procs == NULL || getuuid == NULL)
+	if (byuuid == NULL || procs == NULL || getuuid == NULL)
 		return -1;
-	if (nvml_state == 0)
-		nvml_state = init() == NVML_SUCCESS ? 1 : -1;
+	gs_ctxcost_prepare();
 	if (nvml_state < 0)
 		return -1;
 	CUuuid id;

@@ -156,13 +156,12 @@ static const char *code_name(uint32_t code)
 }
 
 
-/* One ATTACH exchange. On success the caller owns rep->limfd/ctrfd. */
-int gs_ipc_attach(const char *sock_path, const char *session, const char *token,
-		  struct gs_attach_reply *rep, struct gs_attach_err *err)
+/* Connects and sends one ATTACH request: the connected socket, or -1. */
+int gs_ipc_attach_send(const char *sock_path, const char *session, const char *token, struct gs_attach_err *err)
 {
-	int rv = -1;
-	struct fdset fds = {.n = 0, .extra = 0};
 	int s = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	err->code = 0;
+	err->conn_errno = 0;
 	if (s < 0) {
 		gs_attach_fail(err, 0, "socket: %s", strerror(errno));
 		return -1;
@@ -172,12 +171,11 @@ int gs_ipc_attach(const char *sock_path, const char *session, const char *token,
 	setsockopt(s, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
 	struct sockaddr_un a = {.sun_family = AF_UNIX};
 	memcpy(a.sun_path, sock_path, strlen(sock_path) + 1);
-	err->code = 0;
-	err->conn_errno = 0;
 	if (connect(s, (struct sockaddr *)&a, sizeof(a)) < 0) {
 		err->conn_errno = errno;
 		gs_attach_fail(err, 1, "connect: %s", strerror(errno));
-		goto out;
+		close(s);
+		return -1;
 	}
 
 	size_t slen = strlen(session), tlen = strlen(token);
@@ -191,9 +189,19 @@ int gs_ipc_attach(const char *sock_path, const char *session, const char *token,
 	memcpy(req + 14, session, slen);
 	put16(req + 14 + slen, (uint16_t)tlen);
 	memcpy(req + 16 + slen, token, tlen);
-	if (send_all(s, req, GS_IPC_HDR + plen, err) < 0)
-		goto out;
+	if (send_all(s, req, GS_IPC_HDR + plen, err) < 0) {
+		close(s);
+		return -1;
+	}
+	return s;
+}
 
+/* Reads the reply to the ATTACH sent on s, and closes s. On success the
+ * caller owns rep->limfd/ctrfd. */
+int gs_ipc_attach_recv(int s, struct gs_attach_reply *rep, struct gs_attach_err *err)
+{
+	int rv = -1;
+	struct fdset fds = {.n = 0, .extra = 0};
 	unsigned char hdr[GS_IPC_HDR];
 	if (recv_exact(s, hdr, sizeof(hdr), 1, &fds, err) < 0)
 		goto out;

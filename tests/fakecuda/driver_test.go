@@ -105,6 +105,40 @@ func TestKilledProcessReclaimedByAllocation(t *testing.T) {
 	}
 }
 
+// A process whose CUDA was initialised on a thread that has exited is
+// alive: NVML lists it with its memory, the memory is not free, and it is
+// reclaimed only when the process dies. (fakecuda ties a process's slot to
+// a lock held by that thread; the kernel marks the lock when the thread
+// exits, and only then is the process itself checked.)
+func TestProcessOutlivesItsCUDAThread(t *testing.T) {
+	n := newNode(t, "1GiB")
+	p := n.start(nil, "alloc", "fc_thread_init", "768MiB")
+	ev := p.lines[len(p.lines)-1]
+	if ev["result"] != "0" {
+		t.Fatalf("allocation on the thread: %v", ev)
+	}
+	pid := ev["pid"]
+	for i := 0; i < 2; i++ { // a listing sweeps; the second sees what the first left
+		q := n.run(nil, "nvml_query").ok(t)
+		if !hasProcess(q, pid, 768*MiB) {
+			t.Fatalf("listing %d: NVML does not list pid %s with 768 MiB: %v", i+1, pid, q.all("process"))
+		}
+	}
+	r := n.run(nil, "target_app", "--api", "driver", "--step", "512MiB", "--count", "1").ok(t)
+	if s := r.one(t, "summary"); s["allowed"] != "0" || s["denied"] != "1" {
+		t.Fatalf("512 MiB more on a 1 GiB device with 768 MiB held: %v (the live process's memory was reclaimed)", s)
+	}
+	p.cmd.Process.Kill()
+	p.wait(t)
+	q := n.run(nil, "nvml_query").ok(t)
+	if hasProcess(q, pid, -1) {
+		t.Errorf("NVML still lists the killed pid %s", pid)
+	}
+	if m := q.all("memory")[0]; m["used"] != "0" {
+		t.Errorf("memory after the kill %v: want used=0", m)
+	}
+}
+
 func hasProcess(r result, pid string, used int64) bool {
 	for _, p := range r.all("process") {
 		if p["pid"] == pid && (used < 0 || p["used"] == strconv.FormatInt(used, 10)) {

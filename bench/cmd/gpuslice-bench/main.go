@@ -85,7 +85,7 @@ func run() int {
 	flag.IntVar(&o.ipcRounds, "ipc-rounds", 5, "interleaved rounds of gpusliced and echo-server pings")
 	flag.IntVar(&o.execPairs, "exec-pairs", 30, "interleaved exec-to-first-allocation pairs")
 	flag.IntVar(&o.storm, "storm", 1000, "processes of one job in an attach storm")
-	flag.IntVar(&o.stormRounds, "storm-rounds", 2, "interleaved storm pairs")
+	flag.IntVar(&o.stormRounds, "storm-rounds", 5, "interleaved storm pairs")
 	flag.IntVar(&o.scale, "scale-sessions", 10000, "sessions for the scale figures")
 	flag.StringVar(&o.only, "only", "", "comma-separated figure groups: alloc,ipc,attach,create,reclaim,audit,exec,storm,scale (default all)")
 	echo := flag.String("echo", "", "serve the reference echo server on this socket (internal)")
@@ -180,7 +180,7 @@ var targets = []struct {
 	{"throughput_ratio_8threads_64mib", "  the same with 64 MiB allocations (fakecuda's mmap path)", false, 0.9, ""},
 	{"ipc_ping_p50_ratio", "IPC ping p50, gpusliced / reference echo server (same rounds)", true, 1.2, ""},
 	{"ipc_ping_p99_32_ratio", "IPC ping p99 at 32 clients, gpusliced / echo server", true, 1.2, ""},
-	{"attach_p50_us", "process attach (connect to ATTACH_OK + fds) p50", true, 300, "µs"},
+	{"attach_p50_us", "ATTACH round trip, one process attaching again (Go client) p50", true, 300, "µs"},
 	{"exec_to_first_alloc_added_ms", "exec -> first allocation, with interceptor minus without", true, 0.3, " ms"},
 	{"attach_storm_1000_last_ratio", "storm of 1,000 processes of one job: last first-allocation, with / without", true, 1.2, ""},
 	{"session_create_p50_ms", "session create -> ready (admin API) p50", true, 25, "ms"},
