@@ -58,6 +58,7 @@ const (
 	CtrGPUOffPeak      = 8
 	CtrGPUOffDenied    = 16
 	CtrGPUOffReclaimed = 24
+	CtrGPUOffCtxCost   = 32   // a context's cost + 1 as first measured by a process of the session (0: none yet)
 	CtrHdrStructSize   = 1088 // sizeof(struct gs_counters_hdr)
 
 	SlotOffPID       = 0

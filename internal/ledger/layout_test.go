@@ -66,6 +66,7 @@ int main(void) {
 	P("CtrGPUOffPeak", offsetof(struct gs_counter_gpu, peak));
 	P("CtrGPUOffDenied", offsetof(struct gs_counter_gpu, denied));
 	P("CtrGPUOffReclaimed", offsetof(struct gs_counter_gpu, reclaimed));
+	P("CtrGPUOffCtxCost", offsetof(struct gs_counter_gpu, ctx_cost));
 	P("CtrHdrStructSize", sizeof(struct gs_counters_hdr));
 	P("SlotOffPID", offsetof(struct gs_slot, pid));
 	P("SlotOffState", offsetof(struct gs_slot, state));
@@ -119,9 +120,9 @@ int main(void) {
 		"LimOffGPU": LimOffGPU, "LimGPUStride": LimGPUStride, "LimGPUOffUUID": LimGPUOffUUID,
 		"LimGPUOffLimit": LimGPUOffLimit, "LimGPUOffPhys": LimGPUOffPhys, "LimStructSize": LimStructSize,
 		"CtrOffMagic": CtrOffMagic, "CtrOffVersion": CtrOffVersion, "CtrOffNGPUs": CtrOffNGPUs,
-		"CtrOffNSlots": CtrOffNSlots, "CtrOffGPU": CtrOffGPU, "CtrGPUStride": CtrGPUStride,
+		"CtrOffNSlots": CtrOffNSlots, "CtrOffSlotHWM": CtrOffSlotHWM, "CtrOffGPU": CtrOffGPU, "CtrGPUStride": CtrGPUStride,
 		"CtrGPUOffUsed": CtrGPUOffUsed, "CtrGPUOffPeak": CtrGPUOffPeak, "CtrGPUOffDenied": CtrGPUOffDenied,
-		"CtrGPUOffReclaimed": CtrGPUOffReclaimed, "CtrHdrStructSize": CtrHdrStructSize,
+		"CtrGPUOffReclaimed": CtrGPUOffReclaimed, "CtrGPUOffCtxCost": CtrGPUOffCtxCost, "CtrHdrStructSize": CtrHdrStructSize,
 		"SlotOffPID": SlotOffPID, "SlotOffState": SlotOffState, "SlotOffStartTime": SlotOffStartTime,
 		"SlotOffAttachNS": SlotOffAttachNS, "SlotStripes": SlotStripes, "SlotOffStripe": SlotOffStripe, "SlotStripeStride": SlotStripeStride,
 		"SlotOwned": SlotOwned, "SlotShared": SlotShared, "StripeOffBusy": StripeOffBusy, "StripeOffOwner": StripeOffOwner,

@@ -376,6 +376,23 @@ func (l *Ledger) Reclaimed(g int) uint64 {
 	return atomic.LoadUint64(l.gpuCtr(g, CtrGPUOffReclaimed))
 }
 
+// CtxCost is what a context costs on ledger GPU g as the session's first
+// process to measure it left it (docs/ledger.md), and whether one did. A
+// figure the session's processes wrote: it decides nothing in the daemon.
+func (l *Ledger) CtxCost(g int) (uint64, bool) {
+	if l.frozen.Load() != nil {
+		return 0, false // an idle ledger's pages are not read
+	}
+	v := atomic.LoadUint64(l.gpuCtr(g, CtrGPUOffCtxCost))
+	return v - 1, v != 0
+}
+
+// SetCtxCost leaves cost as ledger GPU g's context cost, as a process of
+// the session does (the interceptor; tests).
+func (l *Ledger) SetCtxCost(g int, cost uint64) {
+	atomic.StoreUint64(l.gpuCtr(g, CtrGPUOffCtxCost), cost+1)
+}
+
 func (l *Ledger) slot(i, off int) int { return CountersHdrSize + i*SlotSize + off }
 
 // stripeOff is the offset of field off of slot i's stripe k.

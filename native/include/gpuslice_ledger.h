@@ -53,7 +53,10 @@ struct gs_counter_gpu {
 	uint64_t peak;       /* 8: high-water mark of used (CAS-max) */
 	uint64_t denied;     /* 16: number of refused allocations */
 	uint64_t reclaimed;  /* 24: bytes given back by the daemon for dead processes */
-	uint64_t reserved[4];/* 32..63 */
+	uint64_t ctx_cost;   /* 32: what a context costs on this GPU, plus 1, as the session's
+	                      * first process to create one there measured it (0: not yet);
+	                      * the session's later processes charge it without measuring */
+	uint64_t reserved[3];/* 40..63 */
 };                       /* 64 bytes, one cache line */
 
 /* What one process holds, spread over stripes so that the threads of a

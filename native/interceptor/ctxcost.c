@@ -5,13 +5,18 @@
  * with it, so a job over its quota is refused at context creation (or at
  * its next allocation) rather than found by the daemon's audit.
  *
- * How much: measured, once per device and process, from the driver's own
- * per-process figure, the one the audit reads (NVML's running processes):
- * this process's usage on the device before and after its first context
- * there. Later contexts on the device are charged the same figure. Where
- * NVML cannot answer the cost is 0: the audit cannot see it either. NVML
- * is loaded and started once per process (gs_ctxcost_prepare), during the
- * first attach's round trip to gpusliced when a session is named.
+ * How much: measured from the driver's own per-process figure, the one
+ * the audit reads (NVML's running processes): this process's usage on the
+ * device before and after its first context there. The first process of
+ * the session to measure it on a GPU leaves the figure in the ledger
+ * (gpu[g].ctx_cost); the session's later processes charge that figure
+ * without loading NVML at all (a job's ranks share GPU, driver and
+ * program). A process charges every later context on the device the same
+ * figure. Where NVML cannot answer the cost is 0 (the audit cannot see it
+ * either) and nothing is left in the ledger. The figure in the ledger is
+ * the job's own (its processes can write it): a wrong one changes what the
+ * job's contexts are charged, never another job's, and the audit, which
+ * reads NVML itself, still holds each process to the quota.
  *
  * Which contexts (every change with gs_ctx_mu held):
  *  - a device's primary context: charged at the retain that finds it
@@ -57,7 +62,7 @@ static void nvml_start(void)
 	nvml_state = init != NULL && init() == NVML_SUCCESS ? 1 : -1;
 }
 
-void gs_ctxcost_prepare(void)
+static void nvml_prepare(void)
 {
 	pthread_once(&nvml_once, nvml_start);
 }
@@ -79,7 +84,7 @@ static int own_usage(CUdevice dev, uint64_t *out)
 	gs_pfn_cuDeviceGetUuid_v2 getuuid = GS_REAL(cuDeviceGetUuid_v2);
 	if (byuuid == NULL || procs == NULL || getuuid == NULL)
 		return -1;
-	gs_ctxcost_prepare();
+	nvml_prepare();
 	if (nvml_state < 0)
 		return -1;
 	CUuuid id;
@@ -114,6 +119,30 @@ static int own_usage(CUdevice dev, uint64_t *out)
 	return rv;
 }
 
+/* The cost a process of the session measured on ledger GPU g: 1 and *out,
+ * or 0 when there is none (or none that fits the GPU). */
+static int shared_cost(int g, uint64_t *out)
+{
+	if (g < 0 || gs.ctr == NULL || gs.lim == NULL)
+		return 0;
+	uint64_t v = __atomic_load_n(&gs.ctr->gpu[g].ctx_cost, __ATOMIC_ACQUIRE);
+	if (v == 0 || v - 1 > __atomic_load_n(&gs.lim->gpu[g].physical, __ATOMIC_RELAXED))
+		return 0;
+	*out = v - 1;
+	return 1;
+}
+
+/* Leave a measured cost for the session's later processes (the first
+ * measurement stays). */
+static void share_cost(int g, uint64_t cost)
+{
+	if (g < 0 || gs.ctr == NULL)
+		return;
+	uint64_t none = 0;
+	__atomic_compare_exchange_n(&gs.ctr->gpu[g].ctx_cost, &none, cost + 1, 0, __ATOMIC_RELEASE,
+				    __ATOMIC_RELAXED);
+}
+
 /* 1 when this process holds a charged context on dev. */
 static int has_context_on(CUdevice dev)
 {
@@ -134,6 +163,8 @@ int gs_ctxcost_begin(struct gs_ctxcharge *c, CUdevice dev)
 		return -1;
 	c->dev = dev;
 	c->g = gs_dev_to_gpu(dev);
+	if (!cost_known[dev] && shared_cost(c->g, &cost_of[dev]))
+		cost_known[dev] = 1;
 	if (!cost_known[dev]) {
 		/* first context here: measured around its creation */
 		c->measure = !has_context_on(dev) && own_usage(dev, &c->before) == 0;
@@ -162,7 +193,10 @@ int gs_ctxcost_end(struct gs_ctxcharge *c, CUresult r)
 	}
 	if (c->measure) {
 		uint64_t after = 0;
-		uint64_t cost = own_usage(c->dev, &after) == 0 && after > c->before ? after - c->before : 0;
+		int known = own_usage(c->dev, &after) == 0;
+		uint64_t cost = known && after > c->before ? after - c->before : 0;
+		if (known)
+			share_cost(c->g, cost);
 		cost_of[c->dev] = cost;
 		cost_known[c->dev] = 1;
 		gs_debug("a context on device %d costs %llu bytes (NVML)", c->dev, (unsigned long long)cost);

@@ -56,11 +56,11 @@ nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t dev, unsigned 
 }
 `
 
-// The interceptor starts NVML while gpusliced answers its first attach.
-// A hooked call NVML makes meanwhile (here cuMemGetInfo_v2, looked up
-// with dlsym from nvmlInit_v2) must pass through, not wait for the attach
-// that is starting NVML: the process runs, is admitted, and its context
-// is still charged.
+// The interceptor starts NVML to measure what its first context costs
+// (inside the context hook). A hooked call NVML makes meanwhile (here
+// cuMemGetInfo_v2, looked up with dlsym from nvmlInit_v2) must not wait
+// for a lock the measuring thread holds: the process runs, is admitted,
+// and its context is still charged.
 func TestNVMLStartMakesHookedCall(t *testing.T) {
 	d := testenv.StartDaemon(t, testenv.DaemonOptions{CtxBytes: "64MiB"})
 	sess := newSession(t, d, client.SessionRequest{QuotaBytes: GiB})
