@@ -16,7 +16,11 @@
  * either) and nothing is left in the ledger. The figure in the ledger is
  * the job's own (its processes can write it): a wrong one changes what the
  * job's contexts are charged, never another job's, and the audit, which
- * reads NVML itself, still holds each process to the quota.
+ * reads NVML itself, still holds each process to the quota. NVML itself
+ * is loaded and started once per process (gs_ctxcost_prepare) while the
+ * first attach waits for gpusliced's answer, before the process can know
+ * whether the session has a figure: in a storm of a job's processes most
+ * reach their first context before any has measured.
  *
  * Which contexts (every change with gs_ctx_mu held):
  *  - a device's primary context: charged at the retain that finds it
@@ -62,7 +66,7 @@ static void nvml_start(void)
 	nvml_state = init != NULL && init() == NVML_SUCCESS ? 1 : -1;
 }
 
-static void nvml_prepare(void)
+void gs_ctxcost_prepare(void)
 {
 	pthread_once(&nvml_once, nvml_start);
 }
@@ -84,7 +88,7 @@ static int own_usage(CUdevice dev, uint64_t *out)
 	gs_pfn_cuDeviceGetUuid_v2 getuuid = GS_REAL(cuDeviceGetUuid_v2);
 	if (byuuid == NULL || procs == NULL || getuuid == NULL)
 		return -1;
-	nvml_prepare();
+	gs_ctxcost_prepare();
 	if (nvml_state < 0)
 		return -1;
 	CUuuid id;
