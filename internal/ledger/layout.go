@@ -65,6 +65,7 @@ const (
 	SlotOffState     = 4
 	SlotOffStartTime = 8
 	SlotOffAttachNS  = 16
+	SlotOffOwned     = 24  // bit k: owned stripe k has an owner (the interceptor's credit scans)
 	SlotOffStripe    = 256 // first struct gs_slot_stripe
 	SlotStripeStride = 320
 	StripeOffBusy    = 0

@@ -72,6 +72,7 @@ int main(void) {
 	P("SlotOffState", offsetof(struct gs_slot, state));
 	P("SlotOffStartTime", offsetof(struct gs_slot, starttime));
 	P("SlotOffAttachNS", offsetof(struct gs_slot, attach_ns));
+	P("SlotOffOwned", offsetof(struct gs_slot, owned));
 	P("SlotStripes", GS_SLOT_STRIPES);
 	P("SlotOffStripe", offsetof(struct gs_slot, stripe));
 	P("SlotStripeStride", sizeof(struct gs_slot_stripe));
@@ -124,7 +125,7 @@ int main(void) {
 		"CtrGPUOffUsed": CtrGPUOffUsed, "CtrGPUOffPeak": CtrGPUOffPeak, "CtrGPUOffDenied": CtrGPUOffDenied,
 		"CtrGPUOffReclaimed": CtrGPUOffReclaimed, "CtrGPUOffCtxCost": CtrGPUOffCtxCost, "CtrHdrStructSize": CtrHdrStructSize,
 		"SlotOffPID": SlotOffPID, "SlotOffState": SlotOffState, "SlotOffStartTime": SlotOffStartTime,
-		"SlotOffAttachNS": SlotOffAttachNS, "SlotStripes": SlotStripes, "SlotOffStripe": SlotOffStripe, "SlotStripeStride": SlotStripeStride,
+		"SlotOffAttachNS": SlotOffAttachNS, "SlotOffOwned": SlotOffOwned, "SlotStripes": SlotStripes, "SlotOffStripe": SlotOffStripe, "SlotStripeStride": SlotStripeStride,
 		"SlotOwned": SlotOwned, "SlotShared": SlotShared, "StripeOffBusy": StripeOffBusy, "StripeOffOwner": StripeOffOwner,
 		"StripeOffRevoke": StripeOffRevoke, "StripeOffHeld": StripeOffHeld, "StripeOffLease": StripeOffLease,
 		"SlotStructSize": SlotSize,

@@ -574,6 +574,7 @@ func (l *Ledger) Claim(pid uint32, startTime, attachNS uint64) (int, bool, error
 		atomic.StoreUint32(u32(l.ctr, l.stripeOff(i, k, StripeOffOwner)), 0)
 		atomic.StoreUint64(u64(l.ctr, l.stripeOff(i, k, StripeOffRevoke)), 0)
 	}
+	atomic.StoreUint32(u32(l.ctr, l.slot(i, SlotOffOwned)), 0)
 	atomic.StoreUint32(u32(l.ctr, l.slot(i, SlotOffPID)), pid)
 	atomic.StoreUint64(u64(l.ctr, l.slot(i, SlotOffStartTime)), startTime)
 	atomic.StoreUint64(u64(l.ctr, l.slot(i, SlotOffAttachNS)), attachNS)

@@ -84,7 +84,11 @@ struct gs_slot {
 	uint32_t state;      /* 4: GS_SLOT_* (written by the daemon) */
 	uint64_t starttime;  /* 8: /proc/<pid>/stat field 22 of the owner, guards pid reuse */
 	uint64_t attach_ns;  /* 16: unix time of attach in ns */
-	uint64_t reserved[29]; /* 24..255 */
+	uint32_t owned;      /* 24: bit k set while owned stripe k has an owner (set after
+	                      * the owner's CAS, cleared once its credit is given back):
+	                      * the credit scans read no other stripe */
+	uint32_t reserved32; /* 28 */
+	uint64_t reserved[28]; /* 32..255 */
 	struct gs_slot_stripe stripe[GS_SLOT_STRIPES]; /* 256..3135 */
 };                       /* 3136 bytes */
 

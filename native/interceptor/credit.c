@@ -52,6 +52,7 @@ struct gs_slot_stripe *gs_own_slow(void)
 		if (__atomic_compare_exchange_n(&gs.slot->stripe[k].owner, &free, tid, 0, __ATOMIC_ACQ_REL,
 						__ATOMIC_RELAXED)) {
 			gs_tls.st = &gs.slot->stripe[k];
+			__atomic_fetch_or(&gs.slot->owned, 1u << k, __ATOMIC_RELEASE);
 			pthread_setspecific(exit_key, gs_tls.st);
 			break;
 		}
@@ -78,6 +79,7 @@ static void thread_exit(void *arg)
 		gs_leave(s);
 	}
 	gs_tls.st = NULL;
+	__atomic_fetch_and(&gs.slot->owned, ~(1u << (unsigned)(s - gs.slot->stripe)), __ATOMIC_RELEASE);
 	__atomic_store_n(&s->owner, 0, __ATOMIC_RELEASE);
 }
 
@@ -87,6 +89,13 @@ static uint32_t scan_slots(struct gs_counters_hdr *hdr)
 	uint32_t n = __atomic_load_n(&hdr->nslots, __ATOMIC_RELAXED);
 	uint32_t hwm = __atomic_load_n(&hdr->slot_hwm, __ATOMIC_ACQUIRE);
 	return hwm < n ? hwm : n;
+}
+
+/* The owned stripes of slot sl that have an owner (only those keep credit:
+ * an owner gives its credit back before its bit is cleared). */
+static uint32_t owned_of(const struct gs_slot *sl)
+{
+	return __atomic_load_n(&sl->owned, __ATOMIC_ACQUIRE) & ((1u << GS_SLOT_OWNED) - 1);
 }
 
 static void raise_peak(struct gs_counter_gpu *c, uint64_t now)
@@ -192,8 +201,8 @@ static void take_all_credit(void)
 	unsigned marked = 0, others = 0;
 	for (uint32_t i = 0; i < nslots; i++) {
 		struct gs_slot *sl = GS_SLOT_AT(hdr, i); /* a free slot keeps nothing */
-		for (unsigned k = 0; k < GS_SLOT_OWNED; k++) {
-			struct gs_slot_stripe *s = &sl->stripe[k];
+		for (uint32_t m = owned_of(sl); m != 0; m &= m - 1) {
+			struct gs_slot_stripe *s = &sl->stripe[__builtin_ctz(m)];
 			if (!has_credit(s))
 				continue;
 			uint64_t zero = 0;
@@ -315,8 +324,8 @@ uint64_t gs_real_used(int g)
 	uint32_t nslots = scan_slots(hdr);
 	for (uint32_t i = 0; i < nslots; i++) {
 		struct gs_slot *sl = GS_SLOT_AT(hdr, i); /* a free slot keeps nothing */
-		for (unsigned k = 0; k < GS_SLOT_OWNED; k++)
-			credit += stripe_credit(&sl->stripe[k], (uint32_t)g);
+		for (uint32_t m = owned_of(sl); m != 0; m &= m - 1)
+			credit += stripe_credit(&sl->stripe[__builtin_ctz(m)], (uint32_t)g);
 	}
 	return used > credit ? used - credit : 0;
 }
