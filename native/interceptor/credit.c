@@ -13,8 +13,9 @@
 
 #include "gs.h"
 
-/* How long a taker waits for an owner inside an update, or for another
- * taker, before it leaves that stripe alone: rounds of sched_yield. */
+/* How long a taker (of credit here, of a pointer-table front in front.c)
+ * waits for an owner inside an update, or for another taker, before it
+ * leaves that stripe or front alone: rounds of sched_yield. */
 #define GS_TAKE_SPINS 20000
 
 static pthread_key_t exit_key;
@@ -27,13 +28,13 @@ static void make_exit_key(void) { exit_key_ok = pthread_key_create(&exit_key, th
 
 static uint32_t my_tid(void) { return (uint32_t)syscall(SYS_gettid); }
 
-static long membarrier(int cmd) { return syscall(SYS_membarrier, cmd, 0, 0); }
+long gs_membarrier(int cmd) { return syscall(SYS_membarrier, cmd, 0, 0); }
 
 /* After each attach: threads keep credit only if a taker can fence them. */
 void gs_credit_attach(void)
 {
 	pthread_once(&exit_once, make_exit_key);
-	gs.credit_ok = exit_key_ok && membarrier(MEMBARRIER_CMD_REGISTER_GLOBAL_EXPEDITED) == 0;
+	gs.credit_ok = exit_key_ok && gs_membarrier(MEMBARRIER_CMD_REGISTER_GLOBAL_EXPEDITED) == 0;
 	if (!gs.credit_ok)
 		gs_debug("membarrier unavailable: every charge takes the exact path");
 }
@@ -150,7 +151,7 @@ static int reserve_exact(int g, uint64_t n)
 }
 
 /* Wait (bounded) until *w is 0; 1 when it is. */
-static int wait_zero32(const uint32_t *w)
+int gs_wait_zero32(const uint32_t *w)
 {
 	for (int i = 0; i < GS_TAKE_SPINS; i++) {
 		if (__atomic_load_n(w, __ATOMIC_ACQUIRE) == 0)
@@ -215,8 +216,8 @@ static void take_all_credit(void)
 	}
 	if (marked == 0 && others == 0)
 		return;
-	if (marked != 0 && membarrier(MEMBARRIER_CMD_GLOBAL_EXPEDITED) != 0 &&
-	    membarrier(MEMBARRIER_CMD_GLOBAL) != 0) {
+	if (marked != 0 && gs_membarrier(MEMBARRIER_CMD_GLOBAL_EXPEDITED) != 0 &&
+	    gs_membarrier(MEMBARRIER_CMD_GLOBAL) != 0) {
 		/* cannot order the owners' updates: take nothing */
 		gs_debug("membarrier failed; credit not taken back");
 		for (uint32_t i = 0; i < nslots; i++)
@@ -238,7 +239,7 @@ static void take_all_credit(void)
 				wait_zero64(&s->revoke); /* another taker; bounded */
 				continue;
 			}
-			if (wait_zero32(&s->busy)) {
+			if (gs_wait_zero32(&s->busy)) {
 				for (uint32_t g = 0; g < gs.ngpus; g++) {
 					uint64_t h = __atomic_load_n(&s->held[g], __ATOMIC_ACQUIRE);
 					uint64_t c = __atomic_load_n(&s->lease[g], __ATOMIC_ACQUIRE) - h;

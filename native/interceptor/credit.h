@@ -23,6 +23,8 @@ void gs_unreserve_slow(int g, uint64_t n);
 void gs_charge_force(int g, uint64_t n);
 uint64_t gs_real_used(int g);
 void gs_credit_attach(void);
+long gs_membarrier(int cmd);
+int gs_wait_zero32(const uint32_t *w); /* bounded wait until *w is 0: 1 when it is */
 
 /* This thread's own stripe, NULL when it has none (it then uses the
  * shared stripe, exactly). A thread-local load and a compare. */

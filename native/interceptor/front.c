@@ -7,16 +7,11 @@
  */
 #include <linux/membarrier.h>
 #include <pthread.h>
-#include <sched.h>
 #include <string.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
 #include "gs.h"
-
-/* How long a flusher waits for an owner inside an update, or for another
- * flusher: rounds of sched_yield. */
-#define GS_FLUSH_SPINS 20000
 
 struct gs_front gs_fronts[GS_FRONTS];
 int gs_front_ok;
@@ -29,13 +24,11 @@ static pthread_mutex_t flush_mu = PTHREAD_MUTEX_INITIALIZER;
 
 static void thread_exit(void *arg);
 
-static long membarrier(int cmd) { return syscall(SYS_membarrier, cmd, 0, 0); }
-
 static void front_init(void)
 {
 	if (pthread_key_create(&exit_key, thread_exit) != 0)
 		return;
-	gs_front_ok = membarrier(MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED) == 0;
+	gs_front_ok = gs_membarrier(MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED) == 0;
 	if (!gs_front_ok)
 		gs_debug("membarrier unavailable: every allocation is recorded in the shared table");
 }
@@ -84,16 +77,6 @@ static uint64_t drain(struct gs_front *f, uint64_t key)
 	return found;
 }
 
-static int wait_zero(const uint32_t *w)
-{
-	for (int i = 0; i < GS_FLUSH_SPINS; i++) {
-		if (__atomic_load_n(w, __ATOMIC_ACQUIRE) == 0)
-			return 1;
-		sched_yield();
-	}
-	return 0;
-}
-
 /*
  * Flush every front but this thread's that holds entries (flush_mu held):
  * mark each, one membarrier, then per front wait for its owner to leave
@@ -115,7 +98,7 @@ static uint64_t flush_fronts(uint64_t key, int cool)
 	}
 	if (marked == 0)
 		return 0;
-	if (membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED) != 0) {
+	if (gs_membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED) != 0) {
 		/* cannot order the owners' updates: leave the fronts alone */
 		for (unsigned k = 0; k < GS_FRONTS; k++)
 			if (marked & (1u << k))
@@ -127,7 +110,7 @@ static uint64_t flush_fronts(uint64_t key, int cool)
 		if (!(marked & (1u << k)))
 			continue;
 		struct gs_front *f = &gs_fronts[k];
-		if (wait_zero(&f->busy)) {
+		if (gs_wait_zero32(&f->busy)) {
 			uint64_t v = drain(f, found == 0 ? key : GS_KEY_EMPTY);
 			if (v != 0)
 				found = v;
