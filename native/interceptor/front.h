@@ -67,36 +67,48 @@ GS_INLINE struct gs_ent *gs_front_ent(struct gs_front *f, uint64_t key)
 	return &f->e[(key * 0x9E3779B97F4A7C15ull) >> (64 - GS_FRONT_BITS)];
 }
 
-/* Record key -> val in this thread's front: 1 when recorded there, 0 when
- * the caller records it in the shared table. */
-GS_INLINE int gs_front_put(uint64_t key, uint64_t val)
+/* Record key -> val in front f (this thread's): 1 when recorded there, 0
+ * when its entry is taken or the front is cooling down or being flushed. */
+GS_INLINE int gs_front_store(struct gs_front *f, uint64_t key, uint64_t val)
 {
-	struct gs_front *f = gs_front_mine();
-	if (GS_UNLIKELY(f == NULL) || GS_UNLIKELY(!gs_front_enter(f)))
+	if (GS_UNLIKELY(!gs_front_enter(f)))
 		return 0;
 	struct gs_ent *e = gs_front_ent(f, key);
-	uint32_t cool = __atomic_load_n(&f->cool, __ATOMIC_RELAXED);
 	int done = 0;
-	if (GS_LIKELY(cool == 0)) {
-		if (GS_LIKELY(__atomic_load_n(&e->key, __ATOMIC_RELAXED) == GS_KEY_EMPTY)) {
-			__atomic_store_n(&e->val, val, __ATOMIC_RELAXED);
-			__atomic_store_n(&e->key, key, __ATOMIC_RELAXED);
-			__atomic_store_n(&f->live, __atomic_load_n(&f->live, __ATOMIC_RELAXED) + 1,
-					 __ATOMIC_RELAXED);
-			done = 1;
-		}
-	} else {
-		__atomic_store_n(&f->cool, cool - 1, __ATOMIC_RELAXED);
+	if (GS_LIKELY(__atomic_load_n(&e->key, __ATOMIC_RELAXED) == GS_KEY_EMPTY) &&
+	    GS_LIKELY(__atomic_load_n(&f->cool, __ATOMIC_RELAXED) == 0)) {
+		__atomic_store_n(&e->val, val, __ATOMIC_RELAXED);
+		__atomic_store_n(&e->key, key, __ATOMIC_RELAXED);
+		__atomic_store_n(&f->live, __atomic_load_n(&f->live, __ATOMIC_RELAXED) + 1, __ATOMIC_RELAXED);
+		done = 1;
 	}
 	gs_front_leave(f);
 	return done;
 }
 
-/* Take key out of this thread's front: its value, 0 when it is not there. */
-GS_INLINE uint64_t gs_front_take(uint64_t key)
+/* Record key -> val in this thread's front (claimed at its first use): 1
+ * when recorded there, 0 when the caller records it in the shared table. A
+ * cooling front counts the allocation down. */
+GS_INLINE int gs_front_put(uint64_t key, uint64_t val)
 {
-	struct gs_front *f = gs_tls.fr;
-	if (GS_UNLIKELY(f == NULL) || GS_UNLIKELY(!gs_front_enter(f)))
+	struct gs_front *f = gs_front_mine();
+	if (GS_UNLIKELY(f == NULL))
+		return 0;
+	if (GS_LIKELY(gs_front_store(f, key, val)))
+		return 1;
+	uint32_t cool = __atomic_load_n(&f->cool, __ATOMIC_RELAXED);
+	if (cool != 0 && gs_front_enter(f)) {
+		__atomic_store_n(&f->cool, cool - 1, __ATOMIC_RELAXED);
+		gs_front_leave(f);
+	}
+	return 0;
+}
+
+/* Take key out of front f (this thread's): its value, 0 when it is not
+ * there (or a flusher has the front). */
+GS_INLINE uint64_t gs_front_take_from(struct gs_front *f, uint64_t key)
+{
+	if (GS_UNLIKELY(!gs_front_enter(f)))
 		return 0;
 	struct gs_ent *e = gs_front_ent(f, key);
 	uint64_t v = 0;
@@ -107,6 +119,13 @@ GS_INLINE uint64_t gs_front_take(uint64_t key)
 	}
 	gs_front_leave(f);
 	return v;
+}
+
+/* Take key out of this thread's front: its value, 0 when it is not there. */
+GS_INLINE uint64_t gs_front_take(uint64_t key)
+{
+	struct gs_front *f = gs_tls.fr;
+	return GS_LIKELY(f != NULL) ? gs_front_take_from(f, key) : 0;
 }
 
 #endif

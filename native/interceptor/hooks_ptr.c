@@ -312,18 +312,8 @@ __attribute__((no_stack_protector)) CUresult cuMemAlloc_v2(CUdeviceptr *dptr, si
 		return alloc_failed(v, r);
 	uint64_t key = *dptr;
 	struct gs_front *f = gs_tls.fr;
-	if (GS_LIKELY(f != NULL) && GS_LIKELY(gs_key_ok(key)) && GS_LIKELY(gs_front_enter(f))) {
-		struct gs_ent *e = gs_front_ent(f, key);
-		if (GS_LIKELY(__atomic_load_n(&e->key, __ATOMIC_RELAXED) == GS_KEY_EMPTY) &&
-		    GS_LIKELY(__atomic_load_n(&f->cool, __ATOMIC_RELAXED) == 0)) {
-			__atomic_store_n(&e->val, v, __ATOMIC_RELAXED);
-			__atomic_store_n(&e->key, key, __ATOMIC_RELAXED);
-			__atomic_store_n(&f->live, __atomic_load_n(&f->live, __ATOMIC_RELAXED) + 1, __ATOMIC_RELAXED);
-			gs_front_leave(f);
-			return CUDA_SUCCESS;
-		}
-		gs_front_leave(f);
-	}
+	if (GS_LIKELY(f != NULL) && GS_LIKELY(gs_key_ok(key)) && GS_LIKELY(gs_front_store(f, key, v)))
+		return CUDA_SUCCESS;
 	return alloc_record(dptr, v);
 }
 
@@ -353,18 +343,10 @@ __attribute__((no_stack_protector)) CUresult cuMemFree_v2(CUdeviceptr dptr)
 	struct gs_front *f = gs_tls.fr;
 	/* a front implies the state is ACTIVE: only charging claims one, and
 	 * fork (the only way out of ACTIVE) drops them all */
-	if (GS_UNLIKELY(real == NULL) || GS_UNLIKELY(f == NULL) ||
-	    GS_UNLIKELY(!gs_key_ok(dptr)) || GS_UNLIKELY(!gs_front_enter(f)))
+	uint64_t v;
+	if (GS_UNLIKELY(real == NULL) || GS_UNLIKELY(f == NULL) || GS_UNLIKELY(!gs_key_ok(dptr)) ||
+	    GS_UNLIKELY((v = gs_front_take_from(f, dptr)) == 0))
 		return free_general(dptr);
-	struct gs_ent *e = gs_front_ent(f, dptr);
-	if (GS_UNLIKELY(__atomic_load_n(&e->key, __ATOMIC_RELAXED) != dptr)) {
-		gs_front_leave(f);
-		return free_general(dptr);
-	}
-	uint64_t v = __atomic_load_n(&e->val, __ATOMIC_RELAXED);
-	__atomic_store_n(&e->key, GS_KEY_EMPTY, __ATOMIC_RELAXED);
-	__atomic_store_n(&f->live, __atomic_load_n(&f->live, __ATOMIC_RELAXED) - 1, __ATOMIC_RELAXED);
-	gs_front_leave(f);
 	CUresult r = real(dptr);
 	if (GS_LIKELY(r == CUDA_SUCCESS))
 		free_credit(v);
