@@ -50,21 +50,27 @@ GS_INLINE int gs_enter(struct gs_slot_stripe *s)
 
 GS_INLINE void gs_leave(struct gs_slot_stripe *s) { __atomic_store_n(&s->busy, 0, __ATOMIC_RELEASE); }
 
+/* Spend n bytes of the credit the owner of stripe s keeps on ledger GPU
+ * g: 1 when it covered them, 0 when it does not (nothing changed). */
+GS_INLINE int gs_credit_spend(struct gs_slot_stripe *s, int g, uint64_t n)
+{
+	if (GS_UNLIKELY(!gs_enter(s)))
+		return 0;
+	uint64_t h = __atomic_load_n(&s->held[g], __ATOMIC_RELAXED);
+	int ok = __atomic_load_n(&s->lease[g], __ATOMIC_RELAXED) - h >= n;
+	if (GS_LIKELY(ok))
+		__atomic_store_n(&s->held[g], h + n, __ATOMIC_RELAXED);
+	gs_leave(s);
+	return ok;
+}
+
 /* Reserve n bytes on ledger GPU g: 0 on success, -1 when they do not fit
  * in the limit less what the session really holds. */
 GS_INLINE int gs_reserve(int g, uint64_t n)
 {
 	struct gs_slot_stripe *s = gs_own();
-	if (GS_LIKELY(s != NULL) && GS_LIKELY(gs_enter(s))) {
-		uint64_t h = __atomic_load_n(&s->held[g], __ATOMIC_RELAXED);
-		uint64_t l = __atomic_load_n(&s->lease[g], __ATOMIC_RELAXED);
-		if (GS_LIKELY(l - h >= n)) {
-			__atomic_store_n(&s->held[g], h + n, __ATOMIC_RELAXED);
-			gs_leave(s);
-			return 0;
-		}
-		gs_leave(s);
-	}
+	if (GS_LIKELY(s != NULL) && GS_LIKELY(gs_credit_spend(s, g, n)))
+		return 0;
 	return gs_reserve_slow(g, n);
 }
 

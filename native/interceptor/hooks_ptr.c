@@ -72,7 +72,7 @@ static CUresult charge_pool(struct charge *c, int st, CUmemoryPool pool, CUstrea
  * record key. -1 when the table is full: the caller frees the allocation
  * and refuses it (the table fails closed: memory the process holds is never
  * left uncounted, nor its release lost). */
-GS_INLINE int finish(struct charge *c, CUresult r, int kind, uint64_t key)
+GS_INLINE int finish(struct charge *c, CUresult r, uint64_t key)
 {
 	if (!c->active)
 		return 0;
@@ -80,7 +80,6 @@ GS_INLINE int finish(struct charge *c, CUresult r, int kind, uint64_t key)
 		gs_unreserve(c->g, c->n);
 		return 0;
 	}
-	(void)kind;
 	if (GS_LIKELY(gs_ptr_insert(key, c->g, c->n) == 0))
 		return 0;
 	return -1;
@@ -99,19 +98,18 @@ static __attribute__((noinline, cold)) CUresult refuse_unrecorded(struct charge 
 
 /* Take key out of the table: its packed (GPU, bytes), 0 when this process
  * did not charge it. */
-static inline uint64_t untrack(int st, int kind, uint64_t key)
+static inline uint64_t untrack(int st, uint64_t key)
 {
-	(void)kind;
 	return st == GS_ST_ACTIVE ? gs_ptr_remove(key) : 0;
 }
 
 /* After the real release: give the bytes back, or keep the entry. */
-static inline void released(CUresult r, int kind, uint64_t key, uint64_t v)
+static inline void released(CUresult r, uint64_t key, uint64_t v)
 {
 	if (r == CUDA_SUCCESS)
 		gs_unreserve(gs_val_gpu(v), gs_val_bytes(v));
 	else
-		gs_tab_insert(kind, key, gs_val_gpu(v), gs_val_bytes(v));
+		gs_tab_insert(GS_TAB_PTR, key, gs_val_gpu(v), gs_val_bytes(v));
 }
 
 
@@ -120,17 +118,17 @@ static inline void released(CUresult r, int kind, uint64_t key, uint64_t v)
  *
  * GS_CHARGED_CREATE: pass through when inert; otherwise reserve with `reserve`
  * (an expression on `struct charge c` and `st`), call the real entry point
- * and record `key` (evaluated only when it succeeded) under table `kind`;
+ * and record `key` (evaluated only when it succeeded) in the pointer table;
  * when the table is full, `undo` (the real free of *dptr) runs and the
  * allocation is refused.
  *
- * GS_RELEASE: take `key` out of table `kind`, call the real entry point,
+ * GS_RELEASE: take `key` out of the pointer table, call the real entry point,
  * give the bytes back (or put the entry back when the call failed). Keys
  * this process never charged pass straight through.
  */
-#define GS_CHARGED_CREATE(sym, params, call_args, reserve, kind, key, undo) \
-	GS_CHARGED_CREATE_AS(sym, sym, params, call_args, reserve, kind, key, undo)
-#define GS_CHARGED_CREATE_AS(fn, sym, params, call_args, reserve, kind, key, undo) \
+#define GS_CHARGED_CREATE(sym, params, call_args, reserve, key, undo) \
+	GS_CHARGED_CREATE_AS(sym, sym, params, call_args, reserve, key, undo)
+#define GS_CHARGED_CREATE_AS(fn, sym, params, call_args, reserve, key, undo) \
 	CUresult fn params                                                      \
 	{                                                                       \
 		gs_pfn_##sym real = GS_REAL(sym);                               \
@@ -144,7 +142,7 @@ static inline void released(CUresult r, int kind, uint64_t key, uint64_t v)
 		if (r != CUDA_SUCCESS)                                          \
 			return r;                                               \
 		r = real call_args;                                             \
-		if (GS_UNLIKELY(finish(&c, r, kind,                             \
+		if (GS_UNLIKELY(finish(&c, r,                                    \
 				       r == CUDA_SUCCESS ? (uint64_t)(key) : 0) < 0)) { \
 			undo;                                                   \
 			return refuse_unrecorded(&c, dptr);                     \
@@ -152,19 +150,19 @@ static inline void released(CUresult r, int kind, uint64_t key, uint64_t v)
 		return r;                                                       \
 	}
 
-#define GS_RELEASE(sym, params, call_args, kind, key) GS_RELEASE_AS(sym, sym, params, call_args, kind, key)
-#define GS_RELEASE_AS(fn, sym, params, call_args, kind, key)                    \
+#define GS_RELEASE(sym, params, call_args, key) GS_RELEASE_AS(sym, sym, params, call_args, key)
+#define GS_RELEASE_AS(fn, sym, params, call_args, key)                          \
 	CUresult fn params                                                      \
 	{                                                                       \
 		gs_pfn_##sym real = GS_REAL(sym);                               \
 		if (GS_UNLIKELY(real == NULL))                                  \
 			return CUDA_ERROR_NOT_INITIALIZED;                      \
 		uint64_t k = (uint64_t)(key);                                   \
-		uint64_t v = untrack(gs_state(), kind, k);                      \
+		uint64_t v = untrack(gs_state(), k);                            \
 		if (v == 0)                                                     \
 			return real call_args;                                  \
 		CUresult r = real call_args;                                    \
-		released(r, kind, k, v);                                        \
+		released(r, k, v);                                              \
 		return r;                                                       \
 	}
 
@@ -172,7 +170,7 @@ static inline void released(CUresult r, int kind, uint64_t key, uint64_t v)
 
 #define GS_CHARGED_PTR_ALLOC(sym, call_args, ...)                                              \
 	GS_CHARGED_CREATE(sym, (CUdeviceptr * dptr, size_t bytesize, ##__VA_ARGS__), call_args, \
-			  charge_ctx(&c, st, bytesize), GS_TAB_PTR, *dptr, undo_free(*dptr))
+			  charge_ctx(&c, st, bytesize), *dptr, undo_free(*dptr))
 
 static __attribute__((noinline, cold)) void undo_free(CUdeviceptr p)
 {
@@ -183,13 +181,13 @@ static __attribute__((noinline, cold)) void undo_free(CUdeviceptr p)
 
 /* cuMemAlloc_v2 and cuMemFree_v2: hooks_hot.c, which falls back to these. */
 static GS_CHARGED_CREATE_AS(alloc_general, cuMemAlloc_v2, (CUdeviceptr * dptr, size_t bytesize), (dptr, bytesize),
-			    charge_ctx(&c, st, bytesize), GS_TAB_PTR, *dptr, undo_free(*dptr))
+			    charge_ctx(&c, st, bytesize), *dptr, undo_free(*dptr))
 GS_CHARGED_PTR_ALLOC(cuMemAllocManaged, (dptr, bytesize, flags), unsigned int flags)
 
 /* stream-ordered: the stream's device, or the pool's */
 #define GS_CHARGED_ASYNC_ALLOC(sym, call_args, reserve, freesym, ...)                            \
 	GS_CHARGED_CREATE(sym, (CUdeviceptr * dptr, size_t bytesize, __VA_ARGS__), call_args, \
-			  reserve, GS_TAB_PTR, *dptr, undo_free_async(GS_R_##freesym, *dptr, stream))
+			  reserve, *dptr, undo_free_async(GS_R_##freesym, *dptr, stream))
 
 typedef CUresult (*free_async_fn)(CUdeviceptr, CUstream);
 
@@ -242,7 +240,7 @@ CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pitch, size_t width, size
 		}
 		c.n = actual;
 	}
-	if (GS_UNLIKELY(finish(&c, r, GS_TAB_PTR, r == CUDA_SUCCESS ? *dptr : 0) < 0)) {
+	if (GS_UNLIKELY(finish(&c, r, r == CUDA_SUCCESS ? *dptr : 0) < 0)) {
 		undo_free(*dptr);
 		return refuse_unrecorded(&c, dptr);
 	}
@@ -250,9 +248,9 @@ CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pitch, size_t width, size
 }
 
 #define GS_PTR_FREE(sym, call_args, ...) \
-	GS_RELEASE(sym, (CUdeviceptr dptr, ##__VA_ARGS__), call_args, GS_TAB_PTR, dptr)
+	GS_RELEASE(sym, (CUdeviceptr dptr, ##__VA_ARGS__), call_args, dptr)
 
-static GS_RELEASE_AS(free_general, cuMemFree_v2, (CUdeviceptr dptr), (dptr), GS_TAB_PTR, dptr)
+static GS_RELEASE_AS(free_general, cuMemFree_v2, (CUdeviceptr dptr), (dptr), dptr)
 GS_PTR_FREE(cuMemFreeAsync, (dptr, stream), CUstream stream)
 GS_PTR_FREE(cuMemFreeAsync_ptsz, (dptr, stream), CUstream stream)
 
@@ -277,7 +275,7 @@ static __attribute__((noinline, cold)) CUresult alloc_failed(uint64_t v, CUresul
 static __attribute__((noinline)) CUresult alloc_record(CUdeviceptr *dptr, uint64_t v)
 {
 	struct charge c = {.active = 1, .g = gs_val_gpu(v), .n = gs_val_bytes(v)};
-	if (GS_LIKELY(finish(&c, CUDA_SUCCESS, GS_TAB_PTR, *dptr) == 0))
+	if (GS_LIKELY(finish(&c, CUDA_SUCCESS, *dptr) == 0))
 		return CUDA_SUCCESS;
 	undo_free(*dptr);
 	return refuse_unrecorded(&c, dptr);
@@ -297,15 +295,8 @@ __attribute__((no_stack_protector)) CUresult cuMemAlloc_v2(CUdeviceptr *dptr, si
 	if (GS_UNLIKELY(getdev(&dev) != CUDA_SUCCESS) || GS_UNLIKELY((unsigned)dev >= GS_MAX_ORDINALS))
 		return alloc_general(dptr, bytesize);
 	int g = __atomic_load_n(&gs.devmap[dev], __ATOMIC_RELAXED);
-	if (GS_UNLIKELY(g < 0) || GS_UNLIKELY(!gs_enter(s)))
+	if (GS_UNLIKELY(g < 0) || GS_UNLIKELY(!gs_credit_spend(s, g, bytesize)))
 		return alloc_general(dptr, bytesize);
-	uint64_t h = __atomic_load_n(&s->held[g], __ATOMIC_RELAXED);
-	if (GS_UNLIKELY(__atomic_load_n(&s->lease[g], __ATOMIC_RELAXED) - h < bytesize)) {
-		gs_leave(s);
-		return alloc_general(dptr, bytesize);
-	}
-	__atomic_store_n(&s->held[g], h + bytesize, __ATOMIC_RELAXED);
-	gs_leave(s);
 	uint64_t v = ((uint64_t)g << GS_VAL_GPU_SHIFT) | bytesize;
 	CUresult r = real(dptr, bytesize);
 	if (GS_UNLIKELY(r != CUDA_SUCCESS))
@@ -315,26 +306,6 @@ __attribute__((no_stack_protector)) CUresult cuMemAlloc_v2(CUdeviceptr *dptr, si
 	if (GS_LIKELY(f != NULL) && GS_LIKELY(gs_key_ok(key)) && GS_LIKELY(gs_front_store(f, key, v)))
 		return CUDA_SUCCESS;
 	return alloc_record(dptr, v);
-}
-
-/* After the fast path's real cuMemFree_v2: the bytes back to this thread's
- * credit, or the general way. */
-GS_INLINE void free_credit(uint64_t v)
-{
-	int g = gs_val_gpu(v);
-	uint64_t n = gs_val_bytes(v);
-	struct gs_slot_stripe *s = gs_tls.st;
-	if (GS_LIKELY(s != NULL) && GS_LIKELY(gs_tls.epoch == gs.epoch) && GS_LIKELY(gs_enter(s))) {
-		uint64_t h = __atomic_load_n(&s->held[g], __ATOMIC_RELAXED) - n;
-		uint64_t cap = __atomic_load_n(&gs.lim->gpu[g].limit, __ATOMIC_RELAXED) >> 3;
-		if (GS_LIKELY(__atomic_load_n(&s->lease[g], __ATOMIC_RELAXED) - h <= cap)) {
-			__atomic_store_n(&s->held[g], h, __ATOMIC_RELAXED);
-			gs_leave(s);
-			return;
-		}
-		gs_leave(s);
-	}
-	gs_unreserve_slow(g, n);
 }
 
 __attribute__((no_stack_protector)) CUresult cuMemFree_v2(CUdeviceptr dptr)
@@ -349,8 +320,8 @@ __attribute__((no_stack_protector)) CUresult cuMemFree_v2(CUdeviceptr dptr)
 		return free_general(dptr);
 	CUresult r = real(dptr);
 	if (GS_LIKELY(r == CUDA_SUCCESS))
-		free_credit(v);
+		gs_unreserve(gs_val_gpu(v), gs_val_bytes(v)); /* inline: released() is not */
 	else
-		released(r, GS_TAB_PTR, dptr, v);
+		released(r, dptr, v);
 	return r;
 }
