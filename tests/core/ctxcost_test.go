@@ -144,41 +144,42 @@ func TestContextCostSharedBySession(t *testing.T) {
 		t.Fatal("a new session already has a context cost")
 	}
 
-	first := probe.Start(t, env, probe.Bin(t, "gs_probe"), "dev:0", "pause")
-	first.Expect("paused")
-	if c, ok := l.CtxCost(0); !ok || c != 64*MiB {
-		t.Errorf("after the first process's context: cost %d (set %v), want 64 MiB measured", c, ok)
+	// withContext runs a process that holds a context on GPU 0 while check
+	// looks at the ledger.
+	withContext := func(name string, check func()) {
+		t.Helper()
+		p := probe.Start(t, env, probe.Bin(t, "gs_probe"), "dev:0", "pause")
+		p.Expect("paused")
+		check()
+		p.CloseStdin()
+		if err := p.Wait(); err != nil {
+			t.Fatalf("%s: %v\n%s", name, err, p.Output())
+		}
 	}
-	if u := l.Used(0); u != 64*MiB {
-		t.Errorf("ledger used %d, want the first context's 64 MiB", u)
-	}
-	first.CloseStdin()
-	if err := first.Wait(); err != nil {
-		t.Fatalf("first process: %v\n%s", err, first.Output())
-	}
+
+	withContext("first process", func() {
+		if c, ok := l.CtxCost(0); !ok || c != 64*MiB {
+			t.Errorf("after the first process's context: cost %d (set %v), want 64 MiB measured", c, ok)
+		}
+		if u := l.Used(0); u != 64*MiB {
+			t.Errorf("ledger used %d, want the first context's 64 MiB", u)
+		}
+	})
 
 	// A later process charges the session's figure, not its own
 	// measurement (fakecuda would show 64 MiB): 100 MiB stands out.
 	l.SetCtxCost(0, 100*MiB)
-	later := probe.Start(t, env, probe.Bin(t, "gs_probe"), "dev:0", "pause")
-	later.Expect("paused")
-	if u := l.Used(0); u != 100*MiB {
-		t.Errorf("later process: ledger used %d MiB, want the session's 100 MiB figure", u/MiB)
-	}
-	later.CloseStdin()
-	if err := later.Wait(); err != nil {
-		t.Fatalf("later process: %v\n%s", err, later.Output())
-	}
+	withContext("later process", func() {
+		if u := l.Used(0); u != 100*MiB {
+			t.Errorf("later process: ledger used %d MiB, want the session's 100 MiB figure", u/MiB)
+		}
+	})
 
 	// Larger than the GPU (80 GiB here): ignored, measured again.
 	l.SetCtxCost(0, 1<<40)
-	bogus := probe.Start(t, env, probe.Bin(t, "gs_probe"), "dev:0", "pause")
-	bogus.Expect("paused")
-	if u := l.Used(0); u != 64*MiB {
-		t.Errorf("with a figure larger than the GPU: ledger used %d MiB, want the measured 64", u/MiB)
-	}
-	bogus.CloseStdin()
-	if err := bogus.Wait(); err != nil {
-		t.Fatalf("process after a bogus figure: %v\n%s", err, bogus.Output())
-	}
+	withContext("process after a bogus figure", func() {
+		if u := l.Used(0); u != 64*MiB {
+			t.Errorf("with a figure larger than the GPU: ledger used %d MiB, want the measured 64", u/MiB)
+		}
+	})
 }
