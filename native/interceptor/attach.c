@@ -46,9 +46,6 @@ static int env_error; /* the environment itself is unusable (reason below) */
 static char env_reason[128];
 static int64_t last_try_ns;
 static int atfork_done;
-/* This thread is starting NVML inside the first attach (init_mu held): a
- * hooked call NVML makes meanwhile passes through as if inert. */
-static __thread int in_attach GS_TLS_MODEL;
 
 static int64_t mono_ns(void)
 {
@@ -199,9 +196,8 @@ bad:
 	return -1;
 }
 
-/* One attach. With prepare, NVML is started (for the context cost, the
- * next thing a process that attaches does) while gpusliced answers. */
-static int attach_once(struct gs_attach_err *err, int prepare)
+/* One attach. */
+static int attach_once(struct gs_attach_err *err)
 {
 	struct gs_attach_reply rep;
 	if (env_error) {
@@ -211,11 +207,6 @@ static int attach_once(struct gs_attach_err *err, int prepare)
 	int s = gs_ipc_attach_send(sock_path, session_env, token, err);
 	if (s < 0)
 		return -1;
-	if (prepare) {
-		in_attach = 1;
-		gs_ctxcost_prepare();
-		in_attach = 0;
-	}
 	if (gs_ipc_attach_recv(s, &rep, err) < 0)
 		return -1;
 	int rv = map_ledger(&rep, err);
@@ -268,8 +259,6 @@ static void atfork_child(void)
 
 int gs_init_slow(void)
 {
-	if (in_attach)
-		return GS_ST_INERT; /* re-entered from NVML's start: init_mu is ours */
 	pthread_mutex_lock(&init_mu);
 	int s = atomic_load_explicit(&gs.state, memory_order_acquire);
 	if (s != GS_ST_UNINIT)
@@ -289,9 +278,7 @@ int gs_init_slow(void)
 	int tries = 0;
 	for (;;) {
 		tries++;
-		/* A process that names its session will be managed: its NVML
-		 * is started during the first round trip. */
-		if (attach_once(&err, tries == 1 && session_cfg == 1) == 0) {
+		if (attach_once(&err) == 0) {
 			s = GS_ST_ACTIVE;
 			gs_debug("attached to session '%s' at %s: slot %u, %u GPU(s), %lld us, %d tr%s",
 				 session_env, sock_path, gs.slot_index, gs.ngpus,
@@ -331,7 +318,7 @@ int gs_failed_retry(void)
 	int s = atomic_load_explicit(&gs.state, memory_order_acquire);
 	if (s == GS_ST_FAILED && now - last_try_ns >= GS_RETRY_PERIOD_NS) {
 		struct gs_attach_err err = {.msg = "", .retry = 0};
-		if (attach_once(&err, 0) == 0) {
+		if (attach_once(&err) == 0) {
 			s = GS_ST_ACTIVE;
 			gs_log("attached to session '%s' at %s after an earlier failure; GPU allocations "
 			       "are admitted again",

@@ -17,10 +17,8 @@
  * the job's own (its processes can write it): a wrong one changes what the
  * job's contexts are charged, never another job's, and the audit, which
  * reads NVML itself, still holds each process to the quota. NVML itself
- * is loaded and started once per process (gs_ctxcost_prepare) while the
- * first attach waits for gpusliced's answer, before the process can know
- * whether the session has a figure: in a storm of a job's processes most
- * reach their first context before any has measured.
+ * is loaded and started (gs_ctxcost_prepare) only by a process that has to
+ * measure: a session's later processes never load it.
  *
  * Which contexts (every change with gs_ctx_mu held):
  *  - a device's primary context: charged at the retain that finds it

@@ -1,6 +1,10 @@
 package core
 
 import (
+	"fmt"
+	"os"
+	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/gpuslice/gpuslice/internal/client"
@@ -182,4 +186,36 @@ func TestContextCostSharedBySession(t *testing.T) {
 			t.Errorf("with a figure larger than the GPU: ledger used %d MiB, want the measured 64", u/MiB)
 		}
 	})
+}
+
+// Only a process that has to measure a context's cost starts NVML: once
+// the session has the figure, its later processes never load the library
+// (a storm of a thousand ranks would each pay for it). target_app, unlike
+// the probes, does not link NVML itself.
+func TestLaterProcessDoesNotStartNVML(t *testing.T) {
+	d := testenv.StartDaemon(t, testenv.DaemonOptions{CtxBytes: "64MiB"})
+	sess := newSession(t, d, client.SessionRequest{QuotaBytes: GiB})
+	l := openLedger(t, d, sess.ID)
+	env := sessionEnv(t, d, sess.ID)
+	run := func(name string, wantNVML bool) {
+		t.Helper()
+		p := probe.Start(t, env, example(t, "target_app"), "--api", "driver", "--step", "1MiB", "--count", "1", "--hold", "30")
+		p.Expect("hold")
+		maps, err := os.ReadFile(fmt.Sprintf("/proc/%d/maps", p.Cmd.Process.Pid))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := strings.Contains(string(maps), "libnvidia-ml.so"); got != wantNVML {
+			t.Errorf("%s: NVML loaded %v, want %v", name, got, wantNVML)
+		}
+		p.Cmd.Process.Signal(syscall.SIGUSR1)
+		if err := p.Wait(); err != nil {
+			t.Fatalf("%s: %v\n%s", name, err, p.Output())
+		}
+	}
+	run("first process (measures)", true)
+	if c, ok := l.CtxCost(0); !ok || c != 64*MiB {
+		t.Fatalf("after the first process: cost %d (set %v), want 64 MiB", c, ok)
+	}
+	run("later process", false)
 }
