@@ -51,8 +51,10 @@ const (
 	CtrOffVersion      = 4
 	CtrOffNGPUs        = 8
 	CtrOffNSlots       = 12
-	CtrOffSlotHWM      = 16 // slots [0, hwm) have been claimed at least once (a hint for clients)
-	CtrOffGPU          = 64 // first struct gs_counter_gpu
+	CtrOffSlotHWM      = 16    // slots [0, hwm) have been claimed at least once (a hint for clients)
+	CtrOffGPU          = 64    // first struct gs_counter_gpu
+	CtrOffCreditMap    = 2048  // bit i: slot i's threads may keep credit (clients set, the daemon clears at free)
+	CreditMapSlots     = 16384 // slots the credit map covers
 	CtrGPUStride       = 64
 	CtrGPUOffUsed      = 0
 	CtrGPUOffPeak      = 8

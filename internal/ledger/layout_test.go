@@ -61,6 +61,8 @@ int main(void) {
 	P("CtrOffNSlots", offsetof(struct gs_counters_hdr, nslots));
 	P("CtrOffSlotHWM", offsetof(struct gs_counters_hdr, slot_hwm));
 	P("CtrOffGPU", offsetof(struct gs_counters_hdr, gpu));
+	P("CtrOffCreditMap", GS_CREDIT_MAP_OFF);
+	P("CreditMapSlots", GS_CREDIT_MAP_SLOTS);
 	P("CtrGPUStride", sizeof(struct gs_counter_gpu));
 	P("CtrGPUOffUsed", offsetof(struct gs_counter_gpu, used));
 	P("CtrGPUOffPeak", offsetof(struct gs_counter_gpu, peak));
@@ -121,7 +123,7 @@ int main(void) {
 		"LimOffGPU": LimOffGPU, "LimGPUStride": LimGPUStride, "LimGPUOffUUID": LimGPUOffUUID,
 		"LimGPUOffLimit": LimGPUOffLimit, "LimGPUOffPhys": LimGPUOffPhys, "LimStructSize": LimStructSize,
 		"CtrOffMagic": CtrOffMagic, "CtrOffVersion": CtrOffVersion, "CtrOffNGPUs": CtrOffNGPUs,
-		"CtrOffNSlots": CtrOffNSlots, "CtrOffSlotHWM": CtrOffSlotHWM, "CtrOffGPU": CtrOffGPU, "CtrGPUStride": CtrGPUStride,
+		"CtrOffNSlots": CtrOffNSlots, "CtrOffSlotHWM": CtrOffSlotHWM, "CtrOffGPU": CtrOffGPU, "CtrOffCreditMap": CtrOffCreditMap, "CreditMapSlots": CreditMapSlots, "CtrGPUStride": CtrGPUStride,
 		"CtrGPUOffUsed": CtrGPUOffUsed, "CtrGPUOffPeak": CtrGPUOffPeak, "CtrGPUOffDenied": CtrGPUOffDenied,
 		"CtrGPUOffReclaimed": CtrGPUOffReclaimed, "CtrGPUOffCtxCost": CtrGPUOffCtxCost, "CtrHdrStructSize": CtrHdrStructSize,
 		"SlotOffPID": SlotOffPID, "SlotOffState": SlotOffState, "SlotOffStartTime": SlotOffStartTime,

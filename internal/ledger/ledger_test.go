@@ -276,3 +276,42 @@ func TestLedgerFilesSealed(t *testing.T) {
 		t.Fatalf("the sealed ledger does not map: %v", err)
 	}
 }
+
+// The credit map is the clients' (they mark a slot before its threads
+// first keep credit); the daemon only clears a slot's bit when it frees
+// the slot or hands it out again, and leaves every other bit alone.
+func TestCreditMapClearedWithTheSlot(t *testing.T) {
+	d, err := Create(t.TempDir(), "s", testGPUs(), 130)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	word := func(i int) *uint64 { return u64(d.ctr, CtrOffCreditMap+8*(i/64)) }
+	var slots []int
+	for p := uint32(100); p < 230; p++ {
+		i, _, err := d.Claim(p, uint64(p), 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		slots = append(slots, i)
+	}
+	for _, i := range slots { // every client marks its slot
+		atomic.OrUint64(word(i), 1<<(i%64))
+	}
+	d.Reclaim(65)
+	if w := atomic.LoadUint64(word(65)); w != ^uint64(1<<1) {
+		t.Fatalf("after reclaiming slot 65: word 1 = %#x, want every bit but 65's", w)
+	}
+	if w := atomic.LoadUint64(word(0)); w != ^uint64(0) {
+		t.Fatalf("reclaiming slot 65 changed word 0: %#x", w)
+	}
+	// A stale mark (say, left by a daemon before a restart) goes when the
+	// slot is handed out again.
+	atomic.OrUint64(word(65), 1<<1)
+	if i, _, err := d.Claim(999, 9, 2); err != nil || i != 65 {
+		t.Fatalf("Claim = %d, %v; want the freed slot 65", i, err)
+	}
+	if atomic.LoadUint64(word(65))&(1<<1) != 0 {
+		t.Fatal("the slot handed out again is still marked")
+	}
+}

@@ -192,6 +192,7 @@ func (l *Ledger) Claim(pid uint32, startTime, attachNS uint64) (int, bool, error
 		atomic.StoreUint64(u64(l.ctr, l.stripeOff(i, k, StripeOffRevoke)), 0)
 	}
 	atomic.StoreUint32(u32(l.ctr, l.slot(i, SlotOffOwned)), 0)
+	l.clearCreditMark(i)
 	atomic.StoreUint32(u32(l.ctr, l.slot(i, SlotOffPID)), pid)
 	atomic.StoreUint64(u64(l.ctr, l.slot(i, SlotOffStartTime)), startTime)
 	atomic.StoreUint64(u64(l.ctr, l.slot(i, SlotOffAttachNS)), attachNS)
@@ -246,11 +247,26 @@ func (l *Ledger) Reclaim(i int) []uint64 {
 	atomic.StoreUint32(u32(l.ctr, l.slot(i, SlotOffPID)), 0)
 	atomic.StoreUint64(u64(l.ctr, l.slot(i, SlotOffStartTime)), 0)
 	atomic.StoreUint64(u64(l.ctr, l.slot(i, SlotOffAttachNS)), 0)
+	l.clearCreditMark(i)
 	atomic.StoreUint32(u32(l.ctr, l.slot(i, SlotOffState)), SlotFree)
 	if l.inUse != nil && l.used(i) {
 		l.setUsed(i, false)
 	}
 	return out
+}
+
+// clearCreditMark clears slot i's bit in the credit map (its process sets
+// it before its threads first keep credit: the interceptor's credit scans
+// read only marked slots). Only the daemon clears, when the slot is freed
+// or claimed again; it never reads the map (the job can write it).
+func (l *Ledger) clearCreditMark(i int) {
+	if i >= CreditMapSlots {
+		return
+	}
+	w := u64(l.ctr, CtrOffCreditMap+8*(i/64))
+	if bit := uint64(1) << (i % 64); atomic.LoadUint64(w)&bit != 0 {
+		atomic.AndUint64(w, ^bit)
+	}
 }
 
 // Rebase sets used to 0 on every GPU. Call it only when no slot is

@@ -107,6 +107,15 @@ struct gs_counters_hdr {
 /* slots start at GS_COUNTERS_HDR_SIZE: slot i at 4096 + i*3136.
  * counters file size = GS_COUNTERS_HDR_SIZE + nslots*GS_SLOT_SIZE. */
 
+/* The credit map, in the header page after struct gs_counters_hdr: bit i
+ * (word i/64, bit i%64) set by slot i's process before any of its threads
+ * first keeps credit, cleared by the daemon when it frees the slot. The
+ * interceptor's credit scans read only the slots marked here, and every
+ * slot from GS_CREDIT_MAP_SLOTS on; the daemon never reads it. */
+#define GS_CREDIT_MAP_OFF 2048
+#define GS_CREDIT_MAP_SLOTS 16384 /* 2048 bytes: up to the end of the header page */
+#define GS_CREDIT_MAP(base) ((uint64_t *)((char *)(base) + GS_CREDIT_MAP_OFF))
+
 #define GS_SLOT_AT(base, i) \
 	((struct gs_slot *)((char *)(base) + GS_COUNTERS_HDR_SIZE + (uint64_t)(i) * GS_SLOT_SIZE))
 
@@ -116,5 +125,8 @@ _Static_assert(sizeof(struct gs_counter_gpu) == 64, "gs_counter_gpu");
 _Static_assert(sizeof(struct gs_slot_stripe) == 320, "gs_slot_stripe");
 _Static_assert(sizeof(struct gs_slot) == GS_SLOT_SIZE, "gs_slot");
 _Static_assert(sizeof(struct gs_counters_hdr) == 1088, "gs_counters_hdr");
+_Static_assert(GS_CREDIT_MAP_OFF >= sizeof(struct gs_counters_hdr) &&
+		       GS_CREDIT_MAP_OFF + GS_CREDIT_MAP_SLOTS / 8 <= GS_COUNTERS_HDR_SIZE,
+	       "credit map");
 
 #endif

@@ -9,6 +9,7 @@
 #include <pthread.h>
 #include <sched.h>
 #include <sys/syscall.h>
+#include <string.h>
 #include <unistd.h>
 
 #include "gs.h"
@@ -45,6 +46,7 @@ struct gs_slot_stripe *gs_own_slow(void)
 {
 	gs_tls.st = NULL;
 	gs_tls.epoch = gs.epoch;
+	memset(gs_tls.cap, 0, sizeof gs_tls.cap); /* marked again at its first credit */
 	if (!gs.credit_ok || gs.slot == NULL)
 		return NULL;
 	uint32_t tid = my_tid();
@@ -90,6 +92,38 @@ static uint32_t scan_slots(struct gs_counters_hdr *hdr)
 	uint32_t n = __atomic_load_n(&hdr->nslots, __ATOMIC_RELAXED);
 	uint32_t hwm = __atomic_load_n(&hdr->slot_hwm, __ATOMIC_ACQUIRE);
 	return hwm < n ? hwm : n;
+}
+
+/* The first slot from i (below n) that may keep credit: marked in the
+ * credit map, or past what the map covers; n when there is none. */
+static uint32_t next_credit_slot(const struct gs_counters_hdr *hdr, uint32_t i, uint32_t n)
+{
+	const uint64_t *map = GS_CREDIT_MAP(hdr);
+	while (i < n && i < GS_CREDIT_MAP_SLOTS) {
+		uint64_t w = __atomic_load_n(&map[i / 64], __ATOMIC_ACQUIRE) >> (i % 64);
+		if (w != 0)
+			return i + (uint32_t)__builtin_ctzll(w);
+		i = (i | 63) + 1;
+	}
+	return i < n ? i : n;
+}
+
+#define FOR_CREDIT_SLOTS(hdr, i, n) \
+	for (uint32_t i = next_credit_slot(hdr, 0, n); i < (n); i = next_credit_slot(hdr, i + 1, n))
+
+/* Before this thread first keeps credit in its stripe: mark its slot in
+ * the credit map (so that every scan reads it), then let the fast path
+ * keep up to an eighth of each limit. */
+static void mark_credit(void)
+{
+	uint32_t i = gs.slot_index;
+	if (i < GS_CREDIT_MAP_SLOTS) {
+		uint64_t *w = &GS_CREDIT_MAP(gs.ctr)[i / 64], bit = 1ull << (i % 64);
+		if ((__atomic_load_n(w, __ATOMIC_RELAXED) & bit) == 0)
+			__atomic_fetch_or(w, bit, __ATOMIC_SEQ_CST);
+	}
+	for (uint32_t g = 0; g < gs.ngpus; g++)
+		gs_tls.cap[g] = __atomic_load_n(&gs.lim->gpu[g].limit, __ATOMIC_RELAXED) >> 3;
 }
 
 /* The owned stripes of slot sl that have an owner (only those keep credit:
@@ -200,7 +234,7 @@ static void take_all_credit(void)
 	uint32_t nslots = scan_slots(hdr);
 	uint64_t me = my_tid();
 	unsigned marked = 0, others = 0;
-	for (uint32_t i = 0; i < nslots; i++) {
+	FOR_CREDIT_SLOTS(hdr, i, nslots) {
 		struct gs_slot *sl = GS_SLOT_AT(hdr, i); /* a free slot keeps nothing */
 		for (uint32_t m = owned_of(sl); m != 0; m &= m - 1) {
 			struct gs_slot_stripe *s = &sl->stripe[__builtin_ctz(m)];
@@ -220,7 +254,7 @@ static void take_all_credit(void)
 	    gs_membarrier(MEMBARRIER_CMD_GLOBAL) != 0) {
 		/* cannot order the owners' updates: take nothing */
 		gs_debug("membarrier failed; credit not taken back");
-		for (uint32_t i = 0; i < nslots; i++)
+		FOR_CREDIT_SLOTS(hdr, i, nslots)
 			for (unsigned k = 0; k < GS_SLOT_OWNED; k++) {
 				uint64_t *rv = &GS_SLOT_AT(hdr, i)->stripe[k].revoke;
 				if (__atomic_load_n(rv, __ATOMIC_RELAXED) == me)
@@ -228,7 +262,7 @@ static void take_all_credit(void)
 			}
 		return;
 	}
-	for (uint32_t i = 0; i < nslots && (marked != 0 || others != 0); i++) {
+	FOR_CREDIT_SLOTS(hdr, i, nslots) {
 		struct gs_slot *sl = GS_SLOT_AT(hdr, i);
 		for (unsigned k = 0; k < GS_SLOT_OWNED; k++) {
 			struct gs_slot_stripe *s = &sl->stripe[k];
@@ -281,10 +315,13 @@ static int give_back(uint64_t *used, uint64_t n)
 void gs_unreserve_slow(int g, uint64_t n)
 {
 	struct gs_slot_stripe *s = gs_own();
+	if (s != NULL && gs_tls.cap[g] == 0)
+		mark_credit(); /* before the first credit is kept, not inside the update */
 	if (s != NULL && gs_enter(s)) {
 		uint64_t h = __atomic_load_n(&s->held[g], __ATOMIC_RELAXED) - n;
 		uint64_t l = __atomic_load_n(&s->lease[g], __ATOMIC_RELAXED);
 		uint64_t cap = __atomic_load_n(&gs.lim->gpu[g].limit, __ATOMIC_RELAXED) >> 3;
+		gs_tls.cap[g] = cap;
 		uint64_t c = l - h;
 		__atomic_store_n(&s->held[g], h, __ATOMIC_RELAXED);
 		if (c > cap && c <= INT64_MAX) {
@@ -323,7 +360,7 @@ uint64_t gs_real_used(int g)
 	uint64_t used = __atomic_load_n(&hdr->gpu[g].used, __ATOMIC_ACQUIRE);
 	uint64_t credit = 0;
 	uint32_t nslots = scan_slots(hdr);
-	for (uint32_t i = 0; i < nslots; i++) {
+	FOR_CREDIT_SLOTS(hdr, i, nslots) {
 		struct gs_slot *sl = GS_SLOT_AT(hdr, i); /* a free slot keeps nothing */
 		for (uint32_t m = owned_of(sl); m != 0; m &= m - 1)
 			credit += stripe_credit(&sl->stripe[__builtin_ctz(m)], (uint32_t)g);

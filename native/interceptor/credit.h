@@ -74,16 +74,17 @@ GS_INLINE int gs_reserve(int g, uint64_t n)
 	return gs_reserve_slow(g, n);
 }
 
-/* Give back n bytes on ledger GPU g: kept as credit up to an eighth of the
- * limit, the rest returned to gpu[g].used. */
+/* Give back n bytes on ledger GPU g: kept as credit up to the thread's cap
+ * (an eighth of the limit; 0 until credit.c marked the slot in the credit
+ * map, so that the first credit a thread keeps takes the slow path), the
+ * rest returned to gpu[g].used. */
 GS_INLINE void gs_unreserve(int g, uint64_t n)
 {
 	struct gs_slot_stripe *s = gs_own();
 	if (GS_LIKELY(s != NULL) && GS_LIKELY(gs_enter(s))) {
 		uint64_t h = __atomic_load_n(&s->held[g], __ATOMIC_RELAXED) - n;
 		uint64_t l = __atomic_load_n(&s->lease[g], __ATOMIC_RELAXED);
-		uint64_t cap = __atomic_load_n(&gs.lim->gpu[g].limit, __ATOMIC_RELAXED) >> 3;
-		if (GS_LIKELY(l - h <= cap)) {
+		if (GS_LIKELY(l - h <= gs_tls.cap[g])) {
 			__atomic_store_n(&s->held[g], h, __ATOMIC_RELAXED);
 			gs_leave(s);
 			return;

@@ -167,6 +167,8 @@ struct gs_tls {
 	uint64_t epoch;
 	struct gs_front *fr;        /* the pointer table's front this thread owns (front.h), or NULL */
 	unsigned char fr_tried;     /* a front was looked for */
+	uint64_t cap[GS_MAX_GPUS];  /* credit st may keep per ledger GPU; 0 until its slot is
+	                             * marked in the credit map (credit.c) */
 };
 extern __thread struct gs_tls gs_tls GS_TLS_MODEL;
 
