@@ -116,7 +116,7 @@ func Run(ctx context.Context, cfg config.Config, logw io.Writer) error {
 	mgr, err := session.New(session.Options{
 		LedgerDir: ledgerDir, Slots: cfg.LedgerSlots, Overcommit: cfg.Overcommit,
 		DefaultTTL: cfg.DefaultTTL, HistoryRetention: cfg.HistoryRetention, Log: log,
-		Identity: identity.Resolver{Cache: identity.NewCache()}.Job,
+		Identity: identity.Resolver{Cache: identity.NewCache()}.JobFrom,
 	}, gpus, st, met.Events())
 	if err != nil {
 		return err

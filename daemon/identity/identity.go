@@ -118,11 +118,15 @@ func (r Resolver) cgroup() string {
 
 // Job returns the Slurm job id pid runs in, and how it was found; "" and
 // None when pid is in no Slurm job (or has gone).
-func (r Resolver) Job(pid uint32) (string, How) {
+func (r Resolver) Job(pid uint32) (string, How) { return r.JobFrom(pid, 0) }
+
+// JobFrom is Job for a pid whose parent is ppid as the caller just read it
+// from /proc/<pid>/stat (0: unknown, read here).
+func (r Resolver) JobFrom(pid, ppid uint32) (string, How) {
 	if job := r.byCgroup(pid); job != "" {
 		return job, ByCgroup
 	}
-	if job := r.byAncestry(pid); job != "" {
+	if job := r.byAncestry(pid, ppid); job != "" {
 		return job, ByStepd
 	}
 	return "", None
@@ -194,6 +198,27 @@ func readSmall(path string) ([]byte, error) {
 }
 
 // controllerDir is where a cgroup v1 hierarchy is mounted ("" for v2).
+// readOnce reads a file of at most 1 KiB (a /proc/<pid>/stat line: 52
+// fields and a command name of at most 64 bytes) with one read.
+func readOnce(path string) ([]byte, error) {
+	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer unix.Close(fd)
+	buf := make([]byte, 1024)
+	for {
+		n, err := unix.Read(fd, buf)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		return buf[:n], nil
+	}
+}
+
 func controllerDir(controllers string) string {
 	if controllers == "" {
 		return ""
@@ -230,12 +255,15 @@ func isJobID(s string) bool {
 // cannot start such a process; a process that left the tree (double fork,
 // reparented to init or a subreaper) is not found this way. With a Cache
 // the walk stops at the first ancestor whose answer is known.
-func (r Resolver) byAncestry(pid uint32) string {
-	st, ok := r.stat(pid)
-	if !ok {
-		return ""
+func (r Resolver) byAncestry(pid, ppid uint32) string {
+	p := ppid
+	if p == 0 {
+		st, ok := r.stat(pid)
+		if !ok {
+			return ""
+		}
+		p = st.ppid
 	}
-	p := st.ppid
 	var seen []procKey
 	for depth := 0; depth < MaxDepth && p > 1; depth++ {
 		pst, ok := r.stat(p)
@@ -274,7 +302,7 @@ type procStat struct {
 // stat reads the ppid (field 4) and start time (field 22) of
 // /proc/<pid>/stat.
 func (r Resolver) stat(pid uint32) (procStat, bool) {
-	b, err := readSmall(filepath.Join(r.dir(pid), "stat"))
+	b, err := readOnce(filepath.Join(r.dir(pid), "stat"))
 	if err != nil {
 		return procStat{}, false
 	}

@@ -22,18 +22,71 @@ func StartTime(pid uint32) (uint64, error) {
 	return st, err
 }
 
-// Identity reads /proc/<pid>/stat once for both the start time
-// (StartTime) and the program image (ImageToken, 0 when unknown).
-func Identity(pid uint32) (start, image uint64, err error) {
+// Proc is what one read of /proc/<pid>/stat says about an attaching
+// process.
+type Proc struct {
+	PPID  uint32 // field 4
+	Start uint64 // field 22 (StartTime)
+	Image uint64 // ImageToken: 0 when unknown
+}
+
+// OpenProc opens a pidfd for pid, then reads its stat once. The pidfd,
+// still not readable after the read, proves the read was of the process
+// it pins: a pid is reused only once its process is gone, and the pidfd
+// of a process that is gone is readable. ErrGone when it exited (before
+// or during). The caller owns fd (Watcher.AddPidfd takes it).
+func OpenProc(pid uint32) (fd int, p Proc, err error) {
+	fd, err = unix.PidfdOpen(int(pid), 0)
+	if err != nil {
+		if errors.Is(err, unix.ESRCH) {
+			return -1, Proc{}, ErrGone
+		}
+		return -1, Proc{}, fmt.Errorf("pidfd_open(%d): %w", pid, err)
+	}
 	var buf [statBufSize]byte
 	n, err := readStat(pid, buf[:])
+	if err == nil {
+		p, err = parseProc(buf[:n])
+	}
+	if err == nil {
+		pfd := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+		for {
+			var k int
+			if k, err = unix.Poll(pfd, 0); err != unix.EINTR {
+				if err == nil && k != 0 {
+					err = ErrGone
+				}
+				break
+			}
+		}
+	} else if errors.Is(err, fs.ErrNotExist) || errors.Is(err, unix.ESRCH) {
+		err = ErrGone
+	}
 	if err != nil {
-		return 0, 0, err
+		unix.Close(fd)
+		return -1, Proc{}, err
 	}
-	if _, start, err = parseStat(buf[:n]); err != nil {
-		return 0, 0, err
+	return fd, p, nil
+}
+
+func parseProc(b []byte) (Proc, error) {
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return Proc{}, errors.New("proc stat: no command field")
 	}
-	return start, parseImageToken(buf[:n]), nil
+	fields := bytes.Fields(b[i+1:])
+	if len(fields) < 20 {
+		return Proc{}, errors.New("proc stat: too few fields")
+	}
+	ppid, err := strconv.ParseUint(string(fields[1]), 10, 32)
+	if err != nil {
+		return Proc{}, fmt.Errorf("proc stat: ppid: %w", err)
+	}
+	start, err := strconv.ParseUint(string(fields[19]), 10, 64)
+	if err != nil {
+		return Proc{}, fmt.Errorf("proc stat: start time: %w", err)
+	}
+	return Proc{PPID: uint32(ppid), Start: start, Image: parseImageToken(b)}, nil
 }
 
 // statBufSize holds a whole /proc/<pid>/stat line (52 fields, a command
@@ -228,6 +281,12 @@ func (w *Watcher) Add(k Key) error {
 		unix.Close(fd)
 		return ErrGone
 	}
+	return w.AddPidfd(k, fd)
+}
+
+// AddPidfd watches k through fd, a pidfd of k's process (OpenProc), which
+// it takes: closed when the watch ends or cannot start.
+func (w *Watcher) AddPidfd(k Key, fd int) error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if _, ok := w.byKey[k]; ok {

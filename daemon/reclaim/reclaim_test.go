@@ -1,10 +1,13 @@
 package reclaim
 
 import (
+	"errors"
 	"os"
 	"os/exec"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 func TestParseStartTime(t *testing.T) {
@@ -134,5 +137,44 @@ func TestAliveZombieAndGone(t *testing.T) {
 	cmd.Wait()
 	if Alive(pid, st) {
 		t.Fatal("Alive(reaped child) = true")
+	}
+}
+
+// OpenProc reads a live process's parent, start time and image through a
+// pidfd; a process that has exited, reaped or not, is ErrGone (its stat
+// line may still be there, a zombie's, but its pidfd is readable).
+func TestOpenProc(t *testing.T) {
+	cmd := exec.Command("sleep", "60")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Process.Kill()
+	pid := uint32(cmd.Process.Pid)
+	fd, p, err := OpenProc(pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	unix.Close(fd)
+	st, err := StartTime(pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.PPID != uint32(os.Getpid()) || p.Start != st || p.Image == 0 || p.Image != ImageToken(pid) {
+		t.Fatalf("OpenProc = %+v; want ppid %d, start %d, image %d", p, os.Getpid(), st, ImageToken(pid))
+	}
+	cmd.Process.Kill()
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if state, _, err := procStat(pid); err == nil && state == 'Z' {
+			break
+		} else if time.Now().After(deadline) {
+			t.Fatalf("setup: child state %q, %v; want a zombie", state, err)
+		}
+	}
+	if fd, _, err := OpenProc(pid); !errors.Is(err, ErrGone) {
+		t.Fatalf("OpenProc(zombie) = %d, %v; want ErrGone", fd, err)
+	}
+	cmd.Wait()
+	if fd, _, err := OpenProc(pid); !errors.Is(err, ErrGone) {
+		t.Fatalf("OpenProc(reaped) = %d, %v; want ErrGone", fd, err)
 	}
 }

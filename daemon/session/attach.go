@@ -8,6 +8,7 @@ import (
 	"github.com/gpuslice/gpuslice/daemon/reclaim"
 	"github.com/gpuslice/gpuslice/internal/api"
 	"github.com/gpuslice/gpuslice/internal/ledger"
+	"golang.org/x/sys/unix"
 )
 
 // Attachment is what an ATTACH returns; the caller closes it.
@@ -26,7 +27,7 @@ func (m *Manager) JobOf(pid uint32) string {
 	if m.opt.Identity == nil {
 		return ""
 	}
-	job, _ := m.opt.Identity(pid)
+	job, _ := m.opt.Identity(pid, 0)
 	return job
 }
 
@@ -36,8 +37,25 @@ func (m *Manager) JobOf(pid uint32) string {
 // ErrNoSession. Outside Slurm the named id is used (gpuslice run); naming
 // none is ErrNoSession.
 func (m *Manager) Attach(id string, uid, pid uint32) (Attachment, error) {
+	// One read of /proc/<pid>/stat for the parent, the start time and the
+	// image (an image read while an exec is still under way is 0, unknown:
+	// below, never a wrong image), made through a pidfd that then watches
+	// the process.
+	pidfd, proc, err := reclaim.OpenProc(pid)
+	if err != nil {
+		if errors.Is(err, reclaim.ErrGone) {
+			return Attachment{}, fmt.Errorf("process %d exited during attach", pid)
+		}
+		return Attachment{}, fmt.Errorf("read /proc/%d/stat: %w", pid, err)
+	}
+	watched := false
+	defer func() {
+		if !watched {
+			unix.Close(pidfd)
+		}
+	}()
 	if m.opt.Identity != nil {
-		if job, how := m.opt.Identity(pid); job != "" {
+		if job, how := m.opt.Identity(pid, proc.PPID); job != "" {
 			if id != job && id != "" {
 				m.opt.Log.Info("attach: the session named by the process is not its Slurm job's; using the job's",
 					"pid", pid, "named", id, "job", job, "by", how)
@@ -63,12 +81,7 @@ func (m *Manager) Attach(id string, uid, pid uint32) (Attachment, error) {
 	if uid != 0 && uid != s.uid {
 		return Attachment{}, fmt.Errorf("%w: session %q belongs to uid %d, not %d", ErrNotPermitted, id, s.uid, uid)
 	}
-	// One read for both: an image read while an exec is still under way
-	// is 0, unknown (below), never a wrong image.
-	start, img, err := reclaim.Identity(pid)
-	if err != nil {
-		return Attachment{}, fmt.Errorf("read /proc/%d/stat: %w", pid, err)
-	}
+	start, img := proc.Start, proc.Image
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.released {
@@ -108,7 +121,8 @@ func (m *Manager) Attach(id string, uid, pid uint32) (Attachment, error) {
 	}
 	s.images[slot] = img
 	k := reclaim.Key{Session: id, Slot: slot, PID: pid, StartTime: start}
-	if err := m.watcher.Add(k); err != nil {
+	watched = true
+	if err := m.watcher.AddPidfd(k, pidfd); err != nil {
 		if errors.Is(err, reclaim.ErrGone) {
 			m.reclaimSlotLocked(s, slot)
 			return Attachment{}, fmt.Errorf("process %d exited during attach", pid)

@@ -86,7 +86,7 @@ func (j *AuditJobs) SessionOf(pid uint32) string {
 	e, ok := j.cache[pid]
 	j.mu.Unlock()
 	if !ok || e.start != start {
-		job, _ := j.m.opt.Identity(pid)
+		job, _ := j.m.opt.Identity(pid, 0)
 		e = jobEntry{start: start, job: job}
 		j.mu.Lock()
 		if len(j.cache) > 65536 {

@@ -35,8 +35,9 @@ type Options struct {
 	Log              *slog.Logger
 	Now              func() time.Time
 	// Identity returns the Slurm job pid runs in ("" when none), decided
-	// from the kernel (daemon/identity). Nil: names from the process only.
-	Identity func(pid uint32) (job string, how identity.How)
+	// from the kernel (daemon/identity); ppid is pid's parent as the caller
+	// just read it, 0 when it has not. Nil: names from the process only.
+	Identity func(pid, ppid uint32) (job string, how identity.How)
 }
 
 // Events receives counts for metrics. Nil fields are skipped.
