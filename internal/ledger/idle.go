@@ -106,6 +106,7 @@ func (l *Ledger) freeze() {
 		c.reclaimed = append(c.reclaimed, atomic.LoadUint64(l.gpuCtr(g, CtrGPUOffReclaimed)))
 	}
 	l.frozen.Store(c)
+	l.closeHot()
 	unix.Madvise(l.ctr, unix.MADV_DONTNEED)
 }
 

@@ -43,6 +43,11 @@ type Ledger struct {
 	// opens them from /proc/self/map_files when a client attaches, so idle
 	// sessions cost no fd.
 	fdless bool
+	// hot holds the files an fd-less ledger opened for its first attach
+	// since it was thawed: later attaches duplicate them (an open through
+	// /proc walks a path; a dup does not), and freezing closes them, so
+	// only sessions with processes attached hold fds.
+	hot [2]*os.File
 	// inUse is a bitmap of the non-free slots on the daemon side (the daemon
 	// is the only writer of slot states), so that scans never touch the
 	// pages of unused slots: those pages are never written, stay holes of
@@ -218,6 +223,7 @@ func (l *Ledger) Close() error {
 		errs = append(errs, unix.Munmap(l.ctr))
 		l.ctr = nil
 	}
+	l.closeHot()
 	if l.limFile != nil {
 		errs = append(errs, l.limFile.Close())
 	}

@@ -325,34 +325,49 @@ func (l *Ledger) Files() (limits, counters *os.File) {
 }
 
 // OpenFiles returns new files for an attaching client (limits O_RDONLY,
-// counters O_RDWR), which the caller closes: opened again from the
-// mappings (fd-less ledger) or duplicated from the ledger's own fds.
+// counters O_RDWR), which the caller closes: duplicated from the ledger's
+// own fds, or (fd-less ledger) from the files it opened again from its
+// mappings at the first attach since it was last idle.
 func (l *Ledger) OpenFiles() (limits, counters *os.File, err error) {
 	if l.lim == nil || !l.writable {
 		return nil, nil, errors.New("ledger: not a daemon-side ledger")
 	}
-	if !l.fdless || l.limFile != nil && l.ctrFile != nil {
-		lfd, err := unix.FcntlInt(l.limFile.Fd(), unix.F_DUPFD_CLOEXEC, 0)
-		if err != nil {
-			return nil, nil, fmt.Errorf("dup ledger fd: %w", err)
+	src := [2]*os.File{l.limFile, l.ctrFile}
+	if l.fdless && (l.limFile == nil || l.ctrFile == nil) {
+		if l.hot[0] == nil {
+			lim, err := l.openMapped(l.lim, os.O_RDONLY)
+			if err != nil {
+				return nil, nil, err
+			}
+			ctr, err := l.openMapped(l.ctr, os.O_RDWR)
+			if err != nil {
+				lim.Close()
+				return nil, nil, err
+			}
+			l.hot = [2]*os.File{lim, ctr}
 		}
-		cfd, err := unix.FcntlInt(l.ctrFile.Fd(), unix.F_DUPFD_CLOEXEC, 0)
-		if err != nil {
-			unix.Close(lfd)
-			return nil, nil, fmt.Errorf("dup ledger fd: %w", err)
+		src = l.hot
+	}
+	lfd, err := unix.FcntlInt(src[0].Fd(), unix.F_DUPFD_CLOEXEC, 0)
+	if err != nil {
+		return nil, nil, fmt.Errorf("dup ledger fd: %w", err)
+	}
+	cfd, err := unix.FcntlInt(src[1].Fd(), unix.F_DUPFD_CLOEXEC, 0)
+	if err != nil {
+		unix.Close(lfd)
+		return nil, nil, fmt.Errorf("dup ledger fd: %w", err)
+	}
+	return os.NewFile(uintptr(lfd), "limits"), os.NewFile(uintptr(cfd), "counters"), nil
+}
+
+// closeHot closes the files an fd-less ledger keeps while it is in use.
+func (l *Ledger) closeHot() {
+	for i, f := range l.hot {
+		if f != nil {
+			f.Close()
+			l.hot[i] = nil
 		}
-		return os.NewFile(uintptr(lfd), "limits"), os.NewFile(uintptr(cfd), "counters"), nil
 	}
-	lim, err := l.openMapped(l.lim, os.O_RDONLY)
-	if err != nil {
-		return nil, nil, err
-	}
-	ctr, err := l.openMapped(l.ctr, os.O_RDWR)
-	if err != nil {
-		lim.Close()
-		return nil, nil, err
-	}
-	return lim, ctr, nil
 }
 
 // HoldsFDs reports whether the ledger keeps fds open (it does when this

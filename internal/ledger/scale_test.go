@@ -142,3 +142,41 @@ func mustOpen(t *testing.T, dir string) *os.File {
 	t.Cleanup(func() { f.Close() })
 	return f
 }
+
+// An fd-less ledger opens its files once while processes are attached
+// (later attaches get duplicates) and closes them when it goes idle: only
+// sessions in use hold fds.
+func TestInUseLedgerHoldsFilesUntilIdle(t *testing.T) {
+	if !ReopensMappings() {
+		t.Skip("this process cannot reopen its mappings (no CAP_SYS_ADMIN): ledgers keep their fds")
+	}
+	l, err := Create(t.TempDir(), "s", testGPUs(), DefaultSlots)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	before := openFDs(t)
+	i, _, err := l.Claim(4242, 1, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for n := 0; n < 3; n++ { // three attaches
+		lf, cf, err := l.OpenFiles()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if fl, _ := unix.FcntlInt(lf.Fd(), unix.F_GETFL, 0); fl&unix.O_ACCMODE != unix.O_RDONLY {
+			t.Errorf("limits handed out with flags %#x, want O_RDONLY", fl)
+		}
+		lf.Close()
+		cf.Close()
+	}
+	if added := openFDs(t) - before; added != 2 {
+		t.Errorf("a ledger in use holds %d fds, want its 2 files", added)
+	}
+	l.Reclaim(i)
+	l.Rebase()
+	if added := openFDs(t) - before; added != 0 || !l.Frozen() {
+		t.Errorf("idle again: %d fds held (frozen %v), want 0", added, l.Frozen())
+	}
+}
