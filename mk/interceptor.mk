@@ -24,14 +24,18 @@ $(GS_OBJDIR)/%.o: $(GS_DIR)/%.c $(GS_HDRS)
 	@mkdir -p $(@D)
 	$(CC) $(GS_CFLAGS) -c $< -o $@
 
-# The version script is expanded from hooks.def (exports.map.in).
+# The version script is expanded from hooks.def (exports.map.in). The
+# library binds its references to its own functions at link time
+# (-Bsymbolic; it exports functions only): preloaded, it comes first in the
+# lookup scope and would find them anyway, and the loader has ~60 fewer
+# symbols to look up in every process.
 $(GS_MAP): $(GS_DIR)/exports.map.in $(GS_DIR)/hooks.def
 	@mkdir -p $(@D)
 	$(CC) -E -P -x c -I$(GS_DIR) $< -o $@
 
 $(GS_LIBSO): $(GS_OBJS) $(GS_MAP)
 	@mkdir -p $(@D)
-	$(CC) -shared -o $@ $(GS_OBJS) $(LDFLAGS_COMMON) -Wl,--version-script=$(GS_MAP) \
+	$(CC) -shared -o $@ $(GS_OBJS) $(LDFLAGS_COMMON) -Wl,-Bsymbolic -Wl,--version-script=$(GS_MAP) \
 		-Wl,-soname,libgpuslice.so -Wl,--no-undefined $(GLIBC_COMPAT_LIBS)
 
 # Small C programs the suites run (against fakecuda's libcuda.so.1).
