@@ -52,21 +52,35 @@ func (l *Ledger) initInUse(ctr *os.File) {
 func (l *Ledger) scanSlots(from, to int) {
 	for i := from; i < to; i++ {
 		if atomic.LoadUint32(u32(l.ctr, l.slot(i, SlotOffState))) != SlotFree && !l.used(i) {
-			l.setUsed(i, true)
+			l.setUsed(i, true, atomic.LoadUint32(u32(l.ctr, l.slot(i, SlotOffPID))))
 		}
 	}
 }
 
 func (l *Ledger) used(i int) bool { return l.inUse[i/64]&(1<<(i%64)) != 0 }
 
-func (l *Ledger) setUsed(i int, on bool) {
+func (l *Ledger) setUsed(i int, on bool, pid uint32) {
+	if l.byPID == nil {
+		l.byPID, l.slotPID = map[uint32]int{}, make([]uint32, l.nslots)
+	}
 	if on {
 		l.inUse[i/64] |= 1 << (i % 64)
 		l.nInUse.Add(1)
-	} else {
-		l.inUse[i/64] &^= 1 << (i % 64)
-		l.nInUse.Add(-1)
+		l.byPID[pid], l.slotPID[i] = i, pid
+		return
 	}
+	l.inUse[i/64] &^= 1 << (i % 64)
+	l.nInUse.Add(-1)
+	if p := l.slotPID[i]; l.byPID[p] == i {
+		delete(l.byPID, p)
+	}
+	l.slotPID[i] = 0
+}
+
+// slotOf is the slot in use that pid claimed last (daemon side).
+func (l *Ledger) slotOf(pid uint32) (int, bool) {
+	i, ok := l.byPID[pid]
+	return i, ok
 }
 
 // keepCopy makes this (daemon-side) ledger read its limits from a copy in

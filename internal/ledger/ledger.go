@@ -52,8 +52,13 @@ type Ledger struct {
 	// is the only writer of slot states), so that scans never touch the
 	// pages of unused slots: those pages are never written, stay holes of
 	// the memfd and cost no memory. Nil for client mappings.
-	inUse  []uint64
-	nInUse atomic.Int32 // readable without the caller's lock
+	inUse []uint64
+	// byPID and slotPID are the daemon's own record of which pid holds
+	// which slot in use, so that Claim finds a process attaching again
+	// without reading every slot.
+	byPID   map[uint32]int
+	slotPID []uint32
+	nInUse  atomic.Int32 // readable without the caller's lock
 	// own is set on the daemon's ledgers (Create, Adopt): the daemon is the
 	// only writer of the limits, so it reads them from this copy and keeps
 	// the limits page out of its address space (Drop).

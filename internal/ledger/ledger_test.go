@@ -315,3 +315,42 @@ func TestCreditMapClearedWithTheSlot(t *testing.T) {
 		t.Fatal("the slot handed out again is still marked")
 	}
 }
+
+// Claim finds a process attaching again through the daemon's own record
+// of pids, also when the pid was reused while the older process's slot
+// still waits for its reclaim.
+func TestClaimAgainWithReusedPID(t *testing.T) {
+	d, err := Create(t.TempDir(), "s", testGPUs(), 8)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	old, _, _ := d.Claim(500, 1, 1)
+	other, _, _ := d.Claim(600, 9, 1)
+	reused, again, err := d.Claim(500, 2, 2) // same pid, another process
+	if err != nil || again || reused == old || reused == other {
+		t.Fatalf("Claim of a reused pid = %d, %v, %v; want a new slot", reused, again, err)
+	}
+	for _, c := range []struct {
+		start uint64
+		want  int
+	}{{1, old}, {2, reused}, {9, -1}} {
+		i, again, err := d.Claim(500, c.start, 3)
+		if c.want < 0 {
+			if err != nil || again || i == old || i == reused || i == other {
+				t.Fatalf("pid 500 with start time 9 = %d, %v, %v; want a new slot", i, again, err)
+			}
+			continue
+		}
+		if err != nil || !again || i != c.want {
+			t.Fatalf("pid 500 with start time %d attaching again = %d, %v, %v; want slot %d", c.start, i, again, err, c.want)
+		}
+	}
+	d.Reclaim(old)
+	if i, again, _ := d.Claim(600, 9, 4); !again || i != other {
+		t.Fatalf("pid 600 attaching again = %d, %v; want slot %d", i, again, other)
+	}
+	if i, again, _ := d.Claim(500, 2, 4); !again || i != reused {
+		t.Fatalf("after the older slot's reclaim, pid 500 attaching again = %d, %v; want slot %d", i, again, reused)
+	}
+}

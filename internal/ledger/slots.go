@@ -147,11 +147,23 @@ func (l *Ledger) Attached() []Slot {
 // slot if it has one (same start time), else the first free slot. The
 // caller serialises Claim, Release and Reclaim for one ledger.
 func (l *Ledger) Claim(pid uint32, startTime, attachNS uint64) (int, bool, error) {
-	for _, i := range l.InUse() {
+	same := func(i int) bool {
 		st, p := l.SlotState(i)
-		if st == SlotAttached && p == pid &&
-			atomic.LoadUint64(u64(l.ctr, l.slot(i, SlotOffStartTime))) == startTime {
-			return i, true, nil
+		return st == SlotAttached && p == pid &&
+			atomic.LoadUint64(u64(l.ctr, l.slot(i, SlotOffStartTime))) == startTime
+	}
+	// The daemon's record names the slot a pid claimed last; only when it
+	// names another process of that pid (a pid reused while an older slot
+	// waits for its reclaim) is every slot in use read.
+	i, ok := l.slotOf(pid)
+	if ok && same(i) {
+		return i, true, nil
+	}
+	if ok || l.inUse == nil {
+		for _, i := range l.InUse() {
+			if same(i) {
+				return i, true, nil
+			}
 		}
 	}
 	free := -1
@@ -178,7 +190,7 @@ func (l *Ledger) Claim(pid uint32, startTime, attachNS uint64) (int, bool, error
 		return -1, false, ErrNoSlot
 	}
 	l.thaw(true)
-	i := free
+	i = free
 	if hwm := u32(l.ctr, CtrOffSlotHWM); atomic.LoadUint32(hwm) < uint32(i+1) {
 		atomic.StoreUint32(hwm, uint32(i+1))
 	}
@@ -198,7 +210,7 @@ func (l *Ledger) Claim(pid uint32, startTime, attachNS uint64) (int, bool, error
 	atomic.StoreUint64(u64(l.ctr, l.slot(i, SlotOffAttachNS)), attachNS)
 	atomic.StoreUint32(u32(l.ctr, l.slot(i, SlotOffState)), SlotAttached)
 	if l.inUse != nil {
-		l.setUsed(i, true)
+		l.setUsed(i, true, pid)
 	}
 	return i, false, nil
 }
@@ -250,7 +262,7 @@ func (l *Ledger) Reclaim(i int) []uint64 {
 	l.clearCreditMark(i)
 	atomic.StoreUint32(u32(l.ctr, l.slot(i, SlotOffState)), SlotFree)
 	if l.inUse != nil && l.used(i) {
-		l.setUsed(i, false)
+		l.setUsed(i, false, 0)
 	}
 	return out
 }
