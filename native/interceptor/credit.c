@@ -39,14 +39,25 @@ void gs_credit_attach(void)
 		gs_debug("membarrier unavailable: every charge takes the exact path");
 }
 
+/* This thread's copy of the credit it may keep per GPU (limit / 8). */
+static void refresh_caps(void)
+{
+	for (uint32_t g = 0; g < gs.ngpus && g < GS_MAX_GPUS; g++)
+		gs_tls.cap[g] = __atomic_load_n(&gs.lim->gpu[g].limit, __ATOMIC_RELAXED) >> 3;
+}
+
 /* First charge of a thread since the attach: own a free stripe if there
- * is one (the thread then keeps credit there), else use the shared one. */
+ * is one (the thread then keeps credit there), else use the shared one.
+ * Only once the entry points cuMemAlloc_v2's common case calls unchecked
+ * are known (hooks_ptr.c: an owned stripe implies them). */
 struct gs_slot_stripe *gs_own_slow(void)
 {
 	gs_tls.st = NULL;
 	gs_tls.epoch = gs.epoch;
-	if (!gs.credit_ok || gs.slot == NULL)
+	if (!gs.credit_ok || gs.slot == NULL || gs.lim == NULL || gs_real_get(GS_R_cuMemAlloc_v2) == NULL ||
+	    gs_real_get(GS_R_cuCtxGetDevice) == NULL)
 		return NULL;
+	refresh_caps();
 	uint32_t tid = my_tid();
 	for (unsigned k = 0; k < GS_SLOT_OWNED; k++) {
 		uint32_t free = 0;
@@ -256,6 +267,7 @@ static void take_all_credit(void)
 
 int gs_reserve_slow(int g, uint64_t n)
 {
+	refresh_caps();
 	if (reserve_exact(g, n) == 0)
 		return 0;
 	if (gs.credit_ok) {
@@ -281,10 +293,12 @@ static int give_back(uint64_t *used, uint64_t n)
 void gs_unreserve_slow(int g, uint64_t n)
 {
 	struct gs_slot_stripe *s = gs_own();
+	if (s != NULL)
+		refresh_caps();
 	if (s != NULL && gs_enter(s)) {
 		uint64_t h = __atomic_load_n(&s->held[g], __ATOMIC_RELAXED) - n;
 		uint64_t l = __atomic_load_n(&s->lease[g], __ATOMIC_RELAXED);
-		uint64_t cap = __atomic_load_n(&gs.lim->gpu[g].limit, __ATOMIC_RELAXED) >> 3;
+		uint64_t cap = gs_tls.cap[g];
 		uint64_t c = l - h;
 		__atomic_store_n(&s->held[g], h, __ATOMIC_RELAXED);
 		if (c > cap && c <= INT64_MAX) {

@@ -48,6 +48,19 @@
 #define GS_EXPORT __attribute__((visibility("default")))
 #define GS_INLINE static inline __attribute__((always_inline))
 #define GS_LIKELY(x) __builtin_expect(!!(x), 1)
+/* Defined in this library: addressed relative to the instruction pointer,
+ * not through the GOT (the hot path's globals). */
+#define GS_LOCAL __attribute__((visibility("hidden")))
+/* A load of a word other threads or processes write, which the compiler
+ * may fold into a compare (an atomic load it keeps apart): for the hot
+ * path's flag and key checks, whose order with the accesses around them
+ * is kept by compiler barriers (x86 keeps loads in order with loads and
+ * stores with stores; elsewhere it is an acquire load). */
+#if defined(__x86_64__)
+#define GS_PEEK(x) (*(const volatile __typeof__(x) *)&(x))
+#else
+#define GS_PEEK(x) __atomic_load_n(&(x), __ATOMIC_ACQUIRE)
+#endif
 #define GS_UNLIKELY(x) __builtin_expect(!!(x), 0)
 
 /* CUDA version up to which hooks.def lists every variant of a hooked base
@@ -101,6 +114,12 @@ GS_EXTRAS(GS_X)
 
 extern void *gs_real[GS_NREAL];
 void *gs_real_resolve(int idx);
+/* Copies of three of them for cuMemAlloc_v2 / cuMemFree_v2's common case
+ * (hooks_ptr.c), each its own symbol so that a call through one is a
+ * single instruction; set before gs_real[] is. */
+extern gs_pfn_cuMemAlloc_v2 gs_hot_alloc GS_LOCAL;
+extern gs_pfn_cuMemFree_v2 gs_hot_free GS_LOCAL;
+extern gs_pfn_cuCtxGetDevice gs_hot_getdev GS_LOCAL;
 
 static inline void *gs_real_get(int idx)
 {
@@ -156,7 +175,7 @@ struct gs_global {
 	char session[GS_SESSION_LEN];
 } __attribute__((aligned(64)));
 
-extern struct gs_global gs;
+extern struct gs_global gs GS_LOCAL;
 
 /* Per thread: the stripe of the slot this thread owns, NULL when it owns
  * none (valid while epoch == gs.epoch; credit.h). Initial-exec TLS: the
@@ -167,6 +186,7 @@ struct gs_tls {
 	uint64_t epoch;
 	struct gs_front *fr;        /* the pointer table's front this thread owns (front.h), or NULL */
 	unsigned char fr_tried;     /* a front was looked for */
+	uint64_t cap[GS_MAX_GPUS];  /* credit st keeps per ledger GPU: limit / 8 when last looked (credit.h) */
 };
 extern __thread struct gs_tls gs_tls GS_TLS_MODEL;
 
