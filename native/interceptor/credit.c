@@ -54,6 +54,7 @@ struct gs_slot_stripe *gs_own_slow(void)
 {
 	gs_tls.st = NULL;
 	gs_tls.epoch = gs.epoch;
+	gs_tls_hot();
 	if (!gs.credit_ok || gs.slot == NULL || gs.lim == NULL || gs_real_get(GS_R_cuMemAlloc_v2) == NULL ||
 	    gs_real_get(GS_R_cuCtxGetDevice) == NULL)
 		return NULL;
@@ -69,6 +70,7 @@ struct gs_slot_stripe *gs_own_slow(void)
 			break;
 		}
 	}
+	gs_tls_hot();
 	return gs_tls.st;
 }
 
@@ -91,6 +93,7 @@ static void thread_exit(void *arg)
 		gs_leave(s);
 	}
 	gs_tls.st = NULL;
+	gs_tls_hot();
 	__atomic_fetch_and(&gs.slot->owned, ~(1u << (unsigned)(s - gs.slot->stripe)), __ATOMIC_RELEASE);
 	__atomic_store_n(&s->owner, 0, __ATOMIC_RELEASE);
 }

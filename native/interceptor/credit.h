@@ -43,7 +43,7 @@ GS_INLINE int gs_enter(struct gs_slot_stripe *s)
 	__atomic_store_n(&s->busy, 1, __ATOMIC_RELAXED);
 	/* no fence: a taker's membarrier orders this store before the load */
 	__atomic_signal_fence(__ATOMIC_SEQ_CST);
-	if (GS_LIKELY(GS_PEEK(s->revoke) == 0)) {
+	if (GS_LIKELY(GS_IS_ZERO(s->revoke))) {
 		__atomic_signal_fence(__ATOMIC_ACQUIRE); /* held and lease are read after it */
 		return 1;
 	}
@@ -95,6 +95,7 @@ GS_INLINE int gs_credit_keep_check(struct gs_slot_stripe *s, long g, uint64_t n,
 {
 	uint64_t *held = &s->held[g], *lease = held + GS_MAX_GPUS;
 	uint64_t h = __atomic_load_n(held, __ATOMIC_RELAXED) - n;
+	__asm__("" : "+r"(h)); /* keep lease - h as written: h is needed too */
 	*hp = h;
 	return __atomic_load_n(lease, __ATOMIC_RELAXED) - h <= gs_tls.cap[g];
 }

@@ -47,6 +47,7 @@ struct gs_front *gs_front_claim(void)
 		struct gs_front *f = &gs_fronts[k];
 		if (__atomic_compare_exchange_n(&f->owner, &free, tid, 0, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED)) {
 			gs_tls.fr = f;
+			gs_tls_hot();
 			pthread_setspecific(exit_key, f);
 			return f;
 		}
@@ -191,6 +192,7 @@ static void thread_exit(void *arg)
 	 * other threads' releases still find them there */
 	pthread_mutex_unlock(&flush_mu);
 	gs_tls.fr = NULL;
+	gs_tls_hot();
 }
 
 /* After fork (child, single-threaded): the parent's allocations are
@@ -200,5 +202,6 @@ void gs_front_drop(void)
 	memset(gs_fronts, 0, sizeof(gs_fronts));
 	gs_tls.fr = NULL;
 	gs_tls.fr_tried = 0;
+	gs_tls_hot();
 	pthread_mutex_init(&flush_mu, NULL);
 }

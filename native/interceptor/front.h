@@ -62,7 +62,7 @@ GS_INLINE int gs_front_enter(struct gs_front *f)
 {
 	__atomic_store_n(&f->busy, 1, __ATOMIC_RELAXED);
 	__atomic_signal_fence(__ATOMIC_SEQ_CST); /* a flusher's membarrier fences it */
-	if (GS_LIKELY(GS_PEEK(f->revoke) == 0)) {
+	if (GS_LIKELY(GS_IS_ZERO(f->revoke))) {
 		__atomic_signal_fence(__ATOMIC_ACQUIRE); /* the entries are read after it */
 		return 1;
 	}
@@ -89,7 +89,7 @@ GS_INLINE struct gs_fent *gs_front_ent(struct gs_front *f, uint64_t key)
 GS_INLINE int gs_front_store(struct gs_front *f, uint64_t key, long g, uint64_t bytes)
 {
 	struct gs_fent *e = gs_front_ent(f, key);
-	if (GS_UNLIKELY(GS_PEEK(f->cool) != 0) || GS_UNLIKELY(GS_PEEK(e->key) != GS_KEY_EMPTY))
+	if (GS_UNLIKELY(!GS_IS_ZERO(f->cool)) || GS_UNLIKELY(!GS_IS_ZERO(e->key))) /* GS_KEY_EMPTY is 0 */
 		return 0;
 	__atomic_store_n(&e->bytes, bytes, __ATOMIC_RELAXED);
 	__atomic_store_n(&e->gpu, (uint64_t)g, __ATOMIC_RELAXED);
@@ -116,21 +116,23 @@ GS_INLINE int gs_front_put(uint64_t key, int g, uint64_t bytes)
 }
 
 /* Take key out of front f (this thread's), inside the handshake (a flusher
- * may be moving the same entry): its entry, emptied, whose bytes and GPU
- * are still readable; NULL when it is not there (or a flusher has the
+ * may be moving the same entry): 1 and *ep its entry, emptied, whose bytes
+ * and GPU are still readable; 0 when it is not there (or a flusher has the
  * front). */
-GS_INLINE struct gs_fent *gs_front_take_ent(struct gs_front *f, uint64_t key)
+GS_INLINE int gs_front_take_ent(struct gs_front *f, uint64_t key, struct gs_fent **ep)
 {
 	if (GS_UNLIKELY(!gs_front_enter(f)))
-		return NULL;
+		return 0;
 	struct gs_fent *e = gs_front_ent(f, key);
-	if (GS_UNLIKELY(GS_PEEK(e->key) != key)) {
+	/* a plain load: inside the handshake no flusher writes the entries */
+	if (GS_UNLIKELY(e->key != key)) {
 		gs_front_leave(f);
-		return NULL;
+		return 0;
 	}
 	__atomic_store_n(&e->key, GS_KEY_EMPTY, __ATOMIC_RELAXED);
 	gs_front_leave(f);
-	return e;
+	*ep = e;
+	return 1;
 }
 
 /* Take key out of this thread's front: its packed value, 0 when it is not
@@ -140,8 +142,8 @@ GS_INLINE uint64_t gs_front_take(uint64_t key)
 	struct gs_front *f = gs_tls.fr;
 	if (GS_UNLIKELY(f == NULL))
 		return 0;
-	struct gs_fent *e = gs_front_take_ent(f, key);
-	if (e == NULL)
+	struct gs_fent *e;
+	if (!gs_front_take_ent(f, key, &e))
 		return 0;
 	return gs_val_pack((int)__atomic_load_n(&e->gpu, __ATOMIC_RELAXED), __atomic_load_n(&e->bytes, __ATOMIC_RELAXED));
 }

@@ -51,15 +51,21 @@
 /* Defined in this library: addressed relative to the instruction pointer,
  * not through the GOT (the hot path's globals). */
 #define GS_LOCAL __attribute__((visibility("hidden")))
-/* A load of a word other threads or processes write, which the compiler
- * may fold into a compare (an atomic load it keeps apart): for the hot
- * path's flag and key checks, whose order with the accesses around them
- * is kept by compiler barriers (x86 keeps loads in order with loads and
- * stores with stores; elsewhere it is an acquire load). */
+/* 1 when x, a word other threads or processes write, is 0: on x86-64 one
+ * compare with memory (the compiler keeps an atomic load apart from its
+ * compare, and may not fold a plain one: the load races), elsewhere an
+ * acquire load. For the hot path's flag and key checks, whose order with
+ * the accesses around them is kept by compiler barriers (x86 keeps loads
+ * in order with loads and stores with stores). */
 #if defined(__x86_64__)
-#define GS_PEEK(x) (*(const volatile __typeof__(x) *)&(x))
+#define GS_IS_ZERO(x)                                                          \
+	__extension__({                                                        \
+		int gs_z_;                                                     \
+		__asm__ volatile("cmp%z1 $0, %1" : "=@ccz"(gs_z_) : "m"(x)); \
+		gs_z_;                                                         \
+	})
 #else
-#define GS_PEEK(x) __atomic_load_n(&(x), __ATOMIC_ACQUIRE)
+#define GS_IS_ZERO(x) (__atomic_load_n(&(x), __ATOMIC_ACQUIRE) == 0)
 #endif
 #define GS_UNLIKELY(x) __builtin_expect(!!(x), 0)
 
@@ -186,9 +192,23 @@ struct gs_tls {
 	uint64_t epoch;
 	struct gs_front *fr;        /* the pointer table's front this thread owns (front.h), or NULL */
 	unsigned char fr_tried;     /* a front was looked for */
+	/* cuMemAlloc_v2 / cuMemFree_v2's common case (hooks_ptr.c): st when
+	 * this thread owns both a stripe and a front, else NULL (gs_tls_hot) */
+	struct gs_slot_stripe *hot;
+	uint64_t dev_last;          /* device ordinal of the last common-case allocation, zero-extended;
+	                             * GS_DEV_NONE (no 32-bit ordinal) before the first */
+	long dev_gpu;               /* its ledger GPU (devmap entries never change within an attach) */
 	uint64_t cap[GS_MAX_GPUS];  /* credit st keeps per ledger GPU: limit / 8 when last looked (credit.h) */
 };
 extern __thread struct gs_tls gs_tls GS_TLS_MODEL;
+
+#define GS_DEV_NONE (1ull << 32)
+
+/* After st or fr changed: whether the common case may run. */
+static inline void gs_tls_hot(void)
+{
+	gs_tls.hot = gs_tls.st != NULL && gs_tls.fr != NULL ? gs_tls.st : NULL;
+}
 
 int gs_init_slow(void);
 int gs_failed_retry(void);

@@ -305,47 +305,64 @@ static __attribute__((noinline, cold)) CUresult free_failed(CUresult r, CUdevice
 	return r;
 }
 
+/* The common case's device is not the thread's last one: the ledger GPU
+ * of the current device (asked again: the answer cannot have changed on
+ * this thread meanwhile), remembered as the thread's last one; -1 when the
+ * general hook must decide (an ordinal out of range, not known yet, or not
+ * of the session). */
+static __attribute__((noinline)) long dev_gpu(void)
+{
+	CUdevice dev;
+	if (gs_hot_getdev(&dev) != CUDA_SUCCESS || (unsigned)dev >= GS_MAX_ORDINALS)
+		return -1;
+	int g = __atomic_load_n(&gs.devmap[dev], __ATOMIC_RELAXED);
+	if (g < 0)
+		return -1;
+	gs_tls.dev_last = (uint32_t)dev;
+	gs_tls.dev_gpu = g;
+	return g;
+}
+
 __attribute__((no_stack_protector)) CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize)
 {
-	/* An owned stripe implies the state is ACTIVE (only an attach's
-	 * threads claim one, and fork, the only way out, drops it: attach.c)
-	 * and the real cuMemAlloc_v2 and cuCtxGetDevice known (gs_own_slow).
-	 * No check of bytesize: the credit that covers it is at most an
-	 * eighth of the limit (far below GS_VAL_BYTES_MASK), and 0 bytes,
-	 * charged and recorded as 0, give back 0. */
-	if (GS_UNLIKELY(gs_tls.st == NULL))
+	/* gs_tls.hot (an owned stripe and front) implies the state is ACTIVE
+	 * (only an attach's threads claim them, and fork, the only way out,
+	 * drops them: attach.c) and the real cuMemAlloc_v2 and cuCtxGetDevice
+	 * known (gs_own_slow). No check of bytesize: the credit that covers
+	 * it is at most an eighth of the limit (far below GS_VAL_BYTES_MASK),
+	 * and 0 bytes, charged and recorded as 0, give back 0. */
+	if (GS_UNLIKELY(gs_tls.hot == NULL))
 		return alloc_general(dptr, bytesize);
 	CUdevice dev;
-	if (GS_UNLIKELY(gs_hot_getdev(&dev) != CUDA_SUCCESS) || GS_UNLIKELY((unsigned)dev >= GS_MAX_ORDINALS))
+	if (GS_UNLIKELY(gs_hot_getdev(&dev) != CUDA_SUCCESS))
 		return alloc_general(dptr, bytesize);
-	long g = (unsigned char)__atomic_load_n(&gs.devmap[dev], __ATOMIC_RELAXED);
-	if (GS_UNLIKELY(g & 0x80) || GS_UNLIKELY(!gs_credit_spend(gs_tls.st, g, bytesize)))
-		return alloc_general(dptr, bytesize); /* GS_MAP_*: not a ledger GPU */
+	long g = gs_tls.dev_gpu;
+	if (GS_UNLIKELY((uint32_t)dev != gs_tls.dev_last) && GS_UNLIKELY((g = dev_gpu()) < 0))
+		return alloc_general(dptr, bytesize);
+	if (GS_UNLIKELY(!gs_credit_spend(gs_tls.hot, g, bytesize)))
+		return alloc_general(dptr, bytesize);
 	CUresult r = gs_hot_alloc(dptr, bytesize);
 	if (GS_UNLIKELY(r != CUDA_SUCCESS))
 		return alloc_failed(g, bytesize, r);
 	uint64_t key = *dptr;
-	struct gs_front *f = gs_tls.fr;
-	if (GS_LIKELY(f != NULL) && GS_LIKELY(gs_key_ok(key)) && GS_LIKELY(gs_front_store(f, key, g, bytesize)))
+	if (GS_LIKELY(gs_key_ok(key)) && GS_LIKELY(gs_front_store(gs_tls.fr, key, g, bytesize)))
 		return CUDA_SUCCESS;
 	return alloc_record(dptr, g, bytesize);
 }
 
 __attribute__((no_stack_protector)) CUresult cuMemFree_v2(CUdeviceptr dptr)
 {
-	/* a front implies the state is ACTIVE (only charging claims one, and
-	 * fork drops them all) and the real cuMemFree_v2 known (front.c) */
-	struct gs_front *f = gs_tls.fr;
+	/* gs_tls.hot implies the state is ACTIVE, a front of this thread's
+	 * and the real cuMemFree_v2 known (front.c) */
+	struct gs_slot_stripe *s = gs_tls.hot;
 	struct gs_fent *e;
-	if (GS_UNLIKELY(f == NULL) || GS_UNLIKELY(!gs_key_ok(dptr)) || GS_UNLIKELY((e = gs_front_take_ent(f, dptr)) == NULL))
+	if (GS_UNLIKELY(s == NULL) || GS_UNLIKELY(!gs_key_ok(dptr)) ||
+	    GS_UNLIKELY(!gs_front_take_ent(gs_tls.fr, dptr, &e)))
 		return free_general(dptr);
 	uint64_t n = __atomic_load_n(&e->bytes, __ATOMIC_RELAXED);
 	long g = (long)__atomic_load_n(&e->gpu, __ATOMIC_RELAXED);
 	/* what this thread's held[g] becomes, worked out before the driver
 	 * call (only this thread writes it: gs_credit_keep), stored after */
-	struct gs_slot_stripe *s = gs_tls.st;
-	if (GS_UNLIKELY(s == NULL))
-		return free_release(dptr, g, n);
 	uint64_t *held = &s->held[g], h;
 	if (GS_UNLIKELY(!gs_credit_keep_check(s, g, n, &h)))
 		return free_release(dptr, g, n);

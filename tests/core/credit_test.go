@@ -178,3 +178,37 @@ func TestReleasesRaceCreditTakers(t *testing.T) {
 		t.Errorf("the daemon reclaimed %d bytes at exit, want 0 (the processes gave everything back)", r)
 	}
 }
+
+// cuMemAlloc_v2's common path remembers the thread's last device and its
+// ledger GPU (docs/interceptor.md "Cost"). A thread that moves between two
+// GPUs is charged on the one it allocates on, also when the other GPU's
+// credit would cover the request.
+func TestThreadMovingBetweenGPUsChargedOnEach(t *testing.T) {
+	d, gpus := twoGPUNode(t)
+	sess := newSession(t, d, client.SessionRequest{QuotaBytes: GiB})
+	l := openLedger(t, d, sess.ID)
+	p := probe.Start(t, sessionEnv(t, d, sess.ID), probe.Bin(t, "gs_probe"),
+		"dev:0", "alloc:8M", "free", "dev:1", "alloc:1M", "free", // credit: 8 MiB on GPU 0, 1 MiB on GPU 1
+		"dev:0", "alloc:1M", "dev:1", "alloc:2M", "dev:0", "alloc:3M", "dev:1", "alloc:4M", "pause",
+		"freeall", "pause")
+	for i := 0; i < 6; i++ {
+		if a := p.Expect("alloc"); a.Get("rc") != "0" {
+			t.Fatalf("allocation %d: %s\n%s", i, a.Line, p.Output())
+		}
+	}
+	p.Expect("paused")
+	g0, g1 := gpuIndex(t, l, gpus[0].UUID), gpuIndex(t, l, gpus[1].UUID)
+	if u0, u1 := l.Used(g0), l.Used(g1); u0 != 4*MiB || u1 != 6*MiB {
+		t.Errorf("used %d on GPU 0 and %d on GPU 1, want %d and %d", u0, u1, 4*MiB, 6*MiB)
+	}
+	p.Send("")
+	p.Expect("paused")
+	if u0, u1 := l.Used(g0), l.Used(g1); u0 != 0 || u1 != 0 {
+		t.Errorf("after freeing everything: used %d on GPU 0 and %d on GPU 1, want 0", u0, u1)
+	}
+	p.Send("")
+	if err := p.Wait(); err != nil {
+		t.Fatalf("probe: %v\n%s", err, p.Output())
+	}
+	noStderr(t, "gs_probe", p.Stderr())
+}
