@@ -7,11 +7,12 @@
  * then (front.c) in the other threads' fronts, which are flushed into the
  * shared table for it.
  *
- * The owner writes `busy` around each update and reads `revoke` between;
- * a flusher sets `revoke`, runs membarrier (which orders the owner's store
- * before its load as a fence would, so the owner pays none), then waits for
- * `busy` to be 0 and has the front to itself until it clears `revoke`.
- * Included from ptrtab.h.
+ * The owner writes `busy` around each take (and each change of `cool`)
+ * and reads `revoke` between; a flusher sets `revoke`, runs membarrier
+ * (which orders the owner's store before its load as a fence would, so the
+ * owner pays none), then waits for `busy` to be 0 and has the front to
+ * itself, as far as takes go, until it clears `revoke`. Filling an empty
+ * entry needs no handshake (gs_front_store). Included from ptrtab.h.
  */
 #ifndef GPUSLICE_FRONT_H
 #define GPUSLICE_FRONT_H

@@ -179,7 +179,8 @@ static __attribute__((noinline, cold)) void undo_free(CUdeviceptr p)
 		fr(p);
 }
 
-/* cuMemAlloc_v2 and cuMemFree_v2: hooks_hot.c, which falls back to these. */
+/* cuMemAlloc_v2 and cuMemFree_v2: their common case at the end of this
+ * file, which falls back to these. */
 static __attribute__((noinline)) GS_CHARGED_CREATE_AS(alloc_general, cuMemAlloc_v2, (CUdeviceptr * dptr, size_t bytesize), (dptr, bytesize),
 			    charge_ctx(&c, st, bytesize), *dptr, undo_free(*dptr))
 GS_CHARGED_PTR_ALLOC(cuMemAllocManaged, (dptr, bytesize, flags), unsigned int flags)
@@ -281,9 +282,9 @@ static __attribute__((noinline)) CUresult alloc_record(CUdeviceptr *dptr, long g
 	return refuse_unrecorded(&c, dptr);
 }
 
-/* The fast path's release, when the bytes do not stay as this thread's
- * credit (no stripe, or more than its cap): the real free, then the slow
- * give-back, or the entry back when the free failed. */
+/* The fast path's release, when the bytes would leave this thread more
+ * credit than its cap: the real free, then the slow give-back (the excess
+ * to used), or the entry back when the free failed. */
 static __attribute__((noinline)) CUresult free_release(CUdeviceptr dptr, long g, uint64_t n)
 {
 	CUresult r = gs_hot_free(dptr);
