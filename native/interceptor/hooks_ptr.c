@@ -343,6 +343,9 @@ __attribute__((no_stack_protector)) CUresult cuMemAlloc_v2(CUdeviceptr *dptr, si
 	if (GS_UNLIKELY(!gs_credit_spend(gs_tls.hot, g, bytesize)))
 		return alloc_general(dptr, bytesize);
 	CUresult r = gs_hot_alloc(dptr, bytesize);
+	/* g again from where it was taken (dev_gpu sets it too): one load
+	 * instead of a register kept across the call */
+	g = gs_tls.dev_gpu;
 	if (GS_UNLIKELY(r != CUDA_SUCCESS))
 		return alloc_failed(g, bytesize, r);
 	uint64_t key = *dptr;
