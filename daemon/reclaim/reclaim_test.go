@@ -150,6 +150,13 @@ func TestOpenProc(t *testing.T) {
 	}
 	defer cmd.Process.Kill()
 	pid := uint32(cmd.Process.Pid)
+	// Until the child's exec has placed the new stack its image is
+	// unknown (0): wait for the program image first.
+	for deadline := time.Now().Add(20 * time.Second); ImageToken(pid) == 0; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("setup: the child's image stays unknown")
+		}
+	}
 	fd, p, err := OpenProc(pid)
 	if err != nil {
 		t.Fatal(err)

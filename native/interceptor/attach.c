@@ -35,7 +35,7 @@
 #define GS_RETRY_PERIOD_NS 1000000000ll /* later retries: at most this often */
 
 struct gs_global gs;
-__thread struct gs_tls gs_tls GS_TLS_MODEL;
+__thread struct gs_tls gs_tls GS_TLS_MODEL = {.dev_last = GS_DEV_NONE};
 
 static pthread_mutex_t init_mu = PTHREAD_MUTEX_INITIALIZER;
 static int session_cfg = -1; /* -1 unknown, 0 inert, 1 session named, 2 none named: ask */
@@ -249,7 +249,9 @@ static void atfork_child(void)
 	gs.ngpus = 0;
 	gs.epoch++; /* the parent's stripe is gone: no thread uses it (hooks_ptr.c) */
 	gs_tls.st = NULL;
-	gs_tab_drop();
+	gs_tls.dev_last = GS_DEV_NONE;
+	gs_tab_drop(); /* drops this thread's front too */
+	gs_tls_hot();
 	session_cfg = -1;
 	last_try_ns = 0;
 	atomic_store_explicit(&gs.state, GS_ST_UNINIT, memory_order_release);

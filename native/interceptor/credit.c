@@ -9,7 +9,6 @@
 #include <pthread.h>
 #include <sched.h>
 #include <sys/syscall.h>
-#include <string.h>
 #include <unistd.h>
 
 #include "gs.h"
@@ -40,15 +39,48 @@ void gs_credit_attach(void)
 		gs_debug("membarrier unavailable: every charge takes the exact path");
 }
 
+/* Whether this process's slot is marked in the credit map (a slot the
+ * map does not cover is read by every scan anyway). */
+static int slot_marked(void)
+{
+	uint32_t i = gs.slot_index;
+	if (i >= GS_CREDIT_MAP_SLOTS)
+		return 1;
+	return (__atomic_load_n(&GS_CREDIT_MAP(gs.ctr)[i / 64], __ATOMIC_ACQUIRE) >> (i % 64)) & 1;
+}
+
+/* Before a thread of this process first keeps credit: mark its slot in
+ * the credit map, so that every scan reads it. */
+static void mark_credit(void)
+{
+	uint32_t i = gs.slot_index;
+	if (i < GS_CREDIT_MAP_SLOTS)
+		__atomic_fetch_or(&GS_CREDIT_MAP(gs.ctr)[i / 64], 1ull << (i % 64), __ATOMIC_SEQ_CST);
+}
+
+/* This thread's copy of the credit it may keep per GPU (limit / 8), 0
+ * while the slot is not marked: the first credit then takes the slow
+ * path (gs_unreserve_slow), which marks it. */
+static void refresh_caps(void)
+{
+	int on = slot_marked();
+	for (uint32_t g = 0; g < gs.ngpus && g < GS_MAX_GPUS; g++)
+		gs_tls.cap[g] = on ? __atomic_load_n(&gs.lim->gpu[g].limit, __ATOMIC_RELAXED) >> 3 : 0;
+}
+
 /* First charge of a thread since the attach: own a free stripe if there
- * is one (the thread then keeps credit there), else use the shared one. */
+ * is one (the thread then keeps credit there), else use the shared one.
+ * Only once the entry points cuMemAlloc_v2's common case calls unchecked
+ * are known (hooks_ptr.c: an owned stripe implies them). */
 struct gs_slot_stripe *gs_own_slow(void)
 {
 	gs_tls.st = NULL;
 	gs_tls.epoch = gs.epoch;
-	memset(gs_tls.cap, 0, sizeof gs_tls.cap); /* marked again at its first credit */
-	if (!gs.credit_ok || gs.slot == NULL)
+	gs_tls_hot();
+	if (!gs.credit_ok || gs.slot == NULL || gs.lim == NULL || gs_real_get(GS_R_cuMemAlloc_v2) == NULL ||
+	    gs_real_get(GS_R_cuCtxGetDevice) == NULL)
 		return NULL;
+	refresh_caps();
 	uint32_t tid = my_tid();
 	for (unsigned k = 0; k < GS_SLOT_OWNED; k++) {
 		uint32_t free = 0;
@@ -60,6 +92,7 @@ struct gs_slot_stripe *gs_own_slow(void)
 			break;
 		}
 	}
+	gs_tls_hot();
 	return gs_tls.st;
 }
 
@@ -82,6 +115,7 @@ static void thread_exit(void *arg)
 		gs_leave(s);
 	}
 	gs_tls.st = NULL;
+	gs_tls_hot();
 	__atomic_fetch_and(&gs.slot->owned, ~(1u << (unsigned)(s - gs.slot->stripe)), __ATOMIC_RELEASE);
 	__atomic_store_n(&s->owner, 0, __ATOMIC_RELEASE);
 }
@@ -110,21 +144,6 @@ static uint32_t next_credit_slot(const struct gs_counters_hdr *hdr, uint32_t i, 
 
 #define FOR_CREDIT_SLOTS(hdr, i, n) \
 	for (uint32_t i = next_credit_slot(hdr, 0, n); i < (n); i = next_credit_slot(hdr, i + 1, n))
-
-/* Before this thread first keeps credit in its stripe: mark its slot in
- * the credit map (so that every scan reads it), then let the fast path
- * keep up to an eighth of each limit. */
-static void mark_credit(void)
-{
-	uint32_t i = gs.slot_index;
-	if (i < GS_CREDIT_MAP_SLOTS) {
-		uint64_t *w = &GS_CREDIT_MAP(gs.ctr)[i / 64], bit = 1ull << (i % 64);
-		if ((__atomic_load_n(w, __ATOMIC_RELAXED) & bit) == 0)
-			__atomic_fetch_or(w, bit, __ATOMIC_SEQ_CST);
-	}
-	for (uint32_t g = 0; g < gs.ngpus; g++)
-		gs_tls.cap[g] = __atomic_load_n(&gs.lim->gpu[g].limit, __ATOMIC_RELAXED) >> 3;
-}
 
 /* The owned stripes of slot sl that have an owner (only those keep credit:
  * an owner gives its credit back before its bit is cleared). */
@@ -290,6 +309,7 @@ static void take_all_credit(void)
 
 int gs_reserve_slow(int g, uint64_t n)
 {
+	refresh_caps();
 	if (reserve_exact(g, n) == 0)
 		return 0;
 	if (gs.credit_ok) {
@@ -315,13 +335,15 @@ static int give_back(uint64_t *used, uint64_t n)
 void gs_unreserve_slow(int g, uint64_t n)
 {
 	struct gs_slot_stripe *s = gs_own();
-	if (s != NULL && gs_tls.cap[g] == 0)
-		mark_credit(); /* before the first credit is kept, not inside the update */
+	if (s != NULL) {
+		if (!slot_marked())
+			mark_credit(); /* before the first credit is kept, not inside the update */
+		refresh_caps();
+	}
 	if (s != NULL && gs_enter(s)) {
 		uint64_t h = __atomic_load_n(&s->held[g], __ATOMIC_RELAXED) - n;
 		uint64_t l = __atomic_load_n(&s->lease[g], __ATOMIC_RELAXED);
-		uint64_t cap = __atomic_load_n(&gs.lim->gpu[g].limit, __ATOMIC_RELAXED) >> 3;
-		gs_tls.cap[g] = cap;
+		uint64_t cap = gs_tls.cap[g];
 		uint64_t c = l - h;
 		__atomic_store_n(&s->held[g], h, __ATOMIC_RELAXED);
 		if (c > cap && c <= INT64_MAX) {

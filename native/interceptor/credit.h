@@ -9,10 +9,11 @@
  * gpu[g].used against the limit, and before any denial the credit of every
  * thread of the session taken back.
  *
- * The owner writes `busy` around each update and reads `revoke` between;
+ * The owner writes `busy` around each spend and reads `revoke` between;
  * whoever takes credit back sets `revoke`, runs membarrier (which orders
  * the owner's store before its load as a fence would), then waits for
- * `busy` to be 0 (credit.c). Included from gs.h.
+ * `busy` to be 0 (credit.c). A release needs no handshake
+ * (gs_credit_keep). Included from gs.h.
  */
 #ifndef GPUSLICE_CREDIT_H
 #define GPUSLICE_CREDIT_H
@@ -42,8 +43,10 @@ GS_INLINE int gs_enter(struct gs_slot_stripe *s)
 	__atomic_store_n(&s->busy, 1, __ATOMIC_RELAXED);
 	/* no fence: a taker's membarrier orders this store before the load */
 	__atomic_signal_fence(__ATOMIC_SEQ_CST);
-	if (GS_LIKELY(__atomic_load_n(&s->revoke, __ATOMIC_ACQUIRE) == 0))
+	if (GS_LIKELY(GS_IS_ZERO(s->revoke))) {
+		__atomic_signal_fence(__ATOMIC_ACQUIRE); /* held and lease are read after it */
 		return 1;
+	}
 	__atomic_store_n(&s->busy, 0, __ATOMIC_RELEASE);
 	return 0;
 }
@@ -52,14 +55,15 @@ GS_INLINE void gs_leave(struct gs_slot_stripe *s) { __atomic_store_n(&s->busy, 0
 
 /* Spend n bytes of the credit the owner of stripe s keeps on ledger GPU
  * g: 1 when it covered them, 0 when it does not (nothing changed). */
-GS_INLINE int gs_credit_spend(struct gs_slot_stripe *s, int g, uint64_t n)
+GS_INLINE int gs_credit_spend(struct gs_slot_stripe *s, long g, uint64_t n)
 {
 	if (GS_UNLIKELY(!gs_enter(s)))
 		return 0;
-	uint64_t h = __atomic_load_n(&s->held[g], __ATOMIC_RELAXED);
-	int ok = __atomic_load_n(&s->lease[g], __ATOMIC_RELAXED) - h >= n;
+	uint64_t *held = &s->held[g], *lease = held + GS_MAX_GPUS;
+	uint64_t h = __atomic_load_n(held, __ATOMIC_RELAXED);
+	int ok = __atomic_load_n(lease, __ATOMIC_RELAXED) - h >= n;
 	if (GS_LIKELY(ok))
-		__atomic_store_n(&s->held[g], h + n, __ATOMIC_RELAXED);
+		__atomic_store_n(held, h + n, __ATOMIC_RELAXED);
 	gs_leave(s);
 	return ok;
 }
@@ -74,23 +78,46 @@ GS_INLINE int gs_reserve(int g, uint64_t n)
 	return gs_reserve_slow(g, n);
 }
 
-/* Give back n bytes on ledger GPU g: kept as credit up to the thread's cap
- * (an eighth of the limit; 0 until credit.c marked the slot in the credit
- * map, so that the first credit a thread keeps takes the slow path), the
- * rest returned to gpu[g].used. */
+/*
+ * Keep n bytes released on ledger GPU g as credit of stripe s (this
+ * thread's): 1 when done, 0 when that would keep more than the thread's
+ * cap (nothing changed). No handshake: the owner only lowers held, and a
+ * taker only reads held and lowers lease to it, so whichever of the two
+ * stores comes first, lease - held is what the owner still keeps and
+ * gpu[g].used still counts it (docs/ledger.md "Credit"). The cap is the
+ * thread's copy of limit / 8 (refreshed on its slow paths; 0 until the
+ * process has marked its slot in the ledger's credit map, so that the
+ * first credit a thread keeps takes the slow path, which marks it); a
+ * stale one changes how much credit is kept, never used or the limit.
+ * gs_credit_keep_check decides and works out the new held (*hp), which
+ * the owner may store later (cuMemFree_v2 stores it once the driver has
+ * freed): nobody else writes held meanwhile.
+ */
+GS_INLINE int gs_credit_keep_check(struct gs_slot_stripe *s, long g, uint64_t n, uint64_t *hp)
+{
+	uint64_t *held = &s->held[g], *lease = held + GS_MAX_GPUS;
+	uint64_t h = __atomic_load_n(held, __ATOMIC_RELAXED) - n;
+	__asm__("" : "+r"(h)); /* keep lease - h as written: h is needed too */
+	*hp = h;
+	return __atomic_load_n(lease, __ATOMIC_RELAXED) - h <= gs_tls.cap[g];
+}
+
+GS_INLINE int gs_credit_keep(struct gs_slot_stripe *s, long g, uint64_t n)
+{
+	uint64_t h;
+	if (GS_UNLIKELY(!gs_credit_keep_check(s, g, n, &h)))
+		return 0;
+	__atomic_store_n(&s->held[g], h, __ATOMIC_RELAXED);
+	return 1;
+}
+
+/* Give back n bytes on ledger GPU g: kept as credit up to an eighth of the
+ * limit, the rest returned to gpu[g].used. */
 GS_INLINE void gs_unreserve(int g, uint64_t n)
 {
 	struct gs_slot_stripe *s = gs_own();
-	if (GS_LIKELY(s != NULL) && GS_LIKELY(gs_enter(s))) {
-		uint64_t h = __atomic_load_n(&s->held[g], __ATOMIC_RELAXED) - n;
-		uint64_t l = __atomic_load_n(&s->lease[g], __ATOMIC_RELAXED);
-		if (GS_LIKELY(l - h <= gs_tls.cap[g])) {
-			__atomic_store_n(&s->held[g], h, __ATOMIC_RELAXED);
-			gs_leave(s);
-			return;
-		}
-		gs_leave(s);
-	}
+	if (GS_LIKELY(s != NULL) && GS_LIKELY(gs_credit_keep(s, g, n)))
+		return;
 	gs_unreserve_slow(g, n);
 }
 

@@ -38,7 +38,8 @@ struct gs_front *gs_front_claim(void)
 {
 	gs_tls.fr_tried = 1;
 	pthread_once(&init_once, front_init);
-	if (!gs_front_ok)
+	/* the release's common case calls the real cuMemFree_v2 unchecked */
+	if (!gs_front_ok || gs_real_get(GS_R_cuMemFree_v2) == NULL)
 		return NULL;
 	uint32_t tid = (uint32_t)syscall(SYS_gettid);
 	for (unsigned k = 0; k < GS_FRONTS; k++) {
@@ -46,6 +47,7 @@ struct gs_front *gs_front_claim(void)
 		struct gs_front *f = &gs_fronts[k];
 		if (__atomic_compare_exchange_n(&f->owner, &free, tid, 0, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED)) {
 			gs_tls.fr = f;
+			gs_tls_hot();
 			pthread_setspecific(exit_key, f);
 			return f;
 		}
@@ -53,28 +55,40 @@ struct gs_front *gs_front_claim(void)
 	return NULL;
 }
 
-/* Move f's entries into the shared table (the caller has f to itself);
- * the entry for key, if there, is taken out and returned instead. An entry
- * the shared table has no room for stays in the front. */
-static uint64_t drain(struct gs_front *f, uint64_t key)
+/* Move f's entries into the shared table (the caller has f to itself as
+ * far as takes go; its owner may still fill empty entries); the entry for
+ * key, if there, is taken out and its packed value returned in *found. An
+ * entry the shared table has no room for stays in the front. Returns the
+ * entries left. */
+static unsigned drain(struct gs_front *f, uint64_t key, uint64_t *found)
 {
-	uint64_t found = 0, live = 0;
+	unsigned left = 0;
 	for (unsigned i = 0; i < (1u << GS_FRONT_BITS); i++) {
-		struct gs_ent *e = &f->e[i];
+		struct gs_fent *e = &f->e[i];
 		uint64_t k = __atomic_load_n(&e->key, __ATOMIC_ACQUIRE);
 		if (k == GS_KEY_EMPTY)
 			continue;
-		uint64_t v = __atomic_load_n(&e->val, __ATOMIC_ACQUIRE);
-		if (k == key && found == 0) {
-			found = v;
-		} else if (gs_tab_insert(GS_TAB_PTR, k, gs_val_gpu(v), gs_val_bytes(v)) != 0) {
-			live++;
+		int g = (int)__atomic_load_n(&e->gpu, __ATOMIC_RELAXED);
+		uint64_t n = __atomic_load_n(&e->bytes, __ATOMIC_RELAXED);
+		if (k == key && *found == 0) {
+			*found = gs_val_pack(g, n);
+		} else if (gs_tab_insert(GS_TAB_PTR, k, g, n) != 0) {
+			left++;
 			continue;
 		}
 		__atomic_store_n(&e->key, GS_KEY_EMPTY, __ATOMIC_RELEASE);
 	}
-	__atomic_store_n(&f->live, live, __ATOMIC_RELEASE);
-	return found;
+	return left;
+}
+
+/* f holds at least one entry (read without the handshake: an entry the
+ * owner records meanwhile is one recorded after the flush). */
+static int holds(const struct gs_front *f)
+{
+	for (unsigned i = 0; i < (1u << GS_FRONT_BITS); i++)
+		if (__atomic_load_n(&f->e[i].key, __ATOMIC_ACQUIRE) != GS_KEY_EMPTY)
+			return 1;
+	return 0;
 }
 
 /*
@@ -91,7 +105,7 @@ static uint64_t flush_fronts(uint64_t key, int cool)
 	unsigned marked = 0;
 	for (unsigned k = 0; k < GS_FRONTS; k++) {
 		struct gs_front *f = &gs_fronts[k];
-		if (f == mine || __atomic_load_n(&f->live, __ATOMIC_ACQUIRE) == 0)
+		if (f == mine || !holds(f))
 			continue;
 		__atomic_store_n(&f->revoke, 1, __ATOMIC_RELEASE);
 		marked |= 1u << k;
@@ -111,9 +125,7 @@ static uint64_t flush_fronts(uint64_t key, int cool)
 			continue;
 		struct gs_front *f = &gs_fronts[k];
 		if (gs_wait_zero32(&f->busy)) {
-			uint64_t v = drain(f, found == 0 ? key : GS_KEY_EMPTY);
-			if (v != 0)
-				found = v;
+			drain(f, key, &found);
 			if (cool)
 				__atomic_store_n(&f->cool, GS_FRONT_COOL, __ATOMIC_RELAXED);
 		}
@@ -150,8 +162,9 @@ void gs_front_flush_all(void)
 	pthread_mutex_lock(&flush_mu);
 	flush_fronts(GS_KEY_EMPTY, 0);
 	struct gs_front *mine = gs_tls.fr;
-	if (mine != NULL && __atomic_load_n(&mine->live, __ATOMIC_RELAXED) != 0 && gs_front_enter(mine)) {
-		drain(mine, GS_KEY_EMPTY);
+	uint64_t none = 0;
+	if (mine != NULL && holds(mine) && gs_front_enter(mine)) {
+		drain(mine, GS_KEY_EMPTY, &none);
 		gs_front_leave(mine);
 	}
 	pthread_mutex_unlock(&flush_mu);
@@ -165,11 +178,13 @@ static void thread_exit(void *arg)
 	if (f == NULL || gs_tls.fr != f)
 		return;
 	pthread_mutex_lock(&flush_mu);
+	unsigned left = 1;
+	uint64_t none = 0;
 	if (gs_front_enter(f)) {
-		drain(f, GS_KEY_EMPTY);
+		left = drain(f, GS_KEY_EMPTY, &none);
 		gs_front_leave(f);
 	}
-	if (__atomic_load_n(&f->live, __ATOMIC_RELAXED) == 0) {
+	if (left == 0) {
 		__atomic_store_n(&f->cool, 0, __ATOMIC_RELAXED);
 		__atomic_store_n(&f->owner, 0, __ATOMIC_RELEASE);
 	}
@@ -177,6 +192,7 @@ static void thread_exit(void *arg)
 	 * other threads' releases still find them there */
 	pthread_mutex_unlock(&flush_mu);
 	gs_tls.fr = NULL;
+	gs_tls_hot();
 }
 
 /* After fork (child, single-threaded): the parent's allocations are
@@ -186,5 +202,6 @@ void gs_front_drop(void)
 	memset(gs_fronts, 0, sizeof(gs_fronts));
 	gs_tls.fr = NULL;
 	gs_tls.fr_tried = 0;
+	gs_tls_hot();
 	pthread_mutex_init(&flush_mu, NULL);
 }

@@ -48,6 +48,25 @@
 #define GS_EXPORT __attribute__((visibility("default")))
 #define GS_INLINE static inline __attribute__((always_inline))
 #define GS_LIKELY(x) __builtin_expect(!!(x), 1)
+/* Defined in this library: addressed relative to the instruction pointer,
+ * not through the GOT (the hot path's globals). */
+#define GS_LOCAL __attribute__((visibility("hidden")))
+/* 1 when x, a word other threads or processes write, is 0: on x86-64 one
+ * compare with memory (the compiler keeps an atomic load apart from its
+ * compare, and may not fold a plain one: the load races), elsewhere an
+ * acquire load. For the hot path's flag and key checks, whose order with
+ * the accesses around them is kept by compiler barriers (x86 keeps loads
+ * in order with loads and stores with stores). */
+#if defined(__x86_64__)
+#define GS_IS_ZERO(x)                                                          \
+	__extension__({                                                        \
+		int gs_z_;                                                     \
+		__asm__ volatile("cmp%z1 $0, %1" : "=@ccz"(gs_z_) : "m"(x)); \
+		gs_z_;                                                         \
+	})
+#else
+#define GS_IS_ZERO(x) (__atomic_load_n(&(x), __ATOMIC_ACQUIRE) == 0)
+#endif
 #define GS_UNLIKELY(x) __builtin_expect(!!(x), 0)
 
 /* CUDA version up to which hooks.def lists every variant of a hooked base
@@ -101,6 +120,12 @@ GS_EXTRAS(GS_X)
 
 extern void *gs_real[GS_NREAL];
 void *gs_real_resolve(int idx);
+/* Copies of three of them for cuMemAlloc_v2 / cuMemFree_v2's common case
+ * (hooks_ptr.c), each its own symbol so that a call through one is a
+ * single instruction; set before gs_real[] is. */
+extern gs_pfn_cuMemAlloc_v2 gs_hot_alloc GS_LOCAL;
+extern gs_pfn_cuMemFree_v2 gs_hot_free GS_LOCAL;
+extern gs_pfn_cuCtxGetDevice gs_hot_getdev GS_LOCAL;
 
 static inline void *gs_real_get(int idx)
 {
@@ -156,7 +181,7 @@ struct gs_global {
 	char session[GS_SESSION_LEN];
 } __attribute__((aligned(64)));
 
-extern struct gs_global gs;
+extern struct gs_global gs GS_LOCAL;
 
 /* Per thread: the stripe of the slot this thread owns, NULL when it owns
  * none (valid while epoch == gs.epoch; credit.h). Initial-exec TLS: the
@@ -167,10 +192,24 @@ struct gs_tls {
 	uint64_t epoch;
 	struct gs_front *fr;        /* the pointer table's front this thread owns (front.h), or NULL */
 	unsigned char fr_tried;     /* a front was looked for */
-	uint64_t cap[GS_MAX_GPUS];  /* credit st may keep per ledger GPU; 0 until its slot is
-	                             * marked in the credit map (credit.c) */
+	/* cuMemAlloc_v2 / cuMemFree_v2's common case (hooks_ptr.c): st when
+	 * this thread owns both a stripe and a front, else NULL (gs_tls_hot) */
+	struct gs_slot_stripe *hot;
+	uint64_t dev_last;          /* device ordinal of the last common-case allocation, zero-extended;
+	                             * GS_DEV_NONE (no 32-bit ordinal) before the first */
+	long dev_gpu;               /* its ledger GPU (devmap entries never change within an attach) */
+	uint64_t cap[GS_MAX_GPUS];  /* credit st keeps per ledger GPU: limit / 8 when last looked,
+	                             * 0 until the slot is marked in the credit map (credit.c) */
 };
 extern __thread struct gs_tls gs_tls GS_TLS_MODEL;
+
+#define GS_DEV_NONE (1ull << 32)
+
+/* After st or fr changed: whether the common case may run. */
+static inline void gs_tls_hot(void)
+{
+	gs_tls.hot = gs_tls.st != NULL && gs_tls.fr != NULL ? gs_tls.st : NULL;
+}
 
 int gs_init_slow(void);
 int gs_failed_retry(void);

@@ -179,8 +179,9 @@ static __attribute__((noinline, cold)) void undo_free(CUdeviceptr p)
 		fr(p);
 }
 
-/* cuMemAlloc_v2 and cuMemFree_v2: hooks_hot.c, which falls back to these. */
-static GS_CHARGED_CREATE_AS(alloc_general, cuMemAlloc_v2, (CUdeviceptr * dptr, size_t bytesize), (dptr, bytesize),
+/* cuMemAlloc_v2 and cuMemFree_v2: their common case at the end of this
+ * file, which falls back to these. */
+static __attribute__((noinline)) GS_CHARGED_CREATE_AS(alloc_general, cuMemAlloc_v2, (CUdeviceptr * dptr, size_t bytesize), (dptr, bytesize),
 			    charge_ctx(&c, st, bytesize), *dptr, undo_free(*dptr))
 GS_CHARGED_PTR_ALLOC(cuMemAllocManaged, (dptr, bytesize, flags), unsigned int flags)
 
@@ -250,7 +251,7 @@ CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pitch, size_t width, size
 #define GS_PTR_FREE(sym, call_args, ...) \
 	GS_RELEASE(sym, (CUdeviceptr dptr, ##__VA_ARGS__), call_args, dptr)
 
-static GS_RELEASE_AS(free_general, cuMemFree_v2, (CUdeviceptr dptr), (dptr), dptr)
+static __attribute__((noinline)) GS_RELEASE_AS(free_general, cuMemFree_v2, (CUdeviceptr dptr), (dptr), dptr)
 GS_PTR_FREE(cuMemFreeAsync, (dptr, stream), CUstream stream)
 GS_PTR_FREE(cuMemFreeAsync_ptsz, (dptr, stream), CUstream stream)
 
@@ -264,64 +265,114 @@ GS_PTR_FREE(cuMemFreeAsync_ptsz, (dptr, stream), CUstream stream)
  * frames, and the canary would be a fifth of what they add.
  */
 /* After the fast path's real cuMemAlloc_v2 failed: give the credit back. */
-static __attribute__((noinline, cold)) CUresult alloc_failed(uint64_t v, CUresult r)
+static __attribute__((noinline, cold)) CUresult alloc_failed(long g, uint64_t n, CUresult r)
 {
-	gs_unreserve(gs_val_gpu(v), gs_val_bytes(v));
+	gs_unreserve((int)g, n);
 	return r;
 }
 
 /* The allocation did not fit this thread's front: the shared table, or
  * free it and refuse when that is full too. */
-static __attribute__((noinline)) CUresult alloc_record(CUdeviceptr *dptr, uint64_t v)
+static __attribute__((noinline)) CUresult alloc_record(CUdeviceptr *dptr, long g, uint64_t n)
 {
-	struct charge c = {.active = 1, .g = gs_val_gpu(v), .n = gs_val_bytes(v)};
+	struct charge c = {.active = 1, .g = (int)g, .n = n};
 	if (GS_LIKELY(finish(&c, CUDA_SUCCESS, *dptr) == 0))
 		return CUDA_SUCCESS;
 	undo_free(*dptr);
 	return refuse_unrecorded(&c, dptr);
 }
 
+/* The fast path's release, when the bytes would leave this thread more
+ * credit than its cap: the real free, then the slow give-back (the excess
+ * to used), or the entry back when the free failed. */
+static __attribute__((noinline)) CUresult free_release(CUdeviceptr dptr, long g, uint64_t n)
+{
+	CUresult r = gs_hot_free(dptr);
+	if (r == CUDA_SUCCESS)
+		gs_unreserve_slow((int)g, n);
+	else
+		released(r, dptr, gs_val_pack((int)g, n));
+	return r;
+}
+
+/* The fast path's real cuMemFree_v2 failed after this thread's held[g]
+ * (at held, which still reads h + n) was to become h: the entry goes
+ * back, nothing is given back. */
+static __attribute__((noinline, cold)) CUresult free_failed(CUresult r, CUdeviceptr dptr, const uint64_t *held,
+							   uint64_t h)
+{
+	long g = held - gs_tls.st->held;
+	released(r, dptr, gs_val_pack((int)g, __atomic_load_n(held, __ATOMIC_RELAXED) - h));
+	return r;
+}
+
+/* The common case's device is not the thread's last one: the ledger GPU
+ * of the current device (asked again: the answer cannot have changed on
+ * this thread meanwhile), remembered as the thread's last one; -1 when the
+ * general hook must decide (an ordinal out of range, not known yet, or not
+ * of the session). */
+static __attribute__((noinline)) long dev_gpu(void)
+{
+	CUdevice dev;
+	if (gs_hot_getdev(&dev) != CUDA_SUCCESS || (unsigned)dev >= GS_MAX_ORDINALS)
+		return -1;
+	int g = __atomic_load_n(&gs.devmap[dev], __ATOMIC_RELAXED);
+	if (g < 0)
+		return -1;
+	gs_tls.dev_last = (uint32_t)dev;
+	gs_tls.dev_gpu = g;
+	return g;
+}
+
 __attribute__((no_stack_protector)) CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize)
 {
-	gs_pfn_cuMemAlloc_v2 real = __atomic_load_n(&gs_real[GS_R_cuMemAlloc_v2], __ATOMIC_ACQUIRE);
-	gs_pfn_cuCtxGetDevice getdev = __atomic_load_n(&gs_real[GS_R_cuCtxGetDevice], __ATOMIC_ACQUIRE);
-	/* a stripe of this attach's slot implies the state is ACTIVE: only
-	 * an attach sets it, and fork (the only way out) bumps the epoch */
-	struct gs_slot_stripe *s = gs_tls.st;
-	if (GS_UNLIKELY(real == NULL) || GS_UNLIKELY(getdev == NULL) || GS_UNLIKELY(bytesize - 1 >= GS_VAL_BYTES_MASK) ||
-	    GS_UNLIKELY(s == NULL) || GS_UNLIKELY(gs_tls.epoch != __atomic_load_n(&gs.epoch, __ATOMIC_ACQUIRE)))
+	/* gs_tls.hot (an owned stripe and front) implies the state is ACTIVE
+	 * (only an attach's threads claim them, and fork, the only way out,
+	 * drops them: attach.c) and the real cuMemAlloc_v2 and cuCtxGetDevice
+	 * known (gs_own_slow). No check of bytesize: the credit that covers
+	 * it is at most an eighth of the limit (far below GS_VAL_BYTES_MASK),
+	 * and 0 bytes, charged and recorded as 0, give back 0. */
+	if (GS_UNLIKELY(gs_tls.hot == NULL))
 		return alloc_general(dptr, bytesize);
 	CUdevice dev;
-	if (GS_UNLIKELY(getdev(&dev) != CUDA_SUCCESS) || GS_UNLIKELY((unsigned)dev >= GS_MAX_ORDINALS))
+	if (GS_UNLIKELY(gs_hot_getdev(&dev) != CUDA_SUCCESS))
 		return alloc_general(dptr, bytesize);
-	int g = __atomic_load_n(&gs.devmap[dev], __ATOMIC_RELAXED);
-	if (GS_UNLIKELY(g < 0) || GS_UNLIKELY(!gs_credit_spend(s, g, bytesize)))
+	long g = gs_tls.dev_gpu;
+	if (GS_UNLIKELY((uint32_t)dev != gs_tls.dev_last) && GS_UNLIKELY((g = dev_gpu()) < 0))
 		return alloc_general(dptr, bytesize);
-	uint64_t v = ((uint64_t)g << GS_VAL_GPU_SHIFT) | bytesize;
-	CUresult r = real(dptr, bytesize);
+	if (GS_UNLIKELY(!gs_credit_spend(gs_tls.hot, g, bytesize)))
+		return alloc_general(dptr, bytesize);
+	CUresult r = gs_hot_alloc(dptr, bytesize);
+	/* g again from where it was taken (dev_gpu sets it too): one load
+	 * instead of a register kept across the call */
+	g = gs_tls.dev_gpu;
 	if (GS_UNLIKELY(r != CUDA_SUCCESS))
-		return alloc_failed(v, r);
+		return alloc_failed(g, bytesize, r);
 	uint64_t key = *dptr;
-	struct gs_front *f = gs_tls.fr;
-	if (GS_LIKELY(f != NULL) && GS_LIKELY(gs_key_ok(key)) && GS_LIKELY(gs_front_store(f, key, v)))
+	if (GS_LIKELY(gs_key_ok(key)) && GS_LIKELY(gs_front_store(gs_tls.fr, key, g, bytesize)))
 		return CUDA_SUCCESS;
-	return alloc_record(dptr, v);
+	return alloc_record(dptr, g, bytesize);
 }
 
 __attribute__((no_stack_protector)) CUresult cuMemFree_v2(CUdeviceptr dptr)
 {
-	gs_pfn_cuMemFree_v2 real = __atomic_load_n(&gs_real[GS_R_cuMemFree_v2], __ATOMIC_ACQUIRE);
-	struct gs_front *f = gs_tls.fr;
-	/* a front implies the state is ACTIVE: only charging claims one, and
-	 * fork (the only way out of ACTIVE) drops them all */
-	uint64_t v;
-	if (GS_UNLIKELY(real == NULL) || GS_UNLIKELY(f == NULL) || GS_UNLIKELY(!gs_key_ok(dptr)) ||
-	    GS_UNLIKELY((v = gs_front_take_from(f, dptr)) == 0))
+	/* gs_tls.hot implies the state is ACTIVE, a front of this thread's
+	 * and the real cuMemFree_v2 known (front.c) */
+	struct gs_slot_stripe *s = gs_tls.hot;
+	struct gs_fent *e;
+	if (GS_UNLIKELY(s == NULL) || GS_UNLIKELY(!gs_key_ok(dptr)) ||
+	    GS_UNLIKELY(!gs_front_take_ent(gs_tls.fr, dptr, &e)))
 		return free_general(dptr);
-	CUresult r = real(dptr);
-	if (GS_LIKELY(r == CUDA_SUCCESS))
-		gs_unreserve(gs_val_gpu(v), gs_val_bytes(v)); /* inline: released() is not */
-	else
-		released(r, dptr, v);
-	return r;
+	uint64_t n = __atomic_load_n(&e->bytes, __ATOMIC_RELAXED);
+	long g = (long)__atomic_load_n(&e->gpu, __ATOMIC_RELAXED);
+	/* what this thread's held[g] becomes, worked out before the driver
+	 * call (only this thread writes it: gs_credit_keep), stored after */
+	uint64_t *held = &s->held[g], h;
+	if (GS_UNLIKELY(!gs_credit_keep_check(s, g, n, &h)))
+		return free_release(dptr, g, n);
+	CUresult r = gs_hot_free(dptr);
+	if (GS_UNLIKELY(r != CUDA_SUCCESS))
+		return free_failed(r, dptr, held, h);
+	__atomic_store_n(held, h, __ATOMIC_RELAXED);
+	return CUDA_SUCCESS;
 }

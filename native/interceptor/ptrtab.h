@@ -108,7 +108,7 @@ static inline uint64_t gs_tab_remove(int kind, uint64_t key)
  * room, else in the shared table. 0, or -1 when neither has room. */
 GS_INLINE int gs_ptr_insert(uint64_t key, int g, uint64_t bytes)
 {
-	if (GS_LIKELY(gs_key_ok(key)) && GS_LIKELY(gs_front_put(key, gs_val_pack(g, bytes))))
+	if (GS_LIKELY(gs_key_ok(key)) && GS_LIKELY(gs_front_put(key, g, bytes)))
 		return 0;
 	return gs_tab_insert(GS_TAB_PTR, key, g, bytes);
 }

@@ -12,6 +12,9 @@
 #include "gs.h"
 
 void *gs_real[GS_NREAL];
+gs_pfn_cuMemAlloc_v2 gs_hot_alloc;
+gs_pfn_cuMemFree_v2 gs_hot_free;
+gs_pfn_cuCtxGetDevice gs_hot_getdev;
 
 static const struct {
 	const char *name;
@@ -51,8 +54,17 @@ void *gs_real_resolve(int idx)
 			if (p == NULL && lib_handle[lib] != NULL)
 				p = real_dlsym(RTLD_NEXT, real_names[idx].name);
 		}
-		if (p != NULL)
+		if (p != NULL) {
+			/* the hot copies first: whoever sees gs_real[idx] set
+			 * (gs_own_slow, gs_front_claim) sees them too */
+			if (idx == GS_R_cuMemAlloc_v2)
+				__atomic_store_n(&gs_hot_alloc, (gs_pfn_cuMemAlloc_v2)p, __ATOMIC_RELAXED);
+			else if (idx == GS_R_cuMemFree_v2)
+				__atomic_store_n(&gs_hot_free, (gs_pfn_cuMemFree_v2)p, __ATOMIC_RELAXED);
+			else if (idx == GS_R_cuCtxGetDevice)
+				__atomic_store_n(&gs_hot_getdev, (gs_pfn_cuCtxGetDevice)p, __ATOMIC_RELAXED);
 			__atomic_store_n(&gs_real[idx], p, __ATOMIC_RELEASE);
+		}
 		else
 			gs_debug("real %s not found", real_names[idx].name);
 	}

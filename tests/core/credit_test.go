@@ -2,6 +2,7 @@ package core
 
 import (
 	"strconv"
+	"sync"
 	"testing"
 	"time"
 
@@ -126,4 +127,88 @@ func TestPointersFreedByAnotherThread(t *testing.T) {
 	if n := l.Denied(0); n != 0 {
 		t.Errorf("%d denials, want none", n)
 	}
+}
+
+// A release keeps its bytes as the thread's credit without a handshake
+// (docs/ledger.md "Credit": the owner only lowers held, a taker only reads
+// it and lowers lease). Here threads that allocate and free small blocks
+// all the time race the takers that a second set of processes, asking for
+// more than the quota leaves, runs at each of its denials. Whatever the
+// interleaving: the quota is never exceeded, each pause finds used equal to
+// what the processes hold and to the slots' sum, and everything comes back
+// to 0 with nothing left for the daemon to reclaim.
+func TestReleasesRaceCreditTakers(t *testing.T) {
+	d := testenv.StartDaemon(t, testenv.DaemonOptions{})
+	const quota = 256 * MiB
+	sess := newSession(t, d, client.SessionRequest{QuotaBytes: quota})
+	l := openLedger(t, d, sess.ID)
+	env := sessionEnv(t, d, sess.ID)
+	smp := sample(l)
+	var once sync.Once
+	var max uint64
+	stopSampling := func() { once.Do(func() { max, _ = smp.done() }) }
+	t.Cleanup(stopSampling) // before the ledger is closed, also after a fatal error
+
+	small := startStorm(t, env, 2, 4, 64<<10, 1*MiB, 4)
+	large := startStorm(t, env, 2, 2, 16*MiB, 96*MiB, 2)
+	for round := 0; round < 6; round++ {
+		time.Sleep(250 * time.Millisecond)
+		hs, hl := small.pause(nil), large.pause(nil)
+		if u, s, h := l.Used(0), sumSlots(l, 0), sum(hs)+sum(hl); u != h || s != u {
+			t.Errorf("pause %d: ledger used %d, slots %d, processes hold %d", round, u, s, h)
+		}
+		small.resume(nil)
+		large.resume(nil)
+	}
+	smallAllocs, _ := small.stop(nil)
+	largeAllocs, largeDenied := large.stop(nil)
+	stopSampling()
+	t.Logf("small: %d allocations; large: %d allocations, %d denials; max used %d of %d",
+		smallAllocs, largeAllocs, largeDenied, max, quota)
+	if max > quota || l.Peak(0) > quota {
+		t.Errorf("used reached %d (peak %d) > quota %d", max, l.Peak(0), quota)
+	}
+	if smallAllocs == 0 || largeDenied == 0 {
+		t.Errorf("no race: %d small allocations, %d denials of the large ones", smallAllocs, largeDenied)
+	}
+	eventually(t, 30*time.Second, "every slot released", func() (bool, string) {
+		return l.Charged(0) == 0, strconv.FormatUint(l.Charged(0), 10)
+	})
+	if r := l.Reclaimed(0); r != 0 {
+		t.Errorf("the daemon reclaimed %d bytes at exit, want 0 (the processes gave everything back)", r)
+	}
+}
+
+// cuMemAlloc_v2's common path remembers the thread's last device and its
+// ledger GPU (docs/interceptor.md "Cost"). A thread that moves between two
+// GPUs is charged on the one it allocates on, also when the other GPU's
+// credit would cover the request.
+func TestThreadMovingBetweenGPUsChargedOnEach(t *testing.T) {
+	d, gpus := twoGPUNode(t)
+	sess := newSession(t, d, client.SessionRequest{QuotaBytes: GiB})
+	l := openLedger(t, d, sess.ID)
+	p := probe.Start(t, sessionEnv(t, d, sess.ID), probe.Bin(t, "gs_probe"),
+		"dev:0", "alloc:8M", "free", "dev:1", "alloc:1M", "free", // credit: 8 MiB on GPU 0, 1 MiB on GPU 1
+		"dev:0", "alloc:1M", "dev:1", "alloc:2M", "dev:0", "alloc:3M", "dev:1", "alloc:4M", "pause",
+		"freeall", "pause")
+	for i := 0; i < 6; i++ {
+		if a := p.Expect("alloc"); a.Get("rc") != "0" {
+			t.Fatalf("allocation %d: %s\n%s", i, a.Line, p.Output())
+		}
+	}
+	p.Expect("paused")
+	g0, g1 := gpuIndex(t, l, gpus[0].UUID), gpuIndex(t, l, gpus[1].UUID)
+	if u0, u1 := l.Used(g0), l.Used(g1); u0 != 4*MiB || u1 != 6*MiB {
+		t.Errorf("used %d on GPU 0 and %d on GPU 1, want %d and %d", u0, u1, 4*MiB, 6*MiB)
+	}
+	p.Send("")
+	p.Expect("paused")
+	if u0, u1 := l.Used(g0), l.Used(g1); u0 != 0 || u1 != 0 {
+		t.Errorf("after freeing everything: used %d on GPU 0 and %d on GPU 1, want 0", u0, u1)
+	}
+	p.Send("")
+	if err := p.Wait(); err != nil {
+		t.Fatalf("probe: %v\n%s", err, p.Output())
+	}
+	noStderr(t, "gs_probe", p.Stderr())
 }
