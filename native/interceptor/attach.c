@@ -14,6 +14,7 @@
  * allocation path.
  */
 #include <errno.h>
+#include <link.h>
 #include <fcntl.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -46,6 +47,9 @@ static int env_error; /* the environment itself is unusable (reason below) */
 static char env_reason[128];
 static int64_t last_try_ns;
 static int atfork_done;
+/* The ATTACH the library's constructor sent, its answer not read yet (-1:
+ * none); the first attach reads it (init_mu). */
+static int early_fd = -1;
 
 static int64_t mono_ns(void)
 {
@@ -196,7 +200,7 @@ bad:
 	return -1;
 }
 
-/* One attach. */
+/* One attach: the answer to the constructor's ATTACH when there is one. */
 static int attach_once(struct gs_attach_err *err)
 {
 	struct gs_attach_reply rep;
@@ -204,7 +208,10 @@ static int attach_once(struct gs_attach_err *err)
 		gs_attach_fail(err, 0, "%s", env_reason);
 		return -1;
 	}
-	int s = gs_ipc_attach_send(sock_path, session_env, token, err);
+	int s = early_fd;
+	early_fd = -1;
+	if (s < 0)
+		s = gs_ipc_attach_send(sock_path, session_env, token, 0, err);
 	if (s < 0)
 		return -1;
 	if (gs_ipc_attach_recv(s, &rep, err) < 0)
@@ -251,10 +258,53 @@ static void atfork_child(void)
 	gs_tls.st = NULL;
 	gs_tls.dev_last = GS_DEV_NONE;
 	gs_tab_drop(); /* drops this thread's front too */
+	if (early_fd >= 0) { /* the parent's ATTACH: its answer is the parent's */
+		close(early_fd);
+		early_fd = -1;
+	}
 	gs_tls_hot();
 	session_cfg = -1;
 	last_try_ns = 0;
 	atomic_store_explicit(&gs.state, GS_ST_UNINIT, memory_order_release);
+}
+
+/* ---- an early ATTACH ---- */
+
+static int names_cuda(struct dl_phdr_info *info, size_t size, void *data)
+{
+	(void)size;
+	(void)data;
+	const char *slash = info->dlpi_name != NULL ? strrchr(info->dlpi_name, '/') : NULL;
+	const char *name = slash != NULL ? slash + 1 : info->dlpi_name;
+	return name != NULL && (strncmp(name, "libcuda.so", 10) == 0 || strncmp(name, "libcudart.so", 12) == 0);
+}
+
+/*
+ * A process that names its session and starts with the CUDA driver or
+ * runtime loaded (linked against them: it will use them) sends its ATTACH
+ * from here, without waiting, and reads the answer at its first hooked
+ * call (attach_once): gpusliced answers while the program starts up, and
+ * the driver's own start-up. Anything else (no session named, CUDA loaded
+ * later with dlopen or linked statically, a full backlog, no daemon)
+ * attaches at the first hooked call as before.
+ */
+__attribute__((constructor)) static void attach_early(void)
+{
+	pthread_mutex_lock(&init_mu);
+	if (session_cfg < 0)
+		read_env();
+	if (session_cfg == 1 && !env_error && early_fd < 0 &&
+	    atomic_load_explicit(&gs.state, memory_order_acquire) == GS_ST_UNINIT && dl_iterate_phdr(names_cuda, NULL)) {
+		struct gs_attach_err err = {.msg = "", .retry = 0};
+		if (!atfork_done) { /* a child forked before the first call must not read the answer */
+			pthread_atfork(atfork_prepare, atfork_parent, atfork_child);
+			atfork_done = 1;
+		}
+		early_fd = gs_ipc_attach_send(sock_path, session_env, token, 1, &err);
+		if (early_fd < 0)
+			gs_debug("early attach not sent: %s", err.msg);
+	}
+	pthread_mutex_unlock(&init_mu);
 }
 
 /* ---- state machine ---- */

@@ -6,6 +6,7 @@
  * time out after GS_IO_TIMEOUT_S.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
@@ -156,10 +157,13 @@ static const char *code_name(uint32_t code)
 }
 
 
-/* Connects and sends one ATTACH request: the connected socket, or -1. */
-int gs_ipc_attach_send(const char *sock_path, const char *session, const char *token, struct gs_attach_err *err)
+/* Connects and sends one ATTACH request: the connected socket, or -1.
+ * With nonblock, neither the connect nor the send waits (a full listen
+ * backlog is a failure); the socket returned blocks again. */
+int gs_ipc_attach_send(const char *sock_path, const char *session, const char *token, int nonblock,
+		       struct gs_attach_err *err)
 {
-	int s = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	int s = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | (nonblock ? SOCK_NONBLOCK : 0), 0);
 	err->code = 0;
 	err->conn_errno = 0;
 	if (s < 0) {
@@ -189,7 +193,8 @@ int gs_ipc_attach_send(const char *sock_path, const char *session, const char *t
 	memcpy(req + 14, session, slen);
 	put16(req + 14 + slen, (uint16_t)tlen);
 	memcpy(req + 16 + slen, token, tlen);
-	if (send_all(s, req, GS_IPC_HDR + plen, err) < 0) {
+	if (send_all(s, req, GS_IPC_HDR + plen, err) < 0 ||
+	    (nonblock && fcntl(s, F_SETFL, fcntl(s, F_GETFL) & ~O_NONBLOCK) < 0)) {
 		close(s);
 		return -1;
 	}

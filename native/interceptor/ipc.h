@@ -28,7 +28,7 @@ void gs_attach_fail(struct gs_attach_err *err, int retry, const char *fmt, ...)
 /* One ATTACH exchange in two halves, so that the process can work while
  * gpusliced answers: send returns the connected socket (or -1), recv reads
  * the reply and closes it; on success the caller owns rep->limfd/ctrfd. */
-int gs_ipc_attach_send(const char *sock_path, const char *session, const char *token,
+int gs_ipc_attach_send(const char *sock_path, const char *session, const char *token, int nonblock,
 		       struct gs_attach_err *err);
 int gs_ipc_attach_recv(int s, struct gs_attach_reply *rep, struct gs_attach_err *err);
 

@@ -1,8 +1,11 @@
 package core
 
 import (
+	"fmt"
+	"os/exec"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -119,6 +122,56 @@ func TestForkChildChargedToItsOwnSlot(t *testing.T) {
 	if pu, _ := slotOf(t, l, parent); pu[0] != GiB {
 		t.Errorf("parent slot %d after the child exited", pu[0])
 	}
+	p.Send("")
+	if err := p.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	noStderr(t, "probe", p.Stderr())
+}
+
+// A process linked against the driver sends its ATTACH from the library's
+// constructor and reads the answer at its first CUDA call. A child forked
+// before that call never takes the parent's answer: each is charged in a
+// slot of its own, which names its own pid.
+func TestForkBeforeFirstCallAttachesOnItsOwn(t *testing.T) {
+	d := testenv.StartDaemon(t, testenv.DaemonOptions{})
+	sess := newSession(t, d, client.SessionRequest{QuotaBytes: 4 * GiB})
+	l := openLedger(t, d, sess.ID)
+	// cuInit (which gs_probe calls first) is not hooked: the fork comes
+	// before the first hooked call.
+	cmd := exec.Command(probe.Bin(t, "gs_probe"),
+		"pid", "fork", "dev:0", "alloc:256M", "pid", "pause", "endfork", "dev:0", "alloc:1G", "pause")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	p := probe.StartCmd(t, cmd, sessionEnv(t, d, sess.ID))
+	// the child holds the probe's stdout: on failure both must go
+	t.Cleanup(func() { syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) })
+	parent := int(p.Expect("pid").Int(t, "pid"))
+	// Before any CUDA call the parent already holds a slot (its early
+	// ATTACH was answered), with nothing charged.
+	eventually(t, 30*time.Second, "the parent's early attach", func() (bool, string) {
+		u, ok := slotOf(t, l, parent)
+		return ok && u[0] == 0, fmt.Sprint(ok, u)
+	})
+	child := int(p.Expect("pid").Int(t, "pid"))
+	p.Expect("paused")
+	cu, ok := slotOf(t, l, child)
+	if !ok || cu[0] != 256*MiB {
+		t.Fatalf("child %d: slot found %v, holding %v; want its own slot with 256 MiB\n%s", child, ok, cu, p.Output())
+	}
+	if pu, _ := slotOf(t, l, parent); pu[0] != 0 {
+		t.Errorf("the parent's slot holds %d while only the child allocated", pu[0])
+	}
+	p.Send("")
+	if f := p.Expect("forked"); f.Get("exit") != "0" {
+		t.Errorf("child: %s", f.Line)
+	}
+	p.Expect("paused")
+	if pu, ok := slotOf(t, l, parent); !ok || pu[0] != GiB {
+		t.Errorf("parent: slot found %v, holding %v; want 1 GiB", ok, pu)
+	}
+	eventually(t, 30*time.Second, "child's bytes reclaimed", func() (bool, string) {
+		return l.Used(0) == GiB, strconv.FormatUint(l.Used(0), 10)
+	})
 	p.Send("")
 	if err := p.Wait(); err != nil {
 		t.Fatal(err)
