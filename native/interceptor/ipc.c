@@ -198,6 +198,11 @@ int gs_ipc_attach_send(const char *sock_path, const char *session, const char *t
 		close(s);
 		return -1;
 	}
+	/* Nothing more is sent: gpusliced closes its end once it has answered,
+	 * so the connection counts against the uid's limit for one round trip
+	 * however long the answer waits here to be read (an early ATTACH's
+	 * waits until the process's first hooked call). */
+	shutdown(s, SHUT_WR);
 	return s;
 }
 

@@ -233,7 +233,9 @@ func TestMalformedReplies(t *testing.T) {
 		{"gpu count mismatch", sendWith(attachOK(0, 2), goodFiles), "names 1 GPUs, reply 2"},
 		{"too many gpus", sendWith(attachOK(0, 17), goodFiles), "17 GPUs"},
 		{"closes without answering", func(c *net.UnixConn) {}, "connection closed"},
-		{"never answers", func(c *net.UnixConn) { io.Copy(io.Discard, c) }, "no reply"},
+		// reads to the end (the library sends nothing after its request)
+		// and keeps the connection open past the library's 2 s window
+		{"never answers", func(c *net.UnixConn) { io.Copy(io.Discard, c); time.Sleep(3 * time.Second) }, "no reply"},
 	}
 	// open descriptors of a process that never attaches: the baseline
 	base := probe.Run(t, preload(t, env), probe.Bin(t, "gs_probe"), "dev:0", "alloc:64M", "fds")
