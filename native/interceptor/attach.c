@@ -50,6 +50,8 @@ static int atfork_done;
 /* The ATTACH the library's constructor sent, its answer not read yet (-1:
  * none); the first attach reads it (init_mu). */
 static int early_fd = -1;
+static dev_t early_dev; /* which socket early_fd was: the program may have closed it */
+static ino_t early_ino; /* and opened something else under that number */
 
 static int64_t mono_ns(void)
 {
@@ -200,6 +202,19 @@ bad:
 	return -1;
 }
 
+/* Take the constructor's ATTACH socket, -1 when there is none or when its
+ * number no longer names it (a program that closes every descriptor at
+ * start may have opened something else there: never read or close that). */
+static int early_socket(void)
+{
+	int s = early_fd;
+	early_fd = -1;
+	struct stat st;
+	if (s < 0 || fstat(s, &st) != 0 || !S_ISSOCK(st.st_mode) || st.st_dev != early_dev || st.st_ino != early_ino)
+		return -1;
+	return s;
+}
+
 /* One attach: the answer to the constructor's ATTACH when there is one. */
 static int attach_once(struct gs_attach_err *err)
 {
@@ -208,8 +223,7 @@ static int attach_once(struct gs_attach_err *err)
 		gs_attach_fail(err, 0, "%s", env_reason);
 		return -1;
 	}
-	int s = early_fd;
-	early_fd = -1;
+	int s = early_socket();
 	if (s < 0)
 		s = gs_ipc_attach_send(sock_path, session_env, token, 0, err);
 	if (s < 0)
@@ -258,10 +272,9 @@ static void atfork_child(void)
 	gs_tls.st = NULL;
 	gs_tls.dev_last = GS_DEV_NONE;
 	gs_tab_drop(); /* drops this thread's front too */
-	if (early_fd >= 0) { /* the parent's ATTACH: its answer is the parent's */
-		close(early_fd);
-		early_fd = -1;
-	}
+	int e = early_socket(); /* the parent's ATTACH: its answer is the parent's */
+	if (e >= 0)
+		close(e);
 	gs_tls_hot();
 	session_cfg = -1;
 	last_try_ns = 0;
@@ -301,6 +314,14 @@ __attribute__((constructor)) static void attach_early(void)
 			atfork_done = 1;
 		}
 		early_fd = gs_ipc_attach_send(sock_path, session_env, token, 1, &err);
+		struct stat st;
+		if (early_fd >= 0 && fstat(early_fd, &st) == 0) {
+			early_dev = st.st_dev;
+			early_ino = st.st_ino;
+		} else if (early_fd >= 0) {
+			close(early_fd);
+			early_fd = -1;
+		}
 		if (early_fd < 0)
 			gs_debug("early attach not sent: %s", err.msg);
 	}

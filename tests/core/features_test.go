@@ -391,3 +391,26 @@ func TestReattachAfterDaemonReturns(t *testing.T) {
 		t.Errorf("stderr:\n%s", r.Stderr)
 	}
 }
+
+// A program that closes every descriptor at start (some launchers do)
+// closes the socket of its early ATTACH, and may open a file under that
+// number: the library never reads or closes that file, and attaches at
+// the first CUDA call as without the early ATTACH.
+func TestProgramClosingItsDescriptorsKeepsItsFiles(t *testing.T) {
+	d := testenv.StartDaemon(t, testenv.DaemonOptions{})
+	sess := newSession(t, d, client.SessionRequest{QuotaBytes: GiB})
+	r := probe.Run(t, sessionEnv(t, d, sess.ID), probe.Bin(t, "gs_probe"),
+		"reopen", "dev:0", "alloc:64M", "meminfo", "reopened")
+	if r.Err != nil {
+		t.Fatalf("probe: %v\n%s%s", r.Err, r.Stdout, r.Stderr)
+	}
+	if rc := r.Find(t, "alloc", 0).Get("rc"); rc != "0" {
+		t.Errorf("alloc rc=%s, want 0\n%s%s", rc, r.Stdout, r.Stderr)
+	}
+	if total := r.Find(t, "meminfo", 0).Get("total"); total != strconv.FormatUint(GiB, 10) {
+		t.Errorf("not attached: meminfo total=%s\n%s", total, r.Stdout)
+	}
+	if ok := r.Find(t, "reopened", 0).Get("ok"); ok != "1" {
+		t.Errorf("the program's own file (fd %s) was closed by the library\n%s%s", r.Find(t, "reopen", 0).Get("fd"), r.Stdout, r.Stderr)
+	}
+}

@@ -62,6 +62,8 @@
  *   held               bytes held by this program
  *   pid                this process's pid
  *   fds                how many file descriptors are open
+ *   reopen             close every descriptor past stdio, then open /dev/zero
+ *   reopened           whether reopen's descriptor is still open, on /dev/zero
  *   idlecredit:S       a new thread (on the current context) allocates S and frees it,
  *                      then sleeps until the process exits: it keeps the bytes as
  *                      credit (docs/ledger.md "Credit"); prints both rcs
@@ -84,6 +86,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -279,6 +282,8 @@ static CUresult on_device(int ordinal, CUcontext *out)
 		r = cuDevicePrimaryCtxRetain(out, d);
 	return r;
 }
+
+static int reopened_fd = -1; /* the "reopen" step's file */
 
 static void step(char *arg)
 {
@@ -803,6 +808,17 @@ static void step(char *arg)
 			closedir(d);
 		}
 		printf("fds n=%d\n", n);
+	} else if (strcmp(cmd, "reopen") == 0) {
+		/* what some programs do at start: close every descriptor past
+		 * stdio, then open files, which get the lowest numbers */
+		for (int fd = 3; fd < 1024; fd++)
+			close(fd);
+		reopened_fd = open("/dev/zero", O_RDONLY | O_CLOEXEC);
+		printf("reopen fd=%d\n", reopened_fd);
+	} else if (strcmp(cmd, "reopened") == 0) {
+		struct stat st;
+		int ok = reopened_fd >= 0 && fstat(reopened_fd, &st) == 0 && S_ISCHR(st.st_mode);
+		printf("reopened ok=%d\n", ok);
 	} else if (strcmp(cmd, "pid") == 0) {
 		printf("pid pid=%d\n", (int)getpid());
 	} else if (strcmp(cmd, "pause") == 0) {
