@@ -70,13 +70,9 @@ func OpenProc(pid uint32) (fd int, p Proc, err error) {
 }
 
 func parseProc(b []byte) (Proc, error) {
-	i := bytes.LastIndexByte(b, ')')
-	if i < 0 {
-		return Proc{}, errors.New("proc stat: no command field")
-	}
-	fields := bytes.Fields(b[i+1:])
-	if len(fields) < 20 {
-		return Proc{}, errors.New("proc stat: too few fields")
+	fields, err := statFields(b)
+	if err != nil {
+		return Proc{}, err
 	}
 	ppid, err := strconv.ParseUint(string(fields[1]), 10, 32)
 	if err != nil {
@@ -86,7 +82,23 @@ func parseProc(b []byte) (Proc, error) {
 	if err != nil {
 		return Proc{}, fmt.Errorf("proc stat: start time: %w", err)
 	}
-	return Proc{PPID: uint32(ppid), Start: start, Image: parseImageToken(b)}, nil
+	return Proc{PPID: uint32(ppid), Start: start, Image: imageToken(fields)}, nil
+}
+
+// statFields splits a /proc/<pid>/stat line after the command name (field
+// 2, in parentheses, may hold spaces or parentheses: the split starts
+// after the last ')'): fields[0] is field 3, the state; at least 20
+// fields (field 22, the start time, is fields[19]).
+func statFields(b []byte) ([][]byte, error) {
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return nil, errors.New("proc stat: no command field")
+	}
+	fields := bytes.Fields(b[i+1:])
+	if len(fields) < 20 || len(fields[0]) != 1 {
+		return nil, errors.New("proc stat: too few fields")
+	}
+	return fields, nil
 }
 
 // statBufSize holds a whole /proc/<pid>/stat line (52 fields, a command
@@ -127,16 +139,9 @@ func parseStartTime(b []byte) (uint64, error) {
 }
 
 func parseStat(b []byte) (state byte, start uint64, err error) {
-	// The command name (field 2) is in parentheses and may hold spaces or
-	// parentheses: start after the last ')'.
-	i := bytes.LastIndexByte(b, ')')
-	if i < 0 {
-		return 0, 0, errors.New("proc stat: no command field")
-	}
-	fields := bytes.Fields(b[i+1:])
-	// fields[0] is field 3 (state); field 22 is fields[19].
-	if len(fields) < 20 || len(fields[0]) != 1 {
-		return 0, 0, errors.New("proc stat: too few fields")
+	fields, err := statFields(b)
+	if err != nil {
+		return 0, 0, err
 	}
 	start, err = strconv.ParseUint(string(fields[19]), 10, 64)
 	return fields[0][0], start, err
@@ -195,15 +200,15 @@ func ImageToken(pid uint32) uint64 {
 	if err != nil {
 		return 0
 	}
-	return parseImageToken(buf[:n])
-}
-
-func parseImageToken(b []byte) uint64 {
-	i := bytes.LastIndexByte(b, ')')
-	if i < 0 {
+	fields, err := statFields(buf[:n])
+	if err != nil {
 		return 0
 	}
-	fields := bytes.Fields(b[i+1:])
+	return imageToken(fields)
+}
+
+// imageToken is ImageToken from a stat line's fields (statFields).
+func imageToken(fields [][]byte) uint64 {
 	if len(fields) < 48 { // field 50 is fields[47]
 		return 0
 	}
