@@ -198,27 +198,6 @@ func readSmall(path string) ([]byte, error) {
 }
 
 // controllerDir is where a cgroup v1 hierarchy is mounted ("" for v2).
-// readOnce reads a file of at most 1 KiB (a /proc/<pid>/stat line: 52
-// fields and a command name of at most 64 bytes) with one read.
-func readOnce(path string) ([]byte, error) {
-	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return nil, err
-	}
-	defer unix.Close(fd)
-	buf := make([]byte, 1024)
-	for {
-		n, err := unix.Read(fd, buf)
-		if err == unix.EINTR {
-			continue
-		}
-		if err != nil {
-			return nil, err
-		}
-		return buf[:n], nil
-	}
-}
-
 func controllerDir(controllers string) string {
 	if controllers == "" {
 		return ""
@@ -302,7 +281,7 @@ type procStat struct {
 // stat reads the ppid (field 4) and start time (field 22) of
 // /proc/<pid>/stat.
 func (r Resolver) stat(pid uint32) (procStat, bool) {
-	b, err := readOnce(filepath.Join(r.dir(pid), "stat"))
+	b, err := readSmall(filepath.Join(r.dir(pid), "stat"))
 	if err != nil {
 		return procStat{}, false
 	}
