@@ -281,6 +281,15 @@ static void atfork_child(void)
 	atomic_store_explicit(&gs.state, GS_ST_UNINIT, memory_order_release);
 }
 
+/* Once per process, with init_mu held. */
+static void register_atfork(void)
+{
+	if (!atfork_done) {
+		pthread_atfork(atfork_prepare, atfork_parent, atfork_child);
+		atfork_done = 1;
+	}
+}
+
 /* ---- an early ATTACH ---- */
 
 static int names_cuda(struct dl_phdr_info *info, size_t size, void *data)
@@ -309,10 +318,7 @@ __attribute__((constructor)) static void attach_early(void)
 	if (session_cfg == 1 && !env_error && early_fd < 0 &&
 	    atomic_load_explicit(&gs.state, memory_order_acquire) == GS_ST_UNINIT && dl_iterate_phdr(names_cuda, NULL)) {
 		struct gs_attach_err err = {.msg = "", .retry = 0};
-		if (!atfork_done) { /* a child forked before the first call must not read the answer */
-			pthread_atfork(atfork_prepare, atfork_parent, atfork_child);
-			atfork_done = 1;
-		}
+		register_atfork(); /* a child forked before the first call must not read the answer */
 		early_fd = gs_ipc_attach_send(sock_path, session_env, token, 1, &err);
 		struct stat st;
 		if (early_fd >= 0 && fstat(early_fd, &st) == 0) {
@@ -336,10 +342,7 @@ int gs_init_slow(void)
 	int s = atomic_load_explicit(&gs.state, memory_order_acquire);
 	if (s != GS_ST_UNINIT)
 		goto out;
-	if (!atfork_done) {
-		pthread_atfork(atfork_prepare, atfork_parent, atfork_child);
-		atfork_done = 1;
-	}
+	register_atfork();
 	if (session_cfg < 0)
 		read_env();
 	if (!session_cfg) {

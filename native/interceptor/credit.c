@@ -50,11 +50,11 @@ static int slot_marked(void)
 }
 
 /* Before a thread of this process first keeps credit: mark its slot in
- * the credit map, so that every scan reads it. */
+ * the credit map (once), so that every scan reads it. */
 static void mark_credit(void)
 {
 	uint32_t i = gs.slot_index;
-	if (i < GS_CREDIT_MAP_SLOTS)
+	if (!slot_marked())
 		__atomic_fetch_or(&GS_CREDIT_MAP(gs.ctr)[i / 64], 1ull << (i % 64), __ATOMIC_SEQ_CST);
 }
 
@@ -336,8 +336,7 @@ void gs_unreserve_slow(int g, uint64_t n)
 {
 	struct gs_slot_stripe *s = gs_own();
 	if (s != NULL) {
-		if (!slot_marked())
-			mark_credit(); /* before the first credit is kept, not inside the update */
+		mark_credit(); /* before the first credit is kept, not inside the update */
 		refresh_caps();
 	}
 	if (s != NULL && gs_enter(s)) {

@@ -17,7 +17,7 @@
  * the job's own (its processes can write it): a wrong one changes what the
  * job's contexts are charged, never another job's, and the audit, which
  * reads NVML itself, still holds each process to the quota. NVML itself
- * is loaded and started (gs_ctxcost_prepare) only by a process that has to
+ * is loaded and started (nvml_start) only by a process that has to
  * measure: a session's later processes never load it.
  *
  * Which contexts (every change with gs_ctx_mu held):
@@ -64,11 +64,6 @@ static void nvml_start(void)
 	nvml_state = init != NULL && init() == NVML_SUCCESS ? 1 : -1;
 }
 
-void gs_ctxcost_prepare(void)
-{
-	pthread_once(&nvml_once, nvml_start);
-}
-
 /* After fork (child): no context of the parent is the child's. */
 void gs_ctxcost_drop(void)
 {
@@ -86,7 +81,7 @@ static int own_usage(CUdevice dev, uint64_t *out)
 	gs_pfn_cuDeviceGetUuid_v2 getuuid = GS_REAL(cuDeviceGetUuid_v2);
 	if (byuuid == NULL || procs == NULL || getuuid == NULL)
 		return -1;
-	gs_ctxcost_prepare();
+	pthread_once(&nvml_once, nvml_start);
 	if (nvml_state < 0)
 		return -1;
 	CUuuid id;

@@ -286,9 +286,6 @@ int gs_ctxcost_primary_charged(CUdevice dev);
 void gs_ctxcost_primary_set(const struct gs_ctxcharge *c);
 void gs_ctxcost_primary_release(CUdevice dev);
 void gs_ctxcost_drop(void);
-/* Loads and starts NVML for the measurement; any thread, no lock needed
- * (attach.c calls it while gpusliced answers the first attach). */
-void gs_ctxcost_prepare(void);
 void gs_graph_drop(void); /* hooks_graph.c, after fork */
 void gs_vmm_import_ref(uint64_t handle); /* hooks_vmm.c */
 
