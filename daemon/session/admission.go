@@ -101,21 +101,38 @@ func (m *Manager) admit(want map[string]uint64, except string) error {
 	return nil
 }
 
+// committedLocked returns each GPU's committed bytes and session count,
+// without session except. The totals are kept as sessions come, change
+// and go (commitLocked), so an admission at 10,000 sessions reads four
+// numbers instead of every session's quotas. Caller holds m.mu.
 func (m *Manager) committedLocked(except string) ([]uint64, []int) {
-	committed := make([]uint64, len(m.gpus))
-	count := make([]int, len(m.gpus))
-	for id, s := range m.sessions {
-		if id == except {
-			continue
-		}
+	committed := append([]uint64(nil), m.committed...)
+	count := append([]int(nil), m.count...)
+	if s, ok := m.sessions[except]; ok && except != "" {
 		for uuid, v := range s.rec.Limits {
 			if i, ok := m.byUUID[uuid]; ok {
-				committed[i] += v
-				count[i]++
+				committed[i] -= v
+				count[i]--
 			}
 		}
 	}
 	return committed, count
+}
+
+// commitLocked adds (sign +1) or takes away (sign -1) a session's quotas
+// from the committed totals. Caller holds m.mu for writing, around the
+// change of m.sessions or of the session's limits it accounts for.
+func (m *Manager) commitLocked(limits map[string]uint64, sign int) {
+	for uuid, v := range limits {
+		if i, ok := m.byUUID[uuid]; ok {
+			if sign > 0 {
+				m.committed[i] += v
+			} else {
+				m.committed[i] -= v
+			}
+			m.count[i] += sign
+		}
+	}
 }
 
 func sameLimits(a, b map[string]uint64) bool {

@@ -60,6 +60,10 @@ type Manager struct {
 
 	mu       sync.RWMutex
 	sessions map[string]*Session
+	// committed bytes and session count per inventory GPU: the sum of
+	// the quotas in sessions, kept under mu (commitLocked).
+	committed []uint64
+	count     []int
 
 	// denials of released sessions per GPU (keeps the counter monotonic).
 	releasedMu     sync.Mutex
@@ -100,7 +104,8 @@ func New(opt Options, gpus []gpu.GPU, st *store.Store, ev Events) (*Manager, err
 		return nil, fmt.Errorf("%d GPUs on this node; the ledger holds at most %d", len(gpus), ledger.MaxGPUs)
 	}
 	m := &Manager{opt: opt, gpus: gpus, byUUID: map[string]int{}, st: st, ev: ev,
-		sessions: map[string]*Session{}, releasedDenied: make([]uint64, len(gpus))}
+		sessions: map[string]*Session{}, releasedDenied: make([]uint64, len(gpus)),
+		committed: make([]uint64, len(gpus)), count: make([]int, len(gpus))}
 	for i, g := range gpus {
 		m.byUUID[g.UUID] = i
 	}
@@ -128,4 +133,6 @@ func (m *Manager) Close() {
 		s.mu.Unlock()
 	}
 	m.sessions = map[string]*Session{}
+	clear(m.committed)
+	clear(m.count)
 }

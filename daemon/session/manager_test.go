@@ -376,3 +376,90 @@ func TestAttachAgain(t *testing.T) {
 		t.Errorf("%d attached slots, want 1", n)
 	}
 }
+
+// TestCommittedFollowsSessions checks the committed totals kept as
+// sessions come, change and go against a count of the live sessions'
+// quotas, and that admission uses them: after every step and after a
+// restart.
+func TestCommittedFollowsSessions(t *testing.T) {
+	dir := t.TempDir()
+	f := newFixture(t, dir)
+	check := func(m *Manager, step string) {
+		t.Helper()
+		want := make([]uint64, len(gpus))
+		n := make([]int, len(gpus))
+		for _, s := range m.List() {
+			for _, g := range s.GPUs {
+				want[g.Index] += g.LimitBytes
+				n[g.Index]++
+			}
+		}
+		for _, g := range m.Inventory() {
+			if g.CommittedBytes != want[g.Index] || g.Sessions != n[g.Index] {
+				t.Fatalf("%s: GPU %d committed %d in %d sessions, the sessions hold %d in %d",
+					step, g.Index, g.CommittedBytes, g.Sessions, want[g.Index], n[g.Index])
+			}
+		}
+	}
+	mk := func(id string, req api.SessionRequest) {
+		t.Helper()
+		req.ID = id
+		if _, _, err := f.m.Create(req); err != nil {
+			t.Fatal(err)
+		}
+		check(f.m, "create "+id)
+	}
+	mk("both", api.SessionRequest{QuotaBytes: 10 << 30})
+	mk("a-only", api.SessionRequest{GPUs: []string{"0"}, QuotaBytes: 30 << 30})
+	mk("b-only", api.SessionRequest{Quotas: map[string]uint64{gpus[1].UUID: 20 << 30}})
+	mk("short", api.SessionRequest{QuotaBytes: 1 << 30, TTLSeconds: 60})
+	// Again with the same quotas: no new commitment.
+	mk("both", api.SessionRequest{QuotaBytes: 10 << 30})
+
+	// GPU 1 (40 GiB) holds 10+20+1 = 31 GiB: 9 GiB fit, 10 do not.
+	if _, _, err := f.m.Create(api.SessionRequest{ID: "big", GPUs: []string{"1"}, QuotaBytes: 10 << 30}); !errors.Is(err, api.ErrQuotaExceeded) {
+		t.Fatalf("create past the committed capacity: %v", err)
+	}
+	check(f.m, "refused create")
+	q := uint64(2 << 30)
+	if _, err := f.m.Patch("both", api.PatchRequest{QuotaBytes: &q}); err != nil {
+		t.Fatal(err)
+	}
+	check(f.m, "patch")
+	// The patch gave back 8 GiB on GPU 1: 17 GiB fit now; a patch to the
+	// session's own larger quota counts its old quota as free.
+	mk("big", api.SessionRequest{GPUs: []string{"1"}, QuotaBytes: 17 << 30})
+	q = 22 << 30 // 2 + 22 + 1 + 17 > 40
+	if _, err := f.m.Patch("b-only", api.PatchRequest{QuotaBytes: &q}); !errors.Is(err, api.ErrQuotaExceeded) {
+		t.Fatalf("patch past the committed capacity: %v", err)
+	}
+	check(f.m, "refused patch")
+	q = 1 << 30
+	if _, err := f.m.Patch("b-only", api.PatchRequest{QuotaBytes: &q}); err != nil {
+		t.Fatal(err)
+	}
+	check(f.m, "patch down")
+	if _, err := f.m.Delete("a-only"); err != nil {
+		t.Fatal(err)
+	}
+	check(f.m, "delete")
+	f.advance(2 * time.Minute)
+	f.m.Sweep() // "short" expires
+	if _, err := f.m.Get("short"); !errors.Is(err, api.ErrNotFound) {
+		t.Fatalf("short-lived session not reaped: %v", err)
+	}
+	check(f.m, "ttl release")
+	if got := f.m.Inventory()[1].CommittedBytes; got != (2+1+17)<<30 {
+		t.Fatalf("GPU 1 committed %d, want 20 GiB", got)
+	}
+	f.close()
+
+	f2 := newFixture(t, dir)
+	if err := f2.m.Restore(); err != nil {
+		t.Fatal(err)
+	}
+	check(f2.m, "restore")
+	if got := f2.m.Inventory()[1].CommittedBytes; got != (2+1+17)<<30 {
+		t.Fatalf("GPU 1 committed %d after a restart, want 20 GiB", got)
+	}
+}

@@ -89,6 +89,7 @@ func (m *Manager) Restore() error {
 		m.rebaseIfIdleLocked(s)
 		m.mu.Lock()
 		m.sessions[rec.ID] = s
+		m.commitLocked(rec.Limits, +1)
 		m.mu.Unlock()
 		m.opt.Log.Info("session re-adopted", "session", rec.ID, "processes", adopted)
 	}
