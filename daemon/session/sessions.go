@@ -3,6 +3,7 @@ package session
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -100,15 +101,21 @@ func (m *Manager) List() []api.Session {
 // (the admin API streams a list of 10,000 sessions without holding them
 // all).
 func (m *Manager) Each(fn func(api.Session)) {
+	type entry struct {
+		id string
+		s  *Session
+	}
 	m.mu.RLock()
-	ss := make([]*Session, 0, len(m.sessions))
-	for _, s := range m.sessions {
-		ss = append(ss, s)
+	ss := make([]entry, 0, len(m.sessions))
+	for id, s := range m.sessions {
+		ss = append(ss, entry{id, s})
 	}
 	m.mu.RUnlock()
-	sort.Slice(ss, func(i, j int) bool { return ss[i].rec.ID < ss[j].rec.ID })
-	for _, s := range ss {
-		if v, live := m.view(s); live {
+	// Sorted by the ids copied out of the map: a comparison reads the two
+	// strings, not two sessions first.
+	slices.SortFunc(ss, func(a, b entry) int { return strings.Compare(a.id, b.id) })
+	for _, e := range ss {
+		if v, live := m.view(e.s); live {
 			fn(v)
 		}
 	}
@@ -129,10 +136,11 @@ func (m *Manager) viewLocked(s *Session) api.Session {
 	v := api.Session{ID: s.rec.ID, UID: s.rec.UID, Created: s.rec.Created, Updated: s.rec.Updated,
 		TTLSeconds: int64(s.rec.TTL / time.Second), Expires: s.rec.Expires,
 		GPUs: []api.SessionGPU{}, Processes: []api.Process{}}
+	now := m.opt.Now()
 	for g, uuid := range s.rec.GPUs {
 		sg := api.SessionGPU{UUID: uuid, Index: s.gidx[g], LimitBytes: s.led.Limit(g),
 			PhysicalBytes: s.led.Physical(g), UsedBytes: s.usedOf(g),
-			PeakBytes: s.peakOf(g), Denied: s.deniedOf(g, m.opt.Now())}
+			PeakBytes: s.peakOf(g), Denied: s.deniedOf(g, now)}
 		if i := s.gidx[g]; i >= 0 {
 			sg.Name = m.gpus[i].Name
 		}

@@ -52,6 +52,9 @@ func AppendSessionJSON(dst []byte, s Session) []byte {
 		dst = append(dst, ']')
 	}
 	dst = append(dst, `,"processes":`...)
+	if s.Processes != nil && len(s.Processes) == 0 { // most sessions in a list are idle
+		return append(dst, "[]}"...)
+	}
 	// Processes are few beside the sessions: encoding/json does them.
 	b, err := json.Marshal(s.Processes)
 	if err != nil {
