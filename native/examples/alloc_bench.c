@@ -3,16 +3,22 @@
  * cudaFree with --api runtime) for `make bench`. Each thread runs its pairs
  * in batches of 1000 and records the time per pair of every batch.
  *
- *   alloc_bench --threads N --iters M --size BYTES [--api driver|runtime] [--device N]
+ *   alloc_bench --threads N (--iters M | --ms T) --size BYTES [--api driver|runtime] [--device N]
  *
  * Output: one JSON line,
  *   {"threads":N,"pairs":P,"ns_per_pair_median":X,"pairs_per_sec":Y}
  * where X is the median over all batches of each thread's median, taken
- * across threads (the median of the per-thread medians), and Y is P over the
- * time the workers ran: from the first worker's start to the last one's end,
- * each read by the worker itself (a main thread scheduled late on a busy
- * machine would otherwise shorten or stretch the span). Exit status: 0, or
- * 1 if any allocation failed.
+ * across threads (the median of the per-thread medians). With --iters each
+ * thread runs M pairs and Y is P over the time the workers ran: from the
+ * first worker's start to the last one's end, each read by the worker
+ * itself (a main thread scheduled late on a busy machine would otherwise
+ * shorten or stretch the span). With --ms every thread runs until about T
+ * milliseconds have passed, and Y counts only the window in which all of
+ * them were running: from the last worker's start to the first one's end,
+ * the batches that ended in it over its length. The threads that start
+ * first or finish last, alone on a core while the others wait or are
+ * done, are left out: that tail decides a short run's rate at random.
+ * Exit status: 0, or 1 if any allocation failed.
  */
 #include <pthread.h>
 
@@ -21,7 +27,8 @@
 
 #define BATCH 1000
 
-static long iters = 100000, device = 0;
+static long iters = 100000, device = 0, run_ms = 0;
+static int stop; /* --ms: set by the main thread when the time is up */
 static uint64_t size = 1 << 20;
 static int use_driver = 1;
 static CUcontext ctx;
@@ -31,13 +38,22 @@ struct result {
 	double median;
 	long pairs, failures;
 	uint64_t start, end; /* the worker's own clock around its timed pairs */
+	uint64_t *ends;      /* --ms: each batch's end, by the same clock */
+	long batches;
 };
+
+/* --ms: room for the batches of a run of T ms at 10 ns a pair at least */
+static long max_batches(void)
+{
+	return run_ms ? run_ms * 1000000 / (BATCH * 10) + 16 : iters / BATCH;
+}
 
 static void *worker(void *arg)
 {
 	struct result *res = arg;
-	long batches = iters / BATCH;
+	long batches = max_batches();
 	uint64_t *per = calloc((size_t)batches, sizeof(*per));
+	res->ends = calloc((size_t)batches, sizeof(*res->ends));
 	if (ex_api_bind(use_driver, ctx, (int)device) != 0)
 		res->failures++;
 	/* warm up: first-touch costs are not what is measured */
@@ -48,8 +64,11 @@ static void *worker(void *arg)
 	}
 	pthread_barrier_wait(&start);
 	res->start = ex_now_ns();
-	for (long b = 0; b < batches && !res->failures; b++) {
-		uint64_t t0 = ex_now_ns();
+	uint64_t t0 = res->start;
+	long b = 0;
+	for (; b < batches && !res->failures; b++) {
+		if (run_ms && __atomic_load_n(&stop, __ATOMIC_RELAXED))
+			break;
 		for (int i = 0; i < BATCH; i++) {
 			if (use_driver) {
 				CUdeviceptr p;
@@ -63,17 +82,39 @@ static void *worker(void *arg)
 					res->failures++;
 			}
 		}
-		per[b] = ex_now_ns() - t0;
+		uint64_t t1 = ex_now_ns();
+		per[b] = t1 - t0;
+		res->ends[b] = t0 = t1;
 		res->pairs += BATCH;
 	}
-	res->end = ex_now_ns();
-	if (batches > 0) {
-		qsort(per, (size_t)batches, sizeof(*per), ex_cmp_u64);
-		uint64_t m = batches % 2 ? per[batches / 2] : (per[batches / 2 - 1] + per[batches / 2]) / 2;
+	res->end = t0;
+	res->batches = b;
+	if (b > 0) {
+		qsort(per, (size_t)b, sizeof(*per), ex_cmp_u64);
+		uint64_t m = b % 2 ? per[b / 2] : (per[b / 2 - 1] + per[b / 2]) / 2;
 		res->median = (double)m / BATCH;
 	}
 	free(per);
 	return NULL;
+}
+
+/* --ms: pairs per second in the window where every worker was running */
+static double window_rate(const struct result *res, long threads)
+{
+	uint64_t from = 0, to = UINT64_MAX;
+	for (long t = 0; t < threads; t++) {
+		if (res[t].start > from)
+			from = res[t].start;
+		if (res[t].end < to)
+			to = res[t].end;
+	}
+	if (to <= from)
+		return 0.0;
+	long n = 0;
+	for (long t = 0; t < threads; t++)
+		for (long b = 0; b < res[t].batches; b++)
+			n += res[t].ends[b] > from && res[t].ends[b] <= to;
+	return (double)n * BATCH / ((double)(to - from) / 1e9);
 }
 
 static int cmp_double(const void *a, const void *b)
@@ -82,7 +123,7 @@ static int cmp_double(const void *a, const void *b)
 	return x < y ? -1 : x > y;
 }
 
-static const char *usage = "--threads N --iters M --size BYTES [--api driver|runtime] [--device N]";
+static const char *usage = "--threads N (--iters M | --ms T) --size BYTES [--api driver|runtime] [--device N]";
 
 int main(int argc, char **argv)
 {
@@ -90,6 +131,7 @@ int main(int argc, char **argv)
 	const struct ex_option opts[] = {
 		{"--threads", EX_LONG, &threads, 1, 1024, NULL},
 		{"--iters", EX_LONG, &iters, BATCH, 1000000000, "at least " EX_STR(BATCH)},
+		{"--ms", EX_LONG, &run_ms, 1, 600000, NULL},
 		{"--size", EX_SIZE, &size, 1, 0, NULL},
 		EX_DEVICE_OPTION(device),
 		{"--api", EX_API, &use_driver, 0, 0, NULL},
@@ -108,6 +150,12 @@ int main(int argc, char **argv)
 	for (long t = 0; t < threads; t++)
 		pthread_create(&tid[t], NULL, worker, &res[t]);
 	pthread_barrier_wait(&start);
+	if (run_ms) {
+		struct timespec ts = {run_ms / 1000, run_ms % 1000 * 1000000};
+		while (nanosleep(&ts, &ts) != 0)
+			;
+		__atomic_store_n(&stop, 1, __ATOMIC_RELAXED);
+	}
 	long pairs = 0, failures = 0;
 	uint64_t first = UINT64_MAX, last = 0;
 	double *med = calloc((size_t)threads, sizeof(double));
@@ -122,6 +170,7 @@ int main(int argc, char **argv)
 			last = res[t].end;
 	}
 	double wall = last > first ? (double)(last - first) / 1e9 : 0.0;
+	double rate = run_ms ? window_rate(res, threads) : wall > 0 ? (double)pairs / wall : 0.0;
 	qsort(med, (size_t)threads, sizeof(double), cmp_double);
 	double m = threads % 2 ? med[threads / 2] : (med[threads / 2 - 1] + med[threads / 2]) / 2;
 	if (failures) {
@@ -130,7 +179,9 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	printf("{\"threads\":%ld,\"pairs\":%ld,\"ns_per_pair_median\":%.1f,\"pairs_per_sec\":%.0f}\n", threads, pairs, m,
-	       wall > 0 ? (double)pairs / wall : 0.0);
+	       rate);
+	for (long t = 0; t < threads; t++)
+		free(res[t].ends);
 	free(tid);
 	free(res);
 	free(med);

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+	"time"
 )
 
 // Every example runs on fakecuda as designed: denials are reported, not crashes.
@@ -220,4 +221,30 @@ func TestAllocBenchOutput(t *testing.T) {
 			}
 		})
 	}
+	// --ms: threads run batches of 1000 until the time is up; the rate
+	// comes from the window where all ran, so it is at most what every
+	// pair over the whole run would give.
+	t.Run("ms", func(t *testing.T) {
+		n := newNode(t, "")
+		start := time.Now()
+		r := n.run(nil, "alloc_bench", "--threads", "3", "--ms", "200", "--size", "1MiB").ok(t)
+		took := time.Since(start)
+		var v allocLine
+		if err := json.Unmarshal([]byte(strings.TrimSpace(r.stdout)), &v); err != nil {
+			t.Fatalf("%q: %v", r.stdout, err)
+		}
+		if v.Threads != 3 || v.Pairs <= 0 || v.Pairs%1000 != 0 || v.PairsPerSec <= 0 ||
+			v.PairsPerSec > float64(v.Pairs)/took.Seconds()*1.5+1 {
+			t.Errorf("bench line %q after %v", r.stdout, took)
+		}
+		if took < 200*time.Millisecond {
+			t.Errorf("a 200 ms run ended after %v", took)
+		}
+	})
+}
+
+type allocLine struct {
+	Threads     int     `json:"threads"`
+	Pairs       int64   `json:"pairs"`
+	PairsPerSec float64 `json:"pairs_per_sec"`
 }
