@@ -325,6 +325,27 @@ func (w *Watcher) drop(fd int, k Key) {
 	delete(w.byKey, k)
 }
 
+// Exited reports whether watched process k has exited, from its pidfd,
+// which is readable once every thread of the process is gone (a zombie
+// leader whose other threads run is not). known is false when k is not
+// watched (or the poll failed): the caller asks /proc (Alive). One poll
+// instead of reading /proc/<pid>/stat: the sweep's check of every
+// attached process.
+func (w *Watcher) Exited(k Key) (exited, known bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	fd, ok := w.byKey[k]
+	if !ok {
+		return false, false
+	}
+	fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+	n, err := unix.Poll(fds, 0)
+	if err != nil {
+		return false, false
+	}
+	return n > 0 && fds[0].Revents&(unix.POLLIN|unix.POLLHUP) != 0, true
+}
+
 // Len is the number of watched processes.
 func (w *Watcher) Len() int {
 	w.mu.Lock()

@@ -185,3 +185,83 @@ func TestOpenProc(t *testing.T) {
 		t.Fatalf("OpenProc(reaped) = %d, %v; want ErrGone", fd, err)
 	}
 }
+
+// Exited answers from a watched process's pidfd: not while the process
+// runs, nor while its main thread is a zombie but another thread runs
+// (Alive's answer too), and yes once every thread is gone, reaped or not.
+// An unwatched key is not known.
+func TestWatcherExited(t *testing.T) {
+	w, err := NewWatcher(func(Key) {})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// No Run until the end: the exit stays in the pidfd for Exited to
+	// find (Close waits for Run).
+	defer func() {
+		go w.Run()
+		w.Close()
+	}()
+	watch := func(cmd *exec.Cmd) Key {
+		t.Helper()
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		st, err := StartTime(uint32(cmd.Process.Pid))
+		if err != nil {
+			t.Fatal(err)
+		}
+		k := Key{Session: "s", Slot: 1, PID: uint32(cmd.Process.Pid), StartTime: st}
+		if err := w.Add(k); err != nil {
+			t.Fatal(err)
+		}
+		return k
+	}
+	if _, known := w.Exited(Key{Session: "s", PID: uint32(os.Getpid())}); known {
+		t.Fatal("Exited of an unwatched process is known")
+	}
+	// The main thread exits, a second thread keeps the process; then
+	// SIGKILL ends it.
+	leader := exec.Command("/usr/bin/python3", "-c", `
+import ctypes, threading, time
+threading.Thread(target=lambda: time.sleep(3600)).start()
+ctypes.CDLL(None).pthread_exit(None)
+`)
+	k := watch(leader)
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		if state, _, err := procStat(k.PID); err == nil && state == 'Z' {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("setup: the main thread did not exit")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if exited, known := w.Exited(k); !known || exited {
+		t.Fatalf("Exited(zombie leader, live thread) = %v, %v; want false, true", exited, known)
+	}
+	if !Alive(k.PID, k.StartTime) {
+		t.Fatal("setup: Alive(zombie leader, live thread) = false")
+	}
+	leader.Process.Kill()
+	for {
+		if exited, known := w.Exited(k); known && exited {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("Exited stays false after the last thread ended")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if Alive(k.PID, k.StartTime) {
+		t.Fatal("Alive disagrees: true for an exited process")
+	}
+	leader.Wait()
+	if exited, known := w.Exited(k); !known || !exited {
+		t.Fatalf("Exited(reaped) = %v, %v; want true, true", exited, known)
+	}
+	w.Remove(k)
+	if _, known := w.Exited(k); known {
+		t.Fatal("Exited of a removed key is known")
+	}
+}

@@ -61,17 +61,27 @@ func (m *Manager) onExit(k reclaim.Key) {
 	}
 }
 
+// alive answers for an attached slot's process: from its pidfd when it
+// is watched, else from /proc.
+func alive(w *reclaim.Watcher, k reclaim.Key) bool {
+	if exited, known := w.Exited(k); known {
+		return !exited
+	}
+	return reclaim.Alive(k.PID, k.StartTime)
+}
+
 // reclaimDeadLocked gives back what the session's dead processes held and
 // returns how many of its processes are alive.
 func (m *Manager) reclaimDeadLocked(s *Session) (attached int) {
 	for _, i := range s.led.InUse() {
 		st, pid := s.led.SlotState(i)
 		sl := s.led.Slot(i)
-		if st == ledger.SlotAttached && reclaim.Alive(pid, sl.StartTime) {
+		k := reclaim.Key{Session: s.rec.ID, Slot: i, PID: pid, StartTime: sl.StartTime}
+		if st == ledger.SlotAttached && alive(m.watcher, k) {
 			attached++
 			continue
 		}
-		m.watcher.Remove(reclaim.Key{Session: s.rec.ID, Slot: i, PID: pid, StartTime: sl.StartTime})
+		m.watcher.Remove(k)
 		m.reclaimSlotLocked(s, i)
 		if m.ev.ProcessReclaim != nil {
 			m.ev.ProcessReclaim()
