@@ -68,8 +68,7 @@ func AppendSessionJSON(dst []byte, s Session) []byte {
 // encoding/json would escape goes through it.
 func appendString(dst []byte, s string) []byte {
 	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if c < 0x20 || c >= 0x7f || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
+		if escaped[s[i]] {
 			b, _ := json.Marshal(s)
 			return append(dst, b...)
 		}
@@ -79,6 +78,17 @@ func appendString(dst []byte, s string) []byte {
 	return append(dst, '"')
 }
 
+// escaped marks the bytes a string encoding/json writes other than as
+// themselves: control characters, '"', '\\', HTML's '<', '>', '&', DEL and
+// every byte of a multi-byte character (U+2028 and U+2029 are escaped;
+// invalid UTF-8 is replaced).
+var escaped = func() (t [256]bool) {
+	for c := range t {
+		t[c] = c < 0x20 || c >= 0x7f || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&'
+	}
+	return t
+}()
+
 func appendTime(dst []byte, t time.Time) []byte {
 	if y := t.Year(); y < 0 || y > 9999 {
 		b, err := json.Marshal(t)
@@ -87,7 +97,48 @@ func appendTime(dst []byte, t time.Time) []byte {
 		}
 		return append(dst, b...)
 	}
+	if t.Location() == time.UTC { // the daemon's times
+		return appendUTC(dst, t)
+	}
 	dst = append(dst, '"')
 	dst = t.AppendFormat(dst, time.RFC3339Nano)
 	return append(dst, '"')
+}
+
+// appendUTC is t (UTC, year 0..9999) as time.RFC3339Nano writes it, in
+// quotes: the fraction without its trailing zeros, none when it is 0.
+func appendUTC(dst []byte, t time.Time) []byte {
+	y, mo, d := t.Date()
+	h, mi, sec := t.Clock()
+	var b [32]byte
+	b[0] = '"'
+	put := func(i, v, n int) {
+		for k := i + n - 1; k >= i; k-- {
+			b[k] = byte('0' + v%10)
+			v /= 10
+		}
+	}
+	put(1, y, 4)
+	b[5] = '-'
+	put(6, int(mo), 2)
+	b[8] = '-'
+	put(9, d, 2)
+	b[11] = 'T'
+	put(12, h, 2)
+	b[14] = ':'
+	put(15, mi, 2)
+	b[17] = ':'
+	put(18, sec, 2)
+	n := 20
+	if ns := t.Nanosecond(); ns != 0 {
+		b[20] = '.'
+		put(21, ns, 9)
+		n = 30
+		for b[n-1] == '0' {
+			n--
+		}
+	}
+	b[n] = 'Z'
+	b[n+1] = '"'
+	return append(dst, b[:n+2]...)
 }
