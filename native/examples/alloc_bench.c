@@ -4,6 +4,7 @@
  * in batches of 1000 and records the time per pair of every batch.
  *
  *   alloc_bench --threads N (--iters M | --ms T) --size BYTES [--api driver|runtime] [--device N]
+ *   alloc_bench --paired --iters M --size BYTES [--device N]
  *
  * Output: one JSON line,
  *   {"threads":N,"pairs":P,"ns_per_pair_median":X,"pairs_per_sec":Y}
@@ -18,8 +19,18 @@
  * the batches that ended in it over its length. The threads that start
  * first or finish last, alone on a core while the others wait or are
  * done, are left out: that tail decides a short run's rate at random.
+ * --paired (one thread, driver API) alternates batches of pairs through
+ * the cuMemAlloc_v2 and cuMemFree_v2 the program links to (the
+ * interceptor's when it is preloaded) with batches through libcuda's own
+ * (found with libc's dlsym, which nothing intercepts), in one process, and
+ * prints {"pairs":P,"ns_per_pair_linked":A,"ns_per_pair_driver":B,
+ * "ns_added_paired":D}: A and B the medians of their batches, D the median
+ * of each batch's difference from the driver's batch before it. Without
+ * the interceptor both are the driver's (D near 0: the method's control).
+ * The machine's speed drifts between processes, not between two batches.
  * Exit status: 0, or 1 if any allocation failed.
  */
+#include <dlfcn.h>
 #include <pthread.h>
 
 #include "common.h"
@@ -123,20 +134,105 @@ static int cmp_double(const void *a, const void *b)
 	return x < y ? -1 : x > y;
 }
 
-static const char *usage = "--threads N (--iters M | --ms T) --size BYTES [--api driver|runtime] [--device N]";
+typedef CUresult (*alloc_fn)(CUdeviceptr *, size_t);
+typedef CUresult (*free_fn)(CUdeviceptr);
+
+/* --paired: batches alternately through the linked entry points and the
+ * driver's own */
+static int paired(void)
+{
+	/* libc's own dlsym: looked up in libc.so.6 itself, since the
+	 * interceptor defines dlsym too and comes first in the global scope */
+	void *libc = dlopen("libc.so.6", RTLD_NOW | RTLD_NOLOAD);
+	void *(*libc_dlsym)(void *, const char *) = NULL;
+	if (libc != NULL) {
+		libc_dlsym = (void *(*)(void *, const char *))dlvsym(libc, "dlsym", "GLIBC_2.34");
+		if (libc_dlsym == NULL)
+			libc_dlsym = (void *(*)(void *, const char *))dlvsym(libc, "dlsym", "GLIBC_2.2.5");
+	}
+	void *drv = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+	if (libc_dlsym == NULL || drv == NULL) {
+		fprintf(stderr, "alloc_bench: cannot find libc's dlsym or the loaded libcuda.so.1\n");
+		return 1;
+	}
+	alloc_fn fa[2] = {cuMemAlloc_v2, (alloc_fn)libc_dlsym(drv, "cuMemAlloc_v2")};
+	free_fn ff[2] = {cuMemFree_v2, (free_fn)libc_dlsym(drv, "cuMemFree_v2")};
+	if (fa[1] == NULL || ff[1] == NULL) {
+		fprintf(stderr, "alloc_bench: libcuda.so.1 has no cuMemAlloc_v2/cuMemFree_v2\n");
+		return 1;
+	}
+	long batches = iters / BATCH / 2 * 2;
+	uint64_t *t = calloc((size_t)batches, sizeof(*t)), *d = calloc((size_t)batches / 2, sizeof(*d));
+	uint64_t *lk = calloc((size_t)batches / 2, sizeof(*lk)), *dv = calloc((size_t)batches / 2, sizeof(*dv));
+	long failures = 0;
+	for (int k = 0; k < 2; k++) /* warm up both */
+		for (int i = 0; i < 100; i++) {
+			CUdeviceptr p;
+			if (fa[k](&p, size) != CUDA_SUCCESS || ff[k](p) != CUDA_SUCCESS)
+				failures++;
+		}
+	for (long b = 0; b < batches && !failures; b++) {
+		int k = (b & 1) == 0; /* the driver's first, then the linked ones */
+		alloc_fn a = fa[k];
+		free_fn f = ff[k];
+		uint64_t t0 = ex_now_ns();
+		for (int i = 0; i < BATCH; i++) {
+			CUdeviceptr p;
+			if (__builtin_expect(a(&p, size) != CUDA_SUCCESS, 0) || __builtin_expect(f(p) != CUDA_SUCCESS, 0))
+				failures++;
+		}
+		t[b] = ex_now_ns() - t0;
+	}
+	if (failures) {
+		fprintf(stderr, "alloc_bench: %ld allocation pairs failed\n", failures);
+		return 1;
+	}
+	/* differences kept signed around 2^63 so that the median sorts them */
+	for (long j = 0; j < batches / 2; j++) {
+		dv[j] = t[2 * j];
+		lk[j] = t[2 * j + 1];
+		d[j] = (uint64_t)1 << 63;
+		d[j] += lk[j] - dv[j];
+	}
+	long n = batches / 2;
+	qsort(d, (size_t)n, sizeof(*d), ex_cmp_u64);
+	qsort(lk, (size_t)n, sizeof(*lk), ex_cmp_u64);
+	qsort(dv, (size_t)n, sizeof(*dv), ex_cmp_u64);
+	double added = (double)(int64_t)(d[n / 2] - ((uint64_t)1 << 63)) / BATCH;
+	printf("{\"pairs\":%ld,\"ns_per_pair_linked\":%.1f,\"ns_per_pair_driver\":%.1f,\"ns_added_paired\":%.2f}\n",
+	       batches * BATCH, (double)lk[n / 2] / BATCH, (double)dv[n / 2] / BATCH, added);
+	free(t);
+	free(d);
+	free(lk);
+	free(dv);
+	return 0;
+}
+
+static const char *usage = "--threads N (--iters M | --ms T) --size BYTES [--api driver|runtime] [--device N] | --paired --iters M --size BYTES";
 
 int main(int argc, char **argv)
 {
 	long threads = 1;
+	int pair = 0;
 	const struct ex_option opts[] = {
 		{"--threads", EX_LONG, &threads, 1, 1024, NULL},
 		{"--iters", EX_LONG, &iters, BATCH, 1000000000, "at least " EX_STR(BATCH)},
 		{"--ms", EX_LONG, &run_ms, 1, 600000, NULL},
+		{"--paired", EX_FLAG, &pair, 0, 0, NULL},
 		{"--size", EX_SIZE, &size, 1, 0, NULL},
 		EX_DEVICE_OPTION(device),
 		{"--api", EX_API, &use_driver, 0, 0, NULL},
 	};
 	EX_PARSE_ARGS(argc, argv, usage, opts);
+	if (pair) {
+		if (threads != 1 || !use_driver || run_ms) {
+			fprintf(stderr, "alloc_bench: --paired runs one thread on the driver API for --iters pairs\n");
+			return 2;
+		}
+		if (ex_driver_setup((int)device, &ctx))
+			return 1;
+		return paired();
+	}
 	if (use_driver) {
 		if (ex_driver_setup((int)device, &ctx))
 			return 1;

@@ -243,6 +243,28 @@ func TestAllocBenchOutput(t *testing.T) {
 	})
 }
 
+// --paired: one line with both medians and their difference; only one
+// thread on the driver API.
+func TestAllocBenchPaired(t *testing.T) {
+	n := newNode(t, "")
+	r := n.run(nil, "alloc_bench", "--paired", "--iters", "4000", "--size", "1MiB").ok(t)
+	var v struct {
+		Pairs  *int64   `json:"pairs"`
+		Linked *float64 `json:"ns_per_pair_linked"`
+		Driver *float64 `json:"ns_per_pair_driver"`
+		Added  *float64 `json:"ns_added_paired"`
+	}
+	if err := json.Unmarshal([]byte(strings.TrimSpace(r.stdout)), &v); err != nil {
+		t.Fatalf("%q: %v", r.stdout, err)
+	}
+	if v.Pairs == nil || *v.Pairs != 4000 || v.Linked == nil || *v.Linked <= 0 || v.Driver == nil || *v.Driver <= 0 || v.Added == nil {
+		t.Errorf("paired line %q", r.stdout)
+	}
+	if r := n.run(nil, "alloc_bench", "--paired", "--threads", "2", "--iters", "4000"); r.code != 2 {
+		t.Errorf("--paired --threads 2: exit %d, want 2 (%s)", r.code, r.stderr)
+	}
+}
+
 type allocLine struct {
 	Threads     int     `json:"threads"`
 	Pairs       int64   `json:"pairs"`
