@@ -103,8 +103,8 @@ func (m *Manager) admit(want map[string]uint64, except string) error {
 
 // committedLocked returns each GPU's committed bytes and session count,
 // without session except. The totals are kept as sessions come, change
-// and go (commitLocked), so an admission at 10,000 sessions reads four
-// numbers instead of every session's quotas. Caller holds m.mu.
+// and go (commitLocked), so an admission at 10,000 sessions reads a
+// number per GPU instead of every session's quotas. Caller holds m.mu.
 func (m *Manager) committedLocked(except string) ([]uint64, []int) {
 	committed := append([]uint64(nil), m.committed...)
 	count := append([]int(nil), m.count...)
