@@ -49,15 +49,9 @@ func OpenProc(pid uint32) (fd int, p Proc, err error) {
 		p, err = parseProc(buf[:n])
 	}
 	if err == nil {
-		pfd := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
-		for {
-			var k int
-			if k, err = unix.Poll(pfd, 0); err != unix.EINTR {
-				if err == nil && k != 0 {
-					err = ErrGone
-				}
-				break
-			}
+		var gone bool
+		if gone, err = pidfdExited(fd); err == nil && gone {
+			err = ErrGone
 		}
 	} else if errors.Is(err, fs.ErrNotExist) || errors.Is(err, unix.ESRCH) {
 		err = ErrGone
@@ -67,6 +61,19 @@ func OpenProc(pid uint32) (fd int, p Proc, err error) {
 		return -1, Proc{}, err
 	}
 	return fd, p, nil
+}
+
+// pidfdExited polls pidfd fd without waiting: true once its process has
+// exited (every thread of it: a zombie leader whose other threads run has
+// not).
+func pidfdExited(fd int) (bool, error) {
+	pfd := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+	for {
+		n, err := unix.Poll(pfd, 0)
+		if err != unix.EINTR {
+			return err == nil && n > 0 && pfd[0].Revents&(unix.POLLIN|unix.POLLHUP) != 0, err
+		}
+	}
 }
 
 func parseProc(b []byte) (Proc, error) {
@@ -274,15 +281,11 @@ var ErrGone = errors.New("process is gone")
 // exists or is not the one with k.StartTime. Other errors (no pidfd
 // support) leave the process to the /proc sweep.
 func (w *Watcher) Add(k Key) error {
-	fd, err := unix.PidfdOpen(int(k.PID), 0)
+	fd, p, err := OpenProc(k.PID)
 	if err != nil {
-		if errors.Is(err, unix.ESRCH) {
-			return ErrGone
-		}
-		return fmt.Errorf("pidfd_open(%d): %w", k.PID, err)
+		return err
 	}
-	// The pidfd now pins this pid; check it is still the same process.
-	if !Alive(k.PID, k.StartTime) {
+	if p.Start != k.StartTime { // the pid now names another process
 		unix.Close(fd)
 		return ErrGone
 	}
@@ -338,12 +341,8 @@ func (w *Watcher) Exited(k Key) (exited, known bool) {
 	if !ok {
 		return false, false
 	}
-	fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
-	n, err := unix.Poll(fds, 0)
-	if err != nil {
-		return false, false
-	}
-	return n > 0 && fds[0].Revents&(unix.POLLIN|unix.POLLHUP) != 0, true
+	gone, err := pidfdExited(fd)
+	return gone, err == nil
 }
 
 // Len is the number of watched processes.
