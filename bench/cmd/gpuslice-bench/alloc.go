@@ -7,7 +7,6 @@ package main
 // instructions the interceptor adds per pair (callgrind).
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -76,13 +75,9 @@ func oneCoreRatio(o options, env allocEnv) (lo, med, hi float64, err error) {
 	}
 	bin := filepath.Join(o.build, "examples", "alloc_bench")
 	run := func(e []string) (float64, error) {
-		cmd := exec.Command(taskset, "-c", "0", bin, "--threads", "8", "--ms", windowMS, "--size", strconv.Itoa(1<<20))
-		cmd.Env = e
-		var stderr bytes.Buffer
-		cmd.Stderr = &stderr
-		out, err := cmd.Output()
+		out, err := runProgram(e, taskset, "-c", "0", bin, "--threads", "8", "--ms", windowMS, "--size", strconv.Itoa(1<<20))
 		if err != nil {
-			return 0, fmt.Errorf("alloc_bench on one core: %w: %s", err, stderr.String())
+			return 0, err
 		}
 		res, err := parseAllocResult(out)
 		return res.PairsPerSec, err
@@ -141,6 +136,20 @@ func callgrindAdded(o options, env allocEnv) (float64, error) {
 	return ((v[3] - v[2]) - (v[1] - v[0])) / (n2 - n1), nil
 }
 
+// runProgram runs argv with env and returns what it printed; a failure
+// carries what it said on stderr.
+func runProgram(env []string, argv ...string) ([]byte, error) {
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.Env = env
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w: %s", strings.Join(argv, " "), err, strings.TrimSpace(stderr.String()))
+	}
+	return out, nil
+}
+
 // parseAllocResult reads alloc_bench's JSON result line.
 func parseAllocResult(out []byte) (allocResult, error) {
 	for _, line := range bytes.Split(out, []byte("\n")) {
@@ -166,33 +175,15 @@ type allocResult struct {
 const windowMS = "300"
 
 func runAllocBench(bin string, env []string, threads int, size int64) (allocResult, error) {
-	args := []string{"--threads", strconv.Itoa(threads), "--size", strconv.FormatInt(size, 10)}
-	if threads > 1 {
-		args = append(args, "--ms", windowMS)
-	}
-	cmd := exec.Command(bin, args...)
-	cmd.Env = env
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
+	out, err := runProgram(env, bin, "--threads", strconv.Itoa(threads), "--ms", windowMS, "--size", strconv.FormatInt(size, 10))
 	if err != nil {
-		return allocResult{}, fmt.Errorf("%s --threads %d: %v: %s", bin, threads, err, strings.TrimSpace(stderr.String()))
+		return allocResult{}, err
 	}
-	var res allocResult
-	sc := bufio.NewScanner(bytes.NewReader(out))
-	found := false
-	for sc.Scan() {
-		line := strings.TrimSpace(sc.Text())
-		if strings.HasPrefix(line, "{") {
-			if err := json.Unmarshal([]byte(line), &res); err == nil {
-				found = true
-			}
-		}
+	res, err := parseAllocResult(out)
+	if err == nil && res.NsPerPairMedian <= 0 {
+		err = fmt.Errorf("alloc_bench printed no time per pair: %q", out)
 	}
-	if !found || res.NsPerPairMedian <= 0 || res.PairsPerSec <= 0 {
-		return allocResult{}, fmt.Errorf("alloc_bench printed no result line: %q", out)
-	}
-	return res, nil
+	return res, err
 }
 
 // pairedAdded: the ns the interceptor adds to a pair, from alloc_bench
@@ -203,13 +194,9 @@ func runAllocBench(bin string, env []string, threads int, size int64) (allocResu
 // the method's control (alloc_free_added_ns_control, ~0).
 func pairedAdded(o options, bin string, without, with []string, r *results) error {
 	run := func(env []string) (pairedResult, error) {
-		cmd := exec.Command(bin, "--paired", "--iters", "200000", "--size", strconv.Itoa(1<<20))
-		cmd.Env = env
-		var stderr bytes.Buffer
-		cmd.Stderr = &stderr
-		out, err := cmd.Output()
+		out, err := runProgram(env, bin, "--paired", "--iters", "200000", "--size", strconv.Itoa(1<<20))
 		if err != nil {
-			return pairedResult{}, fmt.Errorf("alloc_bench --paired: %w: %s", err, stderr.String())
+			return pairedResult{}, err
 		}
 		var res pairedResult
 		if err := json.Unmarshal(bytes.TrimSpace(out), &res); err != nil || res.Pairs == 0 {
