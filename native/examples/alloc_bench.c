@@ -63,7 +63,6 @@ static void *worker(void *arg)
 {
 	struct result *res = arg;
 	long batches = max_batches();
-	uint64_t *per = calloc((size_t)batches, sizeof(*per));
 	res->ends = calloc((size_t)batches, sizeof(*res->ends));
 	if (ex_api_bind(use_driver, ctx, (int)device) != 0)
 		res->failures++;
@@ -75,7 +74,6 @@ static void *worker(void *arg)
 	}
 	pthread_barrier_wait(&start);
 	res->start = ex_now_ns();
-	uint64_t t0 = res->start;
 	long b = 0;
 	for (; b < batches && !res->failures; b++) {
 		if (run_ms && __atomic_load_n(&stop, __ATOMIC_RELAXED))
@@ -93,19 +91,21 @@ static void *worker(void *arg)
 					res->failures++;
 			}
 		}
-		uint64_t t1 = ex_now_ns();
-		per[b] = t1 - t0;
-		res->ends[b] = t0 = t1;
+		res->ends[b] = ex_now_ns();
 		res->pairs += BATCH;
 	}
-	res->end = t0;
+	res->end = b > 0 ? res->ends[b - 1] : res->start;
 	res->batches = b;
 	if (b > 0) {
+		/* each batch's time, from the ends (the window needs them too) */
+		uint64_t *per = calloc((size_t)b, sizeof(*per));
+		for (long k = 0; k < b; k++)
+			per[k] = res->ends[k] - (k > 0 ? res->ends[k - 1] : res->start);
 		qsort(per, (size_t)b, sizeof(*per), ex_cmp_u64);
 		uint64_t m = b % 2 ? per[b / 2] : (per[b / 2 - 1] + per[b / 2]) / 2;
 		res->median = (double)m / BATCH;
+		free(per);
 	}
-	free(per);
 	return NULL;
 }
 
