@@ -43,7 +43,7 @@ include mk/docs.mk
 help: ## list targets
 	@grep -hE '^[a-zA-Z0-9_.-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN{FS=":.*?## "}{printf "  %-16s %s\n",$$1,$$2}'
 
-build: fakecuda interceptor go-build spank ## build everything into build/
+build: fakecuda interceptor ctxprobe go-build spank ## build everything into build/
 
 # Every suite CI runs, in order.
 TEST_SUITES := test-go test-fakecuda test-interceptor test-core test-security \

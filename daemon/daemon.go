@@ -158,6 +158,7 @@ func Run(ctx context.Context, cfg config.Config, logw io.Writer) error {
 			}
 		}()
 	}
+	coster := newCtxCoster(cfg, log, mgr, &wg)
 	serve("ipc server", func() error { return ipcSrv.Serve(ipcLn) })
 	serve("admin server", func() error { return adminSrv.Serve(adminLn) })
 	if pubSrv != nil {
@@ -174,10 +175,12 @@ func Run(ctx context.Context, cfg config.Config, logw io.Writer) error {
 				return
 			case <-t.C:
 				mgr.Sweep()
+				coster.poke(ctx)
 			}
 		}
 	}()
 
+	coster.poke(ctx)
 	if err := startAudit(ctx, cfg, log, mgr, met, gpus, &wg); err != nil {
 		log.Warn("audit disabled: the driver's per-process figures cannot be read", "err", err)
 	}

@@ -51,5 +51,16 @@ test-interceptor: fakecuda-libs interceptor interceptor-tests ## interceptor lib
 test-scale: fakecuda-libs fakecuda-examples interceptor interceptor-tests go-build ## scale tests at full size: 4,096 processes in one session (minutes on 2 cores)
 	GPUSLICE_SCALE_TESTS=1 $(GO) test -count=1 -timeout 30m -run 'TestSessionServesManyProcesses|TestRestartKeepsManySessions|TestIdleSessionsCostNoFDAndTwoPages' ./tests/core/
 
-test-core: fakecuda-libs fakecuda-examples interceptor interceptor-tests go-build old-glibc ## cross-component tests: gpusliced + interceptor + fakecuda
+test-core: fakecuda-libs fakecuda-examples interceptor interceptor-tests ctxprobe go-build old-glibc ## cross-component tests: gpusliced + interceptor + fakecuda
 	$(GO) test -count=1 -timeout 20m ./tests/core/...
+
+# gpuslice-ctxprobe: what a context costs on each idle GPU, run by gpusliced
+# (native/ctxprobe/ctxprobe.c; docs/daemon.md "Context cost").
+CTXPROBE := $(BIN)/gpuslice-ctxprobe
+
+.PHONY: ctxprobe
+ctxprobe: $(CTXPROBE) ## build build/bin/gpuslice-ctxprobe
+
+$(CTXPROBE): $(ROOT)/native/ctxprobe/ctxprobe.c $(wildcard $(ROOT)/native/include/*.h)
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS_COMMON) -I$(ROOT)/native/include -o $@ $< $(LDFLAGS_COMMON) -ldl

@@ -45,12 +45,17 @@ type Config struct {
 	AuditInterval    time.Duration `mapstructure:"audit_interval" yaml:"audit_interval"`
 	AuditPolicy      string        `mapstructure:"audit_policy" yaml:"audit_policy"`
 	IPCConnsPerUID   int           `mapstructure:"ipc_conns_per_uid" yaml:"ipc_conns_per_uid"`
+	ContextProbe     string        `mapstructure:"context_probe" yaml:"context_probe"`
+	CUDALibrary      string        `mapstructure:"cuda_library" yaml:"cuda_library"`
 
 	// File is the configuration file that was read ("" if none).
 	File string `mapstructure:"-" yaml:"-"`
 	// ShowVersion is set by --version.
 	ShowVersion bool `mapstructure:"-" yaml:"-"`
 }
+
+// DefaultContextProbe is where the packages install gpuslice-ctxprobe.
+const DefaultContextProbe = "/usr/libexec/gpuslice/gpuslice-ctxprobe"
 
 // Defaults returns the built-in configuration.
 func Defaults() Config {
@@ -66,6 +71,7 @@ func Defaults() Config {
 		AuditInterval:    500 * time.Millisecond,
 		AuditPolicy:      "kill",
 		IPCConnsPerUID:   64,
+		ContextProbe:     DefaultContextProbe,
 	}
 }
 
@@ -98,6 +104,8 @@ var keys = []key{
 	{"audit_interval", "audit-interval", nil, "period of the audit of NVML per-process usage against the quotas"},
 	{"audit_policy", "audit-policy", nil, "what an audited overrun does: kill (the offending processes) or log-only"},
 	{"ipc_conns_per_uid", "ipc-conns-per-uid", nil, "open IPC connections one uid may hold (root: unlimited)"},
+	{"context_probe", "context-probe", nil, "program that measures what a CUDA context costs on idle GPUs (empty: off; jobs measure it)"},
+	{"cuda_library", "cuda-library", nil, "path to libcuda.so.1 for the context probe (empty: default lookup)"},
 }
 
 // Load builds the configuration from args (without the program name) and
@@ -127,6 +135,8 @@ func Load(args []string, stderr io.Writer) (Config, error) {
 	fs.Duration("audit-interval", def.AuditInterval, keys[16].help)
 	fs.String("audit-policy", def.AuditPolicy, keys[17].help)
 	fs.Int("ipc-conns-per-uid", def.IPCConnsPerUID, keys[18].help)
+	fs.String("context-probe", def.ContextProbe, keys[19].help)
+	fs.String("cuda-library", "", keys[20].help)
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "Usage: gpusliced [flags]\n\ngpusliced keeps per-job GPU-memory quotas (see docs/daemon.md).\n"+
 			"Precedence: defaults < config file < GPUSLICE_* environment < flags.\n\nFlags:\n%s", fs.FlagUsages())
@@ -160,6 +170,8 @@ func Load(args []string, stderr io.Writer) (Config, error) {
 	v.SetDefault("audit_interval", def.AuditInterval)
 	v.SetDefault("audit_policy", def.AuditPolicy)
 	v.SetDefault("ipc_conns_per_uid", def.IPCConnsPerUID)
+	v.SetDefault("context_probe", def.ContextProbe)
+	v.SetDefault("cuda_library", "")
 
 	file := *configFile
 	if file == "" {
@@ -303,6 +315,9 @@ func (c Config) fieldErrors() map[string]error {
 	}
 	if c.LedgerSlots < 1 || c.LedgerSlots > 65536 {
 		bad["ledger_slots"] = fmt.Errorf("ledger_slots must be 1..65536 (got %d)", c.LedgerSlots)
+	}
+	if c.ContextProbe != "" && !filepath.IsAbs(c.ContextProbe) {
+		bad["context_probe"] = fmt.Errorf("context_probe must be an absolute path or empty (got %q)", c.ContextProbe)
 	}
 	switch c.LogLevel {
 	case "debug", "info", "warn", "error":

@@ -165,6 +165,8 @@ var (
 		"Live sessions with a quota on the GPU.", []string{"gpu", "uuid"}, nil)
 	descDenied = prometheus.NewDesc("gpuslice_allocation_denials_total",
 		"Allocations refused by a session's quota on the GPU.", []string{"gpu", "uuid"}, nil)
+	descCtxCost = prometheus.NewDesc("gpuslice_gpu_context_cost_bytes",
+		"What a CUDA context costs on the GPU, as gpusliced measured it (absent until measured).", []string{"gpu", "uuid"}, nil)
 	descSessions = prometheus.NewDesc("gpuslice_sessions",
 		"Live sessions.", nil, nil)
 	descAttached = prometheus.NewDesc("gpuslice_attached_processes",
@@ -184,7 +186,7 @@ type collector struct {
 }
 
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descCapacity, descCommitted, descUsed, descGPUSessions, descDenied, descSessions, descAttached} {
+	for _, d := range []*prometheus.Desc{descCapacity, descCommitted, descUsed, descGPUSessions, descDenied, descCtxCost, descSessions, descAttached} {
 		ch <- d
 	}
 	if c.debug {
@@ -203,6 +205,9 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descUsed, prometheus.GaugeValue, float64(st.Used[i]), idx, g.UUID)
 		ch <- prometheus.MustNewConstMetric(descGPUSessions, prometheus.GaugeValue, float64(st.Count[i]), idx, g.UUID)
 		ch <- prometheus.MustNewConstMetric(descDenied, prometheus.CounterValue, float64(st.Denied[i]), idx, g.UUID)
+		if b, ok := c.mgr.ContextCost(i); ok {
+			ch <- prometheus.MustNewConstMetric(descCtxCost, prometheus.GaugeValue, float64(b), idx, g.UUID)
+		}
 	}
 	ch <- prometheus.MustNewConstMetric(descSessions, prometheus.GaugeValue, float64(st.Sessions))
 	ch <- prometheus.MustNewConstMetric(descAttached, prometheus.GaugeValue, float64(st.Attached))

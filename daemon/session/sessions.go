@@ -49,6 +49,7 @@ func (m *Manager) Create(req api.SessionRequest) (api.Session, bool, error) {
 	if err != nil {
 		return api.Session{}, false, fmt.Errorf("create ledger: %w", err)
 	}
+	m.leaveContextCostLocked(led, idx)
 	if err := m.st.PutSession(rec); err != nil {
 		led.Remove()
 		return api.Session{}, false, fmt.Errorf("persist session: %w", err)

@@ -94,6 +94,10 @@ type DaemonOptions struct {
 	// costs on the fake node; "" means "0" (no cost: tests count bytes
 	// under small quotas), "default" leaves fakecuda's realistic default.
 	CtxBytes string
+	// ContextProbe runs gpusliced's context probe (build/bin/gpuslice-ctxprobe
+	// on fakecuda's driver). Off by default: a session's first process then
+	// measures a context's cost itself.
+	ContextProbe bool
 	// ExtraEnv and ExtraArgs are added to the daemon's environment and flags.
 	ExtraEnv  []string
 	ExtraArgs []string
@@ -159,6 +163,9 @@ func StartDaemon(t testing.TB, opts DaemonOptions) *Daemon {
 	build := BuildDir(t)
 	Artifact(t, "bin/gpusliced")
 	Artifact(t, "lib/libnvidia-ml.so.1")
+	if opts.ContextProbe {
+		Artifact(t, "bin/gpuslice-ctxprobe")
+	}
 	if opts.Devices == "" {
 		opts.Devices = "80GiB"
 	}
@@ -223,6 +230,12 @@ func (d *Daemon) Args() []string {
 	if d.Listen != "" {
 		args = append(args, "--listen", d.Listen)
 	}
+	probe := ""
+	if d.opts.ContextProbe {
+		probe = filepath.Join(d.Build, "bin", "gpuslice-ctxprobe")
+		args = append(args, "--cuda-library", filepath.Join(d.Build, "lib", "libcuda.so.1"))
+	}
+	args = append(args, "--context-probe", probe)
 	return append(args, d.opts.ExtraArgs...)
 }
 

@@ -5,6 +5,9 @@
  * with it, so a job over its quota is refused at context creation (or at
  * its next allocation) rather than found by the daemon's audit.
  *
+ * Whose figure: gpusliced measures it on each idle GPU (gpuslice-ctxprobe)
+ * and a new session's ledger starts with it (gpu[g].ctx_cost); then no
+ * process of the job measures. Otherwise:
  * How much: measured from the driver's own per-process figure, the one
  * the audit reads (NVML's running processes): this process's usage on the
  * device before and after its first context there. The first process of

@@ -1,0 +1,265 @@
+/*
+ * gpuslice-ctxprobe: what a CUDA context costs on each named GPU, measured
+ * once per node by gpusliced so that a job's first process does not have to
+ * load and start NVML to find out (docs/interceptor.md "What a context
+ * costs").
+ *
+ *   gpuslice-ctxprobe [--cuda LIB] [--nvml LIB] UUID...
+ *
+ * For each GPU, in the order given, one line on stdout:
+ *   UUID ok BYTES     this process's usage on the GPU (NVML running
+ *                     processes) after its primary context minus before
+ *   UUID busy N       N other processes hold the GPU: nothing was created
+ *                     there (a job's memory is never put at risk by this)
+ *   UUID error TEXT   the GPU could not be measured
+ * Exit status: 0 when every GPU has its line, 1 when the driver or NVML
+ * cannot be loaded or started (stderr says which), 2 on a usage error.
+ *
+ * The same figure the interceptor measures in a job's first process, the
+ * same way: before and after the first context, as the driver reports it.
+ */
+#include <dlfcn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cuda.h"
+#include "nvml.h"
+
+typedef CUresult (*pfn_cuInit)(unsigned int);
+typedef CUresult (*pfn_cuDeviceGetCount)(int *);
+typedef CUresult (*pfn_cuDeviceGet)(CUdevice *, int);
+typedef CUresult (*pfn_cuDeviceGetUuid)(CUuuid *, CUdevice);
+typedef CUresult (*pfn_cuDevicePrimaryCtxRetain)(CUcontext *, CUdevice);
+typedef CUresult (*pfn_cuDevicePrimaryCtxRelease)(CUdevice);
+typedef nvmlReturn_t (*pfn_nvmlInit)(void);
+typedef nvmlReturn_t (*pfn_nvmlShutdown)(void);
+typedef nvmlReturn_t (*pfn_nvmlDeviceGetHandleByUUID)(const char *, nvmlDevice_t *);
+typedef nvmlReturn_t (*pfn_nvmlDeviceGetComputeRunningProcesses)(nvmlDevice_t, unsigned int *, nvmlProcessInfo_t *);
+
+static struct {
+	pfn_cuInit init;
+	pfn_cuDeviceGetCount count;
+	pfn_cuDeviceGet get;
+	pfn_cuDeviceGetUuid uuid;
+	pfn_cuDevicePrimaryCtxRetain retain;
+	pfn_cuDevicePrimaryCtxRelease release;
+} cu;
+
+static struct {
+	pfn_nvmlInit init;
+	pfn_nvmlShutdown shutdown;
+	pfn_nvmlDeviceGetHandleByUUID byuuid;
+	pfn_nvmlDeviceGetComputeRunningProcesses procs;
+} nv;
+
+/* sym: the first of the names lib has (NULL-terminated list). */
+static void *sym(void *lib, const char *const *names)
+{
+	for (; *names != NULL; names++) {
+		void *p = dlsym(lib, *names);
+		if (p != NULL)
+			return p;
+	}
+	return NULL;
+}
+
+#define SYM(lib, dst, ...)                                                                    \
+	do {                                                                                  \
+		static const char *const names_[] = {__VA_ARGS__, NULL};                      \
+		*(void **)&(dst) = sym(lib, names_);                                          \
+		if ((dst) == NULL) {                                                          \
+			fprintf(stderr, "gpuslice-ctxprobe: %s has no %s\n", path, names_[0]); \
+			return -1;                                                            \
+		}                                                                             \
+	} while (0)
+
+static int load_cuda(const char *path)
+{
+	void *lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+	if (lib == NULL) {
+		fprintf(stderr, "gpuslice-ctxprobe: cannot load the CUDA driver: %s\n", dlerror());
+		return -1;
+	}
+	SYM(lib, cu.init, "cuInit");
+	SYM(lib, cu.count, "cuDeviceGetCount");
+	SYM(lib, cu.get, "cuDeviceGet");
+	SYM(lib, cu.uuid, "cuDeviceGetUuid_v2", "cuDeviceGetUuid");
+	SYM(lib, cu.retain, "cuDevicePrimaryCtxRetain");
+	SYM(lib, cu.release, "cuDevicePrimaryCtxRelease_v2", "cuDevicePrimaryCtxRelease");
+	CUresult r = cu.init(0);
+	if (r != CUDA_SUCCESS) {
+		fprintf(stderr, "gpuslice-ctxprobe: cuInit: error %d\n", (int)r);
+		return -1;
+	}
+	return 0;
+}
+
+static int load_nvml(const char *path)
+{
+	void *lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+	if (lib == NULL) {
+		fprintf(stderr, "gpuslice-ctxprobe: cannot load NVML: %s\n", dlerror());
+		return -1;
+	}
+	SYM(lib, nv.init, "nvmlInit_v2");
+	SYM(lib, nv.shutdown, "nvmlShutdown");
+	SYM(lib, nv.byuuid, "nvmlDeviceGetHandleByUUID");
+	SYM(lib, nv.procs, "nvmlDeviceGetComputeRunningProcesses_v3");
+	nvmlReturn_t r = nv.init();
+	if (r != NVML_SUCCESS) {
+		fprintf(stderr, "gpuslice-ctxprobe: nvmlInit: error %d\n", (int)r);
+		return -1;
+	}
+	return 0;
+}
+
+/* The 16 bytes of "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx"; -1 when the
+ * text is not such a UUID. */
+static int parse_uuid(const char *s, unsigned char out[16])
+{
+	if (strncmp(s, "GPU-", 4) != 0)
+		return -1;
+	s += 4;
+	int n = 0;
+	for (int i = 0; s[i] != '\0'; i++) {
+		if (s[i] == '-' && (i == 8 || i == 13 || i == 18 || i == 23))
+			continue;
+		char c = s[i];
+		int v = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10
+			: c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+		if (v < 0 || n >= 32)
+			return -1;
+		if (n % 2 == 0)
+			out[n / 2] = (unsigned char)(v << 4);
+		else
+			out[n / 2] |= (unsigned char)v;
+		n++;
+	}
+	return n == 32 ? 0 : -1;
+}
+
+/* The CUDA device whose UUID is want; -1 when none is. */
+static int find_device(const unsigned char want[16], CUdevice *out)
+{
+	int n = 0;
+	if (cu.count(&n) != CUDA_SUCCESS)
+		return -1;
+	for (int i = 0; i < n; i++) {
+		CUdevice d;
+		CUuuid id;
+		if (cu.get(&d, i) == CUDA_SUCCESS && cu.uuid(&id, d) == CUDA_SUCCESS &&
+		    memcmp(id.bytes, want, 16) == 0) {
+			*out = d;
+			return 0;
+		}
+	}
+	return -1;
+}
+
+/* The processes NVML lists on h: this one's usage in *own (0 when not
+ * listed), the number of others in *others. -1 when NVML cannot say. */
+static int usage(nvmlDevice_t h, unsigned long long *own, unsigned int *others)
+{
+	unsigned int cap = 64, n;
+	nvmlProcessInfo_t *info;
+	nvmlReturn_t r;
+	for (;;) {
+		info = calloc(cap, sizeof(*info));
+		if (info == NULL)
+			return -1;
+		n = cap;
+		r = nv.procs(h, &n, info);
+		if (r != NVML_ERROR_INSUFFICIENT_SIZE || cap >= 65536)
+			break;
+		free(info);
+		cap = n + 64 > 2 * cap ? n + 64 : 2 * cap;
+	}
+	if (r != NVML_SUCCESS) {
+		free(info);
+		return -1;
+	}
+	unsigned int self = (unsigned int)getpid();
+	int rv = 0;
+	*own = 0;
+	*others = 0;
+	for (unsigned int i = 0; i < n && i < cap; i++) {
+		if (info[i].pid != self) {
+			(*others)++;
+		} else if (info[i].usedGpuMemory == (unsigned long long)NVML_VALUE_NOT_AVAILABLE) {
+			rv = -1;
+		} else {
+			*own = info[i].usedGpuMemory;
+		}
+	}
+	free(info);
+	return rv;
+}
+
+static void probe(const char *uuid)
+{
+	unsigned char want[16];
+	CUdevice dev;
+	nvmlDevice_t h;
+	unsigned long long before, after;
+	unsigned int others;
+	if (parse_uuid(uuid, want) < 0) {
+		printf("%s error not a GPU UUID\n", uuid);
+		return;
+	}
+	if (nv.byuuid(uuid, &h) != NVML_SUCCESS) {
+		printf("%s error NVML does not know this GPU\n", uuid);
+		return;
+	}
+	if (find_device(want, &dev) < 0) {
+		printf("%s error the CUDA driver does not list this GPU\n", uuid);
+		return;
+	}
+	if (usage(h, &before, &others) < 0) {
+		printf("%s error NVML cannot list the GPU's processes\n", uuid);
+		return;
+	}
+	if (others > 0) {
+		printf("%s busy %u\n", uuid, others);
+		return;
+	}
+	CUcontext ctx;
+	CUresult r = cu.retain(&ctx, dev);
+	if (r != CUDA_SUCCESS) {
+		printf("%s error cuDevicePrimaryCtxRetain: error %d\n", uuid, (int)r);
+		return;
+	}
+	int known = usage(h, &after, &others);
+	cu.release(dev);
+	if (known < 0)
+		printf("%s error NVML cannot list the GPU's processes\n", uuid);
+	else
+		printf("%s ok %llu\n", uuid, after > before ? after - before : 0ULL);
+}
+
+int main(int argc, char **argv)
+{
+	const char *cuda = "libcuda.so.1", *nvml = "libnvidia-ml.so.1";
+	int i = 1;
+	for (; i + 1 < argc; i += 2) {
+		if (strcmp(argv[i], "--cuda") == 0)
+			cuda = argv[i + 1];
+		else if (strcmp(argv[i], "--nvml") == 0)
+			nvml = argv[i + 1];
+		else
+			break;
+	}
+	if (i >= argc || argv[i][0] == '-') {
+		fprintf(stderr, "usage: gpuslice-ctxprobe [--cuda LIB] [--nvml LIB] UUID...\n");
+		return 2;
+	}
+	if (load_nvml(nvml) < 0 || load_cuda(cuda) < 0)
+		return 1;
+	for (; i < argc; i++) {
+		probe(argv[i]);
+		fflush(stdout);
+	}
+	nv.shutdown();
+	return 0;
+}

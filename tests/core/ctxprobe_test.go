@@ -1,0 +1,132 @@
+package core
+
+import (
+	"fmt"
+	"os"
+	"regexp"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/gpuslice/gpuslice/internal/client"
+	"github.com/gpuslice/gpuslice/internal/testenv"
+	"github.com/gpuslice/gpuslice/tests/interceptor/probe"
+)
+
+// measuredGPUs waits until the daemon's log, from byte from on, says the
+// context cost of want GPUs was measured, and returns their indexes.
+func measuredGPUs(t *testing.T, d *testenv.Daemon, from int, want int) []string {
+	t.Helper()
+	re := regexp.MustCompile(`msg="context cost measured" gpu=(\d+) uuid=\S+ bytes=(\d+)`)
+	var got []string
+	eventually(t, 10*time.Second, "context cost measured", func() (bool, string) {
+		got = got[:0]
+		for _, m := range re.FindAllStringSubmatch(d.Log()[from:], -1) {
+			if m[2] != fmt.Sprint(64*MiB) {
+				t.Fatalf("GPU %s: context cost %s bytes, want %d", m[1], m[2], 64*MiB)
+			}
+			got = append(got, m[1])
+		}
+		return len(got) >= want, fmt.Sprintf("measured: %v", got)
+	})
+	return got
+}
+
+// holdFirstAlloc runs target_app in env until it holds one 1 MiB
+// allocation, and returns it with whether it has NVML mapped.
+func holdFirstAlloc(t *testing.T, env []string, dev int) (*probe.Proc, bool) {
+	t.Helper()
+	p := probe.Start(t, env, example(t, "target_app"), "--api", "driver", "--device", fmt.Sprint(dev),
+		"--step", "1MiB", "--count", "1", "--hold", "30")
+	p.Expect("hold")
+	maps, err := os.ReadFile(fmt.Sprintf("/proc/%d/maps", p.Cmd.Process.Pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p, strings.Contains(string(maps), "libnvidia-ml.so")
+}
+
+func release(t *testing.T, p *probe.Proc) {
+	t.Helper()
+	p.Cmd.Process.Signal(syscall.SIGUSR1)
+	if err := p.Wait(); err != nil {
+		t.Fatalf("target_app: %v\n%s", err, p.Output())
+	}
+}
+
+// gpusliced measures what a context costs on each idle GPU itself (its
+// context probe) and starts every new session's ledger with the figure:
+// a job's first process charges its context at once, without loading
+// NVML to measure it.
+func TestDaemonMeasuresContextCost(t *testing.T) {
+	d := testenv.StartDaemon(t, testenv.DaemonOptions{CtxBytes: "64MiB", Devices: "2x80GiB", ContextProbe: true})
+	if got := measuredGPUs(t, d, 0, 2); len(got) != 2 {
+		t.Fatalf("measured GPUs %v, want 0 and 1", got)
+	}
+	sess := newSession(t, d, client.SessionRequest{QuotaBytes: GiB})
+	l := openLedger(t, d, sess.ID)
+	if c, ok := l.CtxCost(0); !ok || c != 64*MiB {
+		t.Fatalf("new session's ledger: context cost %d (set %v), want 64 MiB", c, ok)
+	}
+	p, nvml := holdFirstAlloc(t, sessionEnv(t, d, sess.ID), 0)
+	if nvml {
+		t.Errorf("the session's first process loaded NVML; the daemon's figure should have spared it")
+	}
+	if u := l.Used(0); u != 65*MiB {
+		t.Errorf("ledger used %d MiB with a context and 1 MiB, want 65", u/MiB)
+	}
+	release(t, p)
+	eventually(t, 5*time.Second, "context reclaimed with its process", func() (bool, string) {
+		u := l.Used(0)
+		return u == 0, fmt.Sprintf("ledger used %d bytes", u)
+	})
+}
+
+// The probe never creates a context on a GPU a session holds or a process
+// uses (a job's memory is never put at risk by a measurement). Such a GPU
+// has no figure, and a session there measures the cost in its first
+// process, as without the probe.
+func TestContextProbeLeavesBusyGPUsAlone(t *testing.T) {
+	d := testenv.StartDaemon(t, testenv.DaemonOptions{CtxBytes: "64MiB", Devices: "3x80GiB", ContextProbe: true})
+	measuredGPUs(t, d, 0, 3)
+	gpus, err := d.Client().GPUs(ctx(t))
+	if err != nil || len(gpus) != 3 {
+		t.Fatalf("GPUs: %v %+v", err, gpus)
+	}
+	// GPU 0: a session (kept over the restart); GPU 1: a process outside
+	// any session; GPU 2: nothing.
+	held := newSession(t, d, client.SessionRequest{ID: "probe-held", Quotas: map[string]uint64{gpus[0].UUID: GiB}})
+	d.Stop()
+	other, _ := holdFirstAlloc(t, d.Env(), 1)
+	from := len(d.Log())
+	d.Restart()
+	got := measuredGPUs(t, d, from, 1)
+	time.Sleep(500 * time.Millisecond) // a second line, if any, would be written by now
+	got = measuredGPUs(t, d, from, 1)
+	if len(got) != 1 || got[0] != "2" {
+		t.Fatalf("measured GPUs %v after the restart, want only 2", got)
+	}
+	if !strings.Contains(d.Log()[from:], `msg="context cost not measured: GPU in use" gpu=1`) {
+		t.Errorf("no line says GPU 1 was left alone because it is in use")
+	}
+
+	// A new session on the busy GPU measures the cost in its first process.
+	sess := newSession(t, d, client.SessionRequest{Quotas: map[string]uint64{gpus[1].UUID: GiB}})
+	l := openLedger(t, d, sess.ID)
+	if c, ok := l.CtxCost(0); ok {
+		t.Fatalf("session on the busy GPU starts with a context cost (%d)", c)
+	}
+	p, nvml := holdFirstAlloc(t, sessionEnv(t, d, sess.ID), 1)
+	if !nvml {
+		t.Errorf("the first process on an unmeasured GPU did not load NVML to measure")
+	}
+	if c, ok := l.CtxCost(0); !ok || c != 64*MiB {
+		t.Errorf("after the first process: context cost %d (set %v), want 64 MiB", c, ok)
+	}
+	release(t, p)
+	release(t, other)
+	if _, err := d.Client().DeleteSession(ctx(t), held.ID); err != nil {
+		t.Fatal(err)
+	}
+}
