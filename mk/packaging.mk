@@ -80,7 +80,7 @@ define install-recipe
 	  '$(DESTDIR)$(DATADIR)/gpuslice/monitoring'
 	install -m 0755 '$(BIN)/gpusliced' '$(DESTDIR)$(SBINDIR)/gpusliced'
 	install -m 0755 '$(BIN)/gpuslice' '$(DESTDIR)$(BINDIR)/gpuslice'
-	install -m 0755 '$(BIN)/gpuslice-prolog' '$(BIN)/gpuslice-epilog' '$(DESTDIR)$(LIBEXECDIR)/gpuslice/'
+	install -m 0755 '$(BIN)/gpuslice-prolog' '$(BIN)/gpuslice-epilog' '$(BIN)/gpuslice-ctxprobe' '$(DESTDIR)$(LIBEXECDIR)/gpuslice/'
 	install -m 0644 '$(LIB)/libgpuslice.so' '$(DESTDIR)$(LIBDIR)/gpuslice/libgpuslice.so'
 	install -m 0644 '$(BUILD)/spank/gpuslice.so' '$(DESTDIR)$(SLURM_PLUGINDIR)/gpuslice.so'
 	sed $(INSTALL_SED) etc/systemd/gpusliced.service >'$(DESTDIR)$(SYSTEMDUNITDIR)/gpusliced.service'

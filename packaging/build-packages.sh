@@ -49,7 +49,7 @@ fi
 
 # Everything the two packages ship; fail with the whole list of what is missing.
 go_programs="bin/gpusliced bin/gpuslice bin/gpuslice-prolog bin/gpuslice-epilog"
-gpuslice_elf="$go_programs lib/libgpuslice.so spank/gpuslice.so"
+gpuslice_elf="$go_programs bin/gpuslice-ctxprobe lib/libgpuslice.so spank/gpuslice.so"
 fakecuda_elf="lib/libcuda.so.1 lib/libcudart.so.12 lib/libnvidia-ml.so.1"
 missing=
 for f in $gpuslice_elf $fakecuda_elf; do

@@ -43,6 +43,7 @@ func TestMakeInstall(t *testing.T) {
 		"/usr/local/bin/gpuslice":                                      0o755,
 		"/usr/local/libexec/gpuslice/gpuslice-prolog":                  0o755,
 		"/usr/local/libexec/gpuslice/gpuslice-epilog":                  0o755,
+		"/usr/local/libexec/gpuslice/gpuslice-ctxprobe":                0o755,
 		"/usr/local/lib/gpuslice/libgpuslice.so":                       0o644,
 		"/usr/local/lib/slurm/gpuslice.so":                             0o644,
 		"/usr/local/lib/systemd/system/gpusliced.service":              0o644,

@@ -253,6 +253,7 @@ func gpusliceFiles(format string) []entry {
 		{"/usr/bin/gpuslice", 0o755},
 		{"/usr/libexec/gpuslice/gpuslice-prolog", 0o755},
 		{"/usr/libexec/gpuslice/gpuslice-epilog", 0o755},
+		{"/usr/libexec/gpuslice/gpuslice-ctxprobe", 0o755},
 		{"/usr/lib/gpuslice/libgpuslice.so", 0o644},
 		{"/etc/gpuslice/gpusliced.yaml", 0o644},
 		{"/etc/slurm/plugstack.conf.d/gpuslice.conf", 0o644},

@@ -196,8 +196,9 @@ func (d *installedDaemon) start() {
 	}
 	defer logf.Close()
 	cmd := exec.Command("/usr/sbin/gpusliced", "--config", installedConf,
-		"--ipc-socket", d.ipcSock, "--admin-socket", d.adminSock, "--nvml-library", installedNVML)
-	cmd.Env = append(testenv.BaseEnv(), "FAKECUDA_DEVICES="+fakeDevices, "FAKECUDA_STATE="+d.state)
+		"--ipc-socket", d.ipcSock, "--admin-socket", d.adminSock, "--nvml-library", installedNVML,
+		"--cuda-library", filepath.Join(fakecudaDir, "libcuda.so.1"))
+	cmd.Env = append(testenv.BaseEnv(), "FAKECUDA_DEVICES="+fakeDevices, "FAKECUDA_STATE="+d.state, "FAKECUDA_CTX_BYTES=0")
 	cmd.Stdout, cmd.Stderr = logf, logf
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("start installed gpusliced: %v", err)
@@ -394,6 +395,15 @@ func TestInstalledPackage(t *testing.T) {
 		}
 		if len(gpus) != 2 || gpus[0].PhysicalBytes != 80<<30 {
 			t.Fatalf("gpus from the installed fakecuda NVML: %s", out)
+		}
+		// The installed configuration names the installed context probe.
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+			b, _ := os.ReadFile(d.log)
+			if n := strings.Count(string(b), `msg="context cost measured"`); n == 2 {
+				break
+			} else if time.Now().After(deadline) {
+				t.Fatalf("the installed daemon measured the context cost of %d GPUs, want 2; its log:\n%s", n, b)
+			}
 		}
 		id := fmt.Sprintf("pkg-%d", os.Getpid())
 		d.cli("allocate", "--uid", "0", "--gpu-mem", fmt.Sprintf("%dM", sessionQuotaMB), id)
