@@ -180,7 +180,8 @@ var targets = []struct {
 	{"ipc_ping_p99_32_ratio", "IPC ping p99 at 32 clients, gpusliced / echo server", true, 1.2, ""},
 	{"attach_p50_us", "ATTACH round trip, one process attaching again (Go client) p50", true, 300, "µs"},
 	{"exec_to_first_alloc_added_ms", "exec -> first allocation, with interceptor minus without (a job's later process)", true, 0.3, " ms"},
-	{"exec_to_first_alloc_first_of_session_added_ms", "  the same for a job's first process (a session of its own; it measures the context cost)", true, 0.3, " ms"},
+	{"exec_to_first_alloc_first_of_session_added_ms", "  the same for a job's first process (a session of its own; gpusliced measured the context cost)", true, 0.3, " ms"},
+	{"exec_to_first_alloc_first_of_session_measuring_added_ms", "  the same when gpusliced has no figure (probe off): the process measures the context cost with NVML", true, 0.3, " ms"},
 	{"attach_storm_1000_last_ratio", "storm of 1,000 processes of one job: last first-allocation, with / without", true, 1.2, ""},
 	{"session_create_p50_ms", "session create -> ready (admin API) p50", true, 25, "ms"},
 	{"reclaim_after_kill_p50_ms", "kill -9 of a process holding 256 MiB -> ledger back to 0, p50", true, 1000, "ms"},
@@ -251,7 +252,11 @@ type daemon struct {
 	cl                                      *client.Client
 }
 
-func startDaemon(build, devices string) (*daemon, error) {
+// startDaemon starts gpusliced on a fake node with devices. With probe,
+// its context probe runs (as installed) and startDaemon returns once it has
+// measured every GPU; without, a session's first process measures a
+// context's cost itself.
+func startDaemon(build, devices string, probe bool) (*daemon, error) {
 	dir, err := os.MkdirTemp("/tmp", "gsb")
 	if err != nil {
 		return nil, err
@@ -267,7 +272,8 @@ func startDaemon(build, devices string) (*daemon, error) {
 	d.cmd = exec.Command(filepath.Join(build, "bin", "gpusliced"),
 		"--runtime-dir", filepath.Join(dir, "run"), "--state-dir", filepath.Join(dir, "state"),
 		"--ipc-socket", d.ipcSock, "--admin-socket", d.adminSock,
-		"--nvml-library", filepath.Join(build, "lib", "libnvidia-ml.so.1"), "--log-level", "warn")
+		"--nvml-library", filepath.Join(build, "lib", "libnvidia-ml.so.1"), "--log-level", "warn",
+		"--context-probe", probeProgram(build, probe), "--cuda-library", filepath.Join(build, "lib", "libcuda.so.1"))
 	d.cmd.Env = append(baseEnv(), "FAKECUDA_DEVICES="+devices, "FAKECUDA_STATE="+d.state)
 	d.cmd.Stdout, d.cmd.Stderr = logf, logf
 	if err := d.cmd.Start(); err != nil {
@@ -279,6 +285,9 @@ func startDaemon(build, devices string) (*daemon, error) {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		_, err := d.cl.Health(ctx)
 		cancel()
+		if err == nil && probe {
+			err = d.probed()
+		}
 		if err == nil {
 			return d, nil
 		}
@@ -289,6 +298,37 @@ func startDaemon(build, devices string) (*daemon, error) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+}
+
+func probeProgram(build string, on bool) string {
+	if !on {
+		return ""
+	}
+	return filepath.Join(build, "bin", "gpuslice-ctxprobe")
+}
+
+// probed is nil once the daemon's metrics give a context cost for every
+// GPU it has.
+func (d *daemon) probed() error {
+	hc := http.Client{Timeout: time.Second, Transport: &http.Transport{
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			return (&net.Dialer{}).DialContext(ctx, "unix", d.adminSock)
+		}}}
+	defer hc.CloseIdleConnections()
+	resp, err := hc.Get("http://gpusliced/metrics")
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return err
+	}
+	gpus := strings.Count(string(b), "\ngpuslice_gpu_capacity_bytes{")
+	if n := strings.Count(string(b), "\ngpuslice_gpu_context_cost_bytes{"); n != gpus {
+		return fmt.Errorf("context cost measured on %d of %d GPUs", n, gpus)
+	}
+	return nil
 }
 
 func (d *daemon) stop() {
@@ -325,7 +365,7 @@ func baseEnv() []string {
 }
 
 func measure(o options, r *results) error {
-	d, err := startDaemon(o.build, "80GiB")
+	d, err := startDaemon(o.build, "80GiB", true)
 	if err != nil {
 		return err
 	}
@@ -366,6 +406,11 @@ func measure(o options, r *results) error {
 			r.fail("exec_to_first_alloc_first_of_session_added_ms", err)
 		} else {
 			r.set("exec_to_first_alloc_first_of_session_added_ms", added)
+		}
+		if added, err := execMeasuring(o); err != nil {
+			r.fail("exec_to_first_alloc_first_of_session_measuring_added_ms", err)
+		} else {
+			r.set("exec_to_first_alloc_first_of_session_measuring_added_ms", added)
 		}
 	}
 	if o.runs("storm") {

@@ -67,8 +67,8 @@ func (d *daemon) bareEnv(o options) []string {
 // exec-to-first-allocation, and the bare median, in ms. The processes
 // with the interceptor share one session, as a job's ranks do; with
 // fresh, each runs in a session of its own, created before the clock
-// starts: the first process of a job, which also measures what a context
-// costs (docs/interceptor.md).
+// starts: the first process of a job (which measures what a context costs
+// only when gpusliced has no figure; execMeasuring).
 func execBench(o options, d *daemon, pairs int, fresh bool) (added, bare float64, err error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
@@ -111,6 +111,19 @@ func execBench(o options, d *daemon, pairs int, fresh bool) (added, bare float64
 		}
 	}
 	return median(diffs), median(bares), nil
+}
+
+// execMeasuring is execBench's first-process figure on a daemon without
+// the context probe: each session's first process measures what a context
+// costs itself (NVML loaded and started, two process listings).
+func execMeasuring(o options) (float64, error) {
+	d, err := startDaemon(o.build, "80GiB", false)
+	if err != nil {
+		return 0, err
+	}
+	defer d.stop()
+	added, _, err := execBench(o, d, o.execPairs, true)
+	return added, err
 }
 
 // stormOnce starts n target_apps at once and returns when the last one

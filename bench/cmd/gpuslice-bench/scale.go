@@ -21,7 +21,7 @@ import (
 // RSS, the ledgers' memory (allocated blocks of the memfds) and the time
 // of one list of every session over the admin API.
 func scaleBench(o options, r *results) error {
-	d, err := startDaemon(o.build, "4x80GiB")
+	d, err := startDaemon(o.build, "4x80GiB", true)
 	if err != nil {
 		return err
 	}
