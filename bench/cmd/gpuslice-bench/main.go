@@ -255,8 +255,8 @@ type daemon struct {
 // startDaemon starts gpusliced on a fake node with devices. With probe,
 // its context probe runs (as installed) and startDaemon returns once it has
 // measured every GPU; without, a session's first process measures a
-// context's cost itself.
-func startDaemon(build, devices string, probe bool) (*daemon, error) {
+// context's cost itself. env is added to the fake node's environment.
+func startDaemon(build, devices string, probe bool, env ...string) (*daemon, error) {
 	dir, err := os.MkdirTemp("/tmp", "gsb")
 	if err != nil {
 		return nil, err
@@ -274,7 +274,7 @@ func startDaemon(build, devices string, probe bool) (*daemon, error) {
 		"--ipc-socket", d.ipcSock, "--admin-socket", d.adminSock,
 		"--nvml-library", filepath.Join(build, "lib", "libnvidia-ml.so.1"), "--log-level", "warn",
 		"--context-probe", probeProgram(build, probe), "--cuda-library", filepath.Join(build, "lib", "libcuda.so.1"))
-	d.cmd.Env = append(baseEnv(), "FAKECUDA_DEVICES="+devices, "FAKECUDA_STATE="+d.state)
+	d.cmd.Env = append(append(baseEnv(), "FAKECUDA_DEVICES="+devices, "FAKECUDA_STATE="+d.state), env...)
 	d.cmd.Stdout, d.cmd.Stderr = logf, logf
 	if err := d.cmd.Start(); err != nil {
 		os.RemoveAll(dir)
@@ -415,7 +415,7 @@ func measure(o options, r *results) error {
 	}
 	if o.runs("storm") {
 		key := fmt.Sprintf("attach_storm_%d_last_ratio", o.storm)
-		if ratio, with, bare, err := stormBench(o, d, o.storm, o.stormRounds); err != nil {
+		if ratio, with, bare, err := stormBench(o, o.storm, o.stormRounds); err != nil {
 			r.fail(key, err)
 		} else {
 			r.set(key, ratio)
