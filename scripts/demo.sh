@@ -22,7 +22,8 @@ say() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
 say "starting gpusliced (private sockets in $work, fakecuda: one simulated 80 GiB GPU)"
 "$BUILD/bin/gpusliced" --runtime-dir "$work/run" --state-dir "$work/state" \
 	--ipc-socket "$GPUSLICE_IPC_SOCK" --admin-socket "$GPUSLICE_ADMIN_SOCK" \
-	--nvml-library "$BUILD/lib/libnvidia-ml.so.1" --config /dev/null >"$work/daemon.log" 2>&1 &
+	--nvml-library "$BUILD/lib/libnvidia-ml.so.1" --context-probe "$BUILD/bin/gpuslice-ctxprobe" \
+	--cuda-library "$BUILD/lib/libcuda.so.1" --config /dev/null >"$work/daemon.log" 2>&1 &
 daemon_pid=$!
 for _ in $(seq 100); do
 	"$BUILD/bin/gpuslice" list >/dev/null 2>&1 && break
