@@ -1,10 +1,6 @@
 package core
 
 import (
-	"fmt"
-	"os"
-	"strings"
-	"syscall"
 	"testing"
 
 	"github.com/gpuslice/gpuslice/internal/client"
@@ -199,19 +195,11 @@ func TestLaterProcessDoesNotStartNVML(t *testing.T) {
 	env := sessionEnv(t, d, sess.ID)
 	run := func(name string, wantNVML bool) {
 		t.Helper()
-		p := probe.Start(t, env, example(t, "target_app"), "--api", "driver", "--step", "1MiB", "--count", "1", "--hold", "30")
-		p.Expect("hold")
-		maps, err := os.ReadFile(fmt.Sprintf("/proc/%d/maps", p.Cmd.Process.Pid))
-		if err != nil {
-			t.Fatal(err)
+		p, nvml := holdFirstAlloc(t, env, 0)
+		if nvml != wantNVML {
+			t.Errorf("%s: NVML loaded %v, want %v", name, nvml, wantNVML)
 		}
-		if got := strings.Contains(string(maps), "libnvidia-ml.so"); got != wantNVML {
-			t.Errorf("%s: NVML loaded %v, want %v", name, got, wantNVML)
-		}
-		p.Cmd.Process.Signal(syscall.SIGUSR1)
-		if err := p.Wait(); err != nil {
-			t.Fatalf("%s: %v\n%s", name, err, p.Output())
-		}
+		release(t, p)
 	}
 	run("first process (measures)", true)
 	if c, ok := l.CtxCost(0); !ok || c != 64*MiB {

@@ -2,16 +2,13 @@ package core
 
 import (
 	"fmt"
-	"os"
 	"regexp"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/gpuslice/gpuslice/internal/client"
 	"github.com/gpuslice/gpuslice/internal/testenv"
-	"github.com/gpuslice/gpuslice/tests/interceptor/probe"
 )
 
 // measuredGPUs waits until the daemon's log, from byte from on, says the
@@ -31,28 +28,6 @@ func measuredGPUs(t *testing.T, d *testenv.Daemon, from int, want int) []string 
 		return len(got) >= want, fmt.Sprintf("measured: %v", got)
 	})
 	return got
-}
-
-// holdFirstAlloc runs target_app in env until it holds one 1 MiB
-// allocation, and returns it with whether it has NVML mapped.
-func holdFirstAlloc(t *testing.T, env []string, dev int) (*probe.Proc, bool) {
-	t.Helper()
-	p := probe.Start(t, env, example(t, "target_app"), "--api", "driver", "--device", fmt.Sprint(dev),
-		"--step", "1MiB", "--count", "1", "--hold", "30")
-	p.Expect("hold")
-	maps, err := os.ReadFile(fmt.Sprintf("/proc/%d/maps", p.Cmd.Process.Pid))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return p, strings.Contains(string(maps), "libnvidia-ml.so")
-}
-
-func release(t *testing.T, p *probe.Proc) {
-	t.Helper()
-	p.Cmd.Process.Signal(syscall.SIGUSR1)
-	if err := p.Wait(); err != nil {
-		t.Fatalf("target_app: %v\n%s", err, p.Output())
-	}
 }
 
 // gpusliced measures what a context costs on each idle GPU itself (its

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -145,4 +146,26 @@ func twoGPUNode(t *testing.T) (*testenv.Daemon, []client.GPU) {
 		t.Fatalf("GPUs: %v %+v", err, gpus)
 	}
 	return d, gpus
+}
+
+// holdFirstAlloc runs target_app in env until it holds one 1 MiB
+// allocation, and returns it with whether it has NVML mapped.
+func holdFirstAlloc(t *testing.T, env []string, dev int) (*probe.Proc, bool) {
+	t.Helper()
+	p := probe.Start(t, env, example(t, "target_app"), "--api", "driver", "--device", fmt.Sprint(dev),
+		"--step", "1MiB", "--count", "1", "--hold", "30")
+	p.Expect("hold")
+	maps, err := os.ReadFile(fmt.Sprintf("/proc/%d/maps", p.Cmd.Process.Pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p, strings.Contains(string(maps), "libnvidia-ml.so")
+}
+
+func release(t *testing.T, p *probe.Proc) {
+	t.Helper()
+	p.Cmd.Process.Signal(syscall.SIGUSR1)
+	if err := p.Wait(); err != nil {
+		t.Fatalf("target_app: %v\n%s", err, p.Output())
+	}
 }
