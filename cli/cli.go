@@ -407,10 +407,14 @@ func printSessionTable(w io.Writer, ss []client.Session) error {
 
 func printGPUTable(w io.Writer, gs []client.GPU) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "GPU\tUUID\tNAME\tMEMORY\tCOMMITTED\tUSED\tSESSIONS")
+	fmt.Fprintln(tw, "GPU\tUUID\tNAME\tMEMORY\tCOMMITTED\tUSED\tSESSIONS\tCONTEXT")
 	for _, g := range gs {
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%d\n", g.Index, g.UUID, g.Name, size.Format(g.PhysicalBytes),
-			size.Format(g.CommittedBytes), size.Format(g.UsedBytes), g.Sessions)
+		ctx := "-" // not measured (docs/daemon.md "Context cost")
+		if g.ContextCostBytes != nil {
+			ctx = size.Format(*g.ContextCostBytes)
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%d\t%s\n", g.Index, g.UUID, g.Name, size.Format(g.PhysicalBytes),
+			size.Format(g.CommittedBytes), size.Format(g.UsedBytes), g.Sessions, ctx)
 	}
 	return tw.Flush()
 }

@@ -51,7 +51,7 @@ func TestCommands(t *testing.T) {
 		{"status no id, no IPC socket", []string{"--ipc-socket", "/nonexistent/ipc.sock", "status"}, cli.ExitUnavailable, []string{"unavailable"}},
 		{"status two ids", []string{"status", "a", "b"}, cli.ExitUsage, []string{"at most one job ID"}},
 		{"list", []string{"list"}, 0, []string{"ID", "job1", "job3", "8GiB each"}},
-		{"gpus", []string{"gpus"}, 0, []string{"GPU-", "16GiB", "8.5GiB"}},
+		{"gpus", []string{"gpus"}, 0, []string{"GPU-", "16GiB", "8.5GiB", "CONTEXT"}},
 		{"release", []string{"release", "job3"}, 0, []string{"Session job3", "PEAK"}},
 		{"release again", []string{"release", "job3"}, cli.ExitNotFound, nil},
 		{"report", []string{"report", "job3"}, 0, []string{"Session job3", "deleted"}},

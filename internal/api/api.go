@@ -156,6 +156,9 @@ type GPU struct {
 	CommittedBytes uint64 `json:"committed_bytes"`
 	UsedBytes      uint64 `json:"used_bytes"`
 	Sessions       int    `json:"sessions"`
+	// ContextCostBytes is what a CUDA context costs on the GPU as
+	// gpusliced's context probe measured it; absent until measured.
+	ContextCostBytes *uint64 `json:"context_cost_bytes,omitempty"`
 }
 
 // Health is the /healthz body.

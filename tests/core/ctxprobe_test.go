@@ -39,6 +39,15 @@ func TestDaemonMeasuresContextCost(t *testing.T) {
 	if got := measuredGPUs(t, d, 0, 2); len(got) != 2 {
 		t.Fatalf("measured GPUs %v, want 0 and 1", got)
 	}
+	gpus, err := d.Client().GPUs(ctx(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, g := range gpus {
+		if g.ContextCostBytes == nil || *g.ContextCostBytes != 64*MiB {
+			t.Errorf("GPU %d in the admin API: context cost %v, want 64 MiB", g.Index, g.ContextCostBytes)
+		}
+	}
 	sess := newSession(t, d, client.SessionRequest{QuotaBytes: GiB})
 	l := openLedger(t, d, sess.ID)
 	if c, ok := l.CtxCost(0); !ok || c != 64*MiB {
@@ -84,6 +93,10 @@ func TestContextProbeLeavesBusyGPUsAlone(t *testing.T) {
 	}
 	if !strings.Contains(d.Log()[from:], `msg="context cost not measured: GPU in use" gpu=1`) {
 		t.Errorf("no line says GPU 1 was left alone because it is in use")
+	}
+	if now, err := d.Client().GPUs(ctx(t)); err != nil || now[0].ContextCostBytes != nil || now[1].ContextCostBytes != nil ||
+		now[2].ContextCostBytes == nil {
+		t.Errorf("admin API after the restart: %v; want a context cost for GPU 2 only", err)
 	}
 
 	// A new session on the busy GPU measures the cost in its first process.
