@@ -27,7 +27,7 @@ $(BIN)/gpuslice-prolog $(BIN)/gpuslice-epilog: $(BIN)/gpuslice-%: $(PROLOG_GO)
 # 22.05 links); the end-to-end suite (two slurmd hosts in network
 # namespaces, ~2.5 min on 2 cores) needs every component and root (it
 # skips otherwise).
-test-slurm: spank go-build fakecuda interceptor ## Prolog/Epilog, plugin and job_submit.lua unit tests; two-node end-to-end suite on a real Slurm (root)
+test-slurm: spank go-build fakecuda interceptor ctxprobe ## Prolog/Epilog, plugin and job_submit.lua unit tests; two-node end-to-end suite on a real Slurm (root)
 	GPUSLICE_BUILD_DIR=$(BUILD) $(GO) test -count=1 -timeout 5m ./prolog/... ./spank/...
 	lua5.1 tests/slurm/lua/job_submit_test.lua etc/slurm/job_submit.lua
 	GPUSLICE_BUILD_DIR=$(BUILD) $(GO) test -count=1 -timeout 20m ./tests/slurm/...

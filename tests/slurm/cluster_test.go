@@ -178,6 +178,7 @@ func (c *cluster) artifacts() map[string]string {
 		"epilog":      filepath.Join(c.build, "bin", "gpuslice-epilog"),
 		"gpusliced":   filepath.Join(c.build, "bin", "gpusliced"),
 		"gpuslice":    filepath.Join(c.build, "bin", "gpuslice"),
+		"ctxprobe":    filepath.Join(c.build, "bin", "gpuslice-ctxprobe"),
 		"interceptor": filepath.Join(c.build, "lib", "libgpuslice.so"),
 		"libcuda":     filepath.Join(c.build, "lib", "libcuda.so.1"),
 		"nvml":        filepath.Join(c.build, "lib", "libnvidia-ml.so.1"),
@@ -353,6 +354,9 @@ func startCluster(c *cluster, opts ClusterOptions) error {
 		if err := n.restartGpusliced(); err != nil {
 			return fmt.Errorf("node %s: %w", n.Name, err)
 		}
+		if err := n.waitContextCost(); err != nil {
+			return fmt.Errorf("node %s: %w", n.Name, err)
+		}
 	}
 	if err := c.makeDevices(); err != nil {
 		return err
@@ -428,15 +432,37 @@ func (n *node) restartGpusliced() error {
 		"--ipc-socket", c.ipcSock,
 		"--admin-socket", c.admSock,
 		"--nvml-library", c.bin("nvml"),
+		"--context-probe", c.bin("ctxprobe"),
+		"--cuda-library", c.bin("libcuda"),
 		"--recovery-interval", "1s",
 		"--log-level", "debug")
-	cmd.Env = append(baseEnv(), "FAKECUDA_DEVICES="+n.Devices, "FAKECUDA_STATE="+c.state)
+	// A context costs nothing on this cluster, for the daemon's context
+	// probe as for the jobs (their environment sets the same).
+	cmd.Env = append(baseEnv(), "FAKECUDA_DEVICES="+n.Devices, "FAKECUDA_STATE="+c.state, "FAKECUDA_CTX_BYTES=0")
 	if err := c.start("gpusliced-"+n.Name, cmd); err != nil {
 		return err
 	}
 	return waitFor(20*time.Second, func() error {
 		_, err := n.gpus()
 		return err
+	})
+}
+
+// waitContextCost waits until the node's gpusliced has measured what a
+// context costs on each of its GPUs (its context probe, as installed), so
+// that the jobs' first processes charge it without measuring.
+func (n *node) waitContextCost() error {
+	return waitFor(20*time.Second, func() error {
+		gpus, err := n.gpus()
+		if err != nil {
+			return err
+		}
+		for _, g := range gpus {
+			if g.ContextCostBytes == nil {
+				return fmt.Errorf("GPU %d: context cost not measured", g.Index)
+			}
+		}
+		return nil
 	})
 }
 
