@@ -18,8 +18,9 @@ const ctxProbeRetry = 5 * time.Minute
 
 // ctxCoster measures what a context costs on each GPU, once, with the
 // context probe (daemon/ctxprobe), and hands the figures to the manager.
-// Only GPUs that no session holds are measured, and the probe itself
-// leaves a GPU alone when any process holds it. Without a figure a job's
+// Only GPUs that no session holds are measured, one at a time; a session
+// created on a GPU while its probe runs waits for it (ProbeWait at most);
+// and the probe itself leaves a GPU alone when any process holds it. Without a figure a job's
 // first process measures the cost itself, as it always could.
 type ctxCoster struct {
 	opt  ctxprobe.Options
@@ -53,14 +54,11 @@ func (c *ctxCoster) poke(ctx context.Context) {
 	}
 	now := time.Now()
 	var idx []int
-	var uuids []string
 	for _, i := range c.mgr.ContextCostToMeasure() {
-		if now.Before(c.next[i]) {
-			continue
+		if !now.Before(c.next[i]) {
+			idx = append(idx, i)
+			c.next[i] = now.Add(ctxProbeRetry)
 		}
-		idx = append(idx, i)
-		uuids = append(uuids, c.mgr.GPUs()[i].UUID)
-		c.next[i] = now.Add(ctxProbeRetry)
 	}
 	if len(idx) == 0 {
 		return
@@ -69,41 +67,61 @@ func (c *ctxCoster) poke(ctx context.Context) {
 	c.wg.Add(1)
 	go func() {
 		defer c.wg.Done()
-		res, err := ctxprobe.Run(ctx, c.opt, uuids)
-		c.record(idx, res, err)
+		c.run(ctx, idx)
 	}()
 }
 
-func (c *ctxCoster) record(idx []int, res []ctxprobe.Result, err error) {
+// run measures the GPUs one at a time, each held from session creation
+// only while its own probe runs (session.BeginContextProbe).
+func (c *ctxCoster) run(ctx context.Context, idx []int) {
+	defer func() {
+		c.mu.Lock()
+		c.busy = false
+		c.mu.Unlock()
+	}()
+	for _, i := range idx {
+		if ctx.Err() != nil || !c.mgr.BeginContextProbe(i) {
+			continue
+		}
+		res, err := ctxprobe.Run(ctx, c.opt, []string{c.mgr.GPUs()[i].UUID})
+		if err == nil {
+			c.record(i, res[0])
+		}
+		c.mgr.EndContextProbe(i)
+		if err != nil {
+			c.failed(err)
+			return
+		}
+	}
+}
+
+// failed logs a run that could not measure at all.
+func (c *ctxCoster) failed(err error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.busy = false
-	switch {
-	case errors.Is(err, ctxprobe.ErrNoProgram):
+	if errors.Is(err, ctxprobe.ErrNoProgram) {
 		c.off = true
 		c.log.Info("context probe not installed: a job's first process measures a context's cost itself",
 			"context_probe", c.opt.Program)
 		return
-	case err != nil:
-		lvl := slog.LevelDebug
-		if !c.warn {
-			lvl, c.warn = slog.LevelWarn, true
-		}
-		c.log.Log(context.Background(), lvl, "context probe failed; a job's first process measures a context's cost itself; trying again later",
-			"err", err, "retry", ctxProbeRetry)
-		return
 	}
-	for k, r := range res {
-		i := idx[k]
-		switch r.State {
-		case ctxprobe.Measured:
-			c.mgr.SetContextCost(i, r.Bytes)
-			c.log.Info("context cost measured", "gpu", i, "uuid", r.UUID, "bytes", r.Bytes)
-		case ctxprobe.Busy:
-			c.log.Debug("context cost not measured: GPU in use", "gpu", i, "uuid", r.UUID, "processes", r.Busy,
-				"retry", ctxProbeRetry)
-		default:
-			c.log.Warn("context cost not measured", "gpu", i, "uuid", r.UUID, "why", r.Why, "retry", ctxProbeRetry)
-		}
+	lvl := slog.LevelDebug
+	if !c.warn {
+		lvl, c.warn = slog.LevelWarn, true
+	}
+	c.log.Log(context.Background(), lvl, "context probe failed; a job's first process measures a context's cost itself; trying again later",
+		"err", err, "retry", ctxProbeRetry)
+}
+
+func (c *ctxCoster) record(i int, r ctxprobe.Result) {
+	switch r.State {
+	case ctxprobe.Measured:
+		c.mgr.SetContextCost(i, r.Bytes)
+		c.log.Info("context cost measured", "gpu", i, "uuid", r.UUID, "bytes", r.Bytes)
+	case ctxprobe.Busy:
+		c.log.Debug("context cost not measured: GPU in use", "gpu", i, "uuid", r.UUID, "processes", r.Busy,
+			"retry", ctxProbeRetry)
+	default:
+		c.log.Warn("context cost not measured", "gpu", i, "uuid", r.UUID, "why", r.Why, "retry", ctxProbeRetry)
 	}
 }

@@ -16,6 +16,7 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 )
 
@@ -81,6 +82,10 @@ func Run(ctx context.Context, opt Options, uuids []string) ([]Result, error) {
 	defer cancel()
 	cmd := exec.CommandContext(ctx, opt.Program, append(args, uuids...)...)
 	cmd.Env = env(os.Environ())
+	// On a timeout or shutdown the probe goes with whatever it started.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+	cmd.WaitDelay = time.Second
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Run(); err != nil {

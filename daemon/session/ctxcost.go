@@ -1,6 +1,10 @@
 package session
 
-import "github.com/gpuslice/gpuslice/internal/ledger"
+import (
+	"time"
+
+	"github.com/gpuslice/gpuslice/internal/ledger"
+)
 
 // What a context costs on each GPU, as gpusliced measured it itself
 // (daemon/ctxprobe). A new session's ledger starts with the figure, so its
@@ -30,6 +34,68 @@ func (m *Manager) ContextCost(i int) (uint64, bool) {
 	defer m.mu.RUnlock()
 	v := m.ctxCost[i]
 	return v - 1, v != 0
+}
+
+// ProbeWait bounds how long a create waits for a context probe that holds
+// one of its GPUs (well under the Prolog's 5 s per call).
+const ProbeWait = 3 * time.Second
+
+// BeginContextProbe marks inventory GPU i as held by a context probe, if
+// it may be measured now: no figure yet, no session on it, no other probe.
+// Until EndContextProbe, a create on it waits (waitProbesLocked), so a
+// measurement never overlaps a session there.
+func (m *Manager) BeginContextProbe(i int) bool {
+	if i < 0 || i >= len(m.gpus) {
+		return false
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.ctxCost[i] != 0 || m.count[i] != 0 || m.probing[i] {
+		return false
+	}
+	m.probing[i] = true
+	return true
+}
+
+// EndContextProbe ends what BeginContextProbe began.
+func (m *Manager) EndContextProbe(i int) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.probing[i] = false
+	close(m.probeDone)
+	m.probeDone = make(chan struct{})
+}
+
+// waitProbesLocked waits, at most ProbeWait, until no context probe holds
+// a GPU of want (UUIDs). m.mu is held, and released while waiting.
+func (m *Manager) waitProbesLocked(want map[string]uint64) {
+	var deadline *time.Timer
+	for {
+		held := -1
+		for uuid := range want {
+			if i, ok := m.byUUID[uuid]; ok && m.probing[i] {
+				held = i
+			}
+		}
+		if held < 0 {
+			return
+		}
+		if deadline == nil {
+			deadline = time.NewTimer(ProbeWait)
+			defer deadline.Stop()
+		}
+		done := m.probeDone
+		m.mu.Unlock()
+		select {
+		case <-done:
+			m.mu.Lock()
+		case <-deadline.C:
+			m.mu.Lock()
+			m.opt.Log.Warn("a context probe still holds a GPU of a new session; creating it anyway", "gpu", held,
+				"waited", ProbeWait)
+			return
+		}
+	}
 }
 
 // ContextCostToMeasure lists the inventory GPUs whose context cost is not

@@ -64,9 +64,12 @@ type Manager struct {
 	// the quotas in sessions, kept under mu (commitLocked).
 	committed []uint64
 	count     []int
-	// what a context costs per inventory GPU, plus 1 (0: not measured);
-	// under mu (ctxcost.go).
-	ctxCost []uint64
+	// what a context costs per inventory GPU, plus 1 (0: not measured),
+	// the GPUs a context probe holds now, and a channel closed when one
+	// ends; under mu (ctxcost.go).
+	ctxCost   []uint64
+	probing   []bool
+	probeDone chan struct{}
 
 	// denials of released sessions per GPU (keeps the counter monotonic).
 	releasedMu     sync.Mutex
@@ -109,7 +112,7 @@ func New(opt Options, gpus []gpu.GPU, st *store.Store, ev Events) (*Manager, err
 	m := &Manager{opt: opt, gpus: gpus, byUUID: map[string]int{}, st: st, ev: ev,
 		sessions: map[string]*Session{}, releasedDenied: make([]uint64, len(gpus)),
 		committed: make([]uint64, len(gpus)), count: make([]int, len(gpus)),
-		ctxCost: make([]uint64, len(gpus))}
+		ctxCost: make([]uint64, len(gpus)), probing: make([]bool, len(gpus)), probeDone: make(chan struct{})}
 	for i, g := range gpus {
 		m.byUUID[g.UUID] = i
 	}

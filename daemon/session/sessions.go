@@ -24,6 +24,7 @@ func (m *Manager) Create(req api.SessionRequest) (api.Session, bool, error) {
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	m.waitProbesLocked(limits) // before anything is looked at: it may let go of m.mu
 	if s, ok := m.sessions[req.ID]; ok {
 		s.mu.Lock() // Patch replaces s.rec under s.mu
 		same := s.uid == req.UID && sameLimits(s.rec.Limits, limits)

@@ -2,11 +2,14 @@ package core
 
 import (
 	"fmt"
+	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/gpuslice/gpuslice/daemon/session"
 	"github.com/gpuslice/gpuslice/internal/client"
 	"github.com/gpuslice/gpuslice/internal/testenv"
 )
@@ -117,4 +120,58 @@ func TestContextProbeLeavesBusyGPUsAlone(t *testing.T) {
 	if _, err := d.Client().DeleteSession(ctx(t), held.ID); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// slowProbeDaemon starts gpusliced with the real context probe started
+// delay late, and returns once the probe has begun.
+func slowProbeDaemon(t *testing.T, delay string) *testenv.Daemon {
+	t.Helper()
+	dir := t.TempDir()
+	started := filepath.Join(dir, "started")
+	slow := filepath.Join(dir, "slow-probe")
+	script := fmt.Sprintf("#!/bin/sh\n: >%s\nsleep %s\nexec %s \"$@\"\n", started, delay,
+		testenv.Artifact(t, "bin/gpuslice-ctxprobe"))
+	if err := os.WriteFile(slow, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	d := testenv.StartDaemon(t, testenv.DaemonOptions{CtxBytes: "64MiB", ContextProbe: true,
+		ExtraArgs: []string{"--context-probe", slow}})
+	eventually(t, 10*time.Second, "the probe started", func() (bool, string) {
+		_, err := os.Stat(started)
+		return err == nil, fmt.Sprint(err)
+	})
+	return d
+}
+
+// A session created on a GPU while the context probe measures it waits
+// for the measurement: the probe's context is gone before the job's
+// processes start, and the session starts with the figure. The wait is
+// bounded (session.ProbeWait, under the Prolog's 5 s per call): a probe
+// that takes longer delays no create past it.
+func TestCreateWaitsForContextProbe(t *testing.T) {
+	t.Run("probe ends first", func(t *testing.T) {
+		d := slowProbeDaemon(t, "1")
+		begin := time.Now()
+		sess := newSession(t, d, client.SessionRequest{QuotaBytes: GiB})
+		took := time.Since(begin)
+		l := openLedger(t, d, sess.ID)
+		if c, ok := l.CtxCost(0); !ok || c != 64*MiB {
+			t.Fatalf("session created during the probe (in %v): context cost %d (set %v), want 64 MiB", took, c, ok)
+		}
+		if strings.Contains(d.Log(), "still holds a GPU") {
+			t.Errorf("the create gave up waiting for the probe")
+		}
+	})
+	t.Run("probe too slow", func(t *testing.T) {
+		d := slowProbeDaemon(t, "30")
+		begin := time.Now()
+		newSession(t, d, client.SessionRequest{QuotaBytes: GiB})
+		// It waited for the probe, and gave up long before the probe's 30 s.
+		if took := time.Since(begin); took < session.ProbeWait || took > 20*time.Second {
+			t.Errorf("create took %v while the probe ran on, want %v and then no longer", took, session.ProbeWait)
+		}
+		if !strings.Contains(d.Log(), "still holds a GPU") {
+			t.Errorf("no line says the create stopped waiting for the probe")
+		}
+	})
 }
