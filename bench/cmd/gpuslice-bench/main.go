@@ -307,26 +307,19 @@ func probeProgram(build string, on bool) string {
 	return filepath.Join(build, "bin", "gpuslice-ctxprobe")
 }
 
-// probed is nil once the daemon's metrics give a context cost for every
-// GPU it has.
+// probed is nil once the daemon's GPU inventory gives a context cost for
+// every GPU.
 func (d *daemon) probed() error {
-	hc := http.Client{Timeout: time.Second, Transport: &http.Transport{
-		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-			return (&net.Dialer{}).DialContext(ctx, "unix", d.adminSock)
-		}}}
-	defer hc.CloseIdleConnections()
-	resp, err := hc.Get("http://gpusliced/metrics")
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	gpus, err := d.cl.GPUs(ctx)
 	if err != nil {
 		return err
 	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return err
-	}
-	gpus := strings.Count(string(b), "\ngpuslice_gpu_capacity_bytes{")
-	if n := strings.Count(string(b), "\ngpuslice_gpu_context_cost_bytes{"); n != gpus {
-		return fmt.Errorf("context cost measured on %d of %d GPUs", n, gpus)
+	for _, g := range gpus {
+		if g.ContextCostBytes == nil {
+			return fmt.Errorf("GPU %d: context cost not measured yet", g.Index)
+		}
 	}
 	return nil
 }
