@@ -19,9 +19,10 @@ const ctxProbeRetry = 5 * time.Minute
 // ctxCoster measures what a context costs on each GPU, once, with the
 // context probe (daemon/ctxprobe), and hands the figures to the manager.
 // Only GPUs that no session holds are measured, one at a time; a session
-// created on a GPU while its probe runs waits for it (ProbeWait at most);
-// and the probe itself leaves a GPU alone when any process holds it. Without a figure a job's
-// first process measures the cost itself, as it always could.
+// created on a GPU while its probe runs waits for it (session.ProbeWait at
+// most); and the probe itself leaves a GPU alone when any process holds
+// it. Without a figure a job's first process measures the cost itself, as
+// it always could.
 type ctxCoster struct {
 	opt  ctxprobe.Options
 	log  *slog.Logger

@@ -50,11 +50,17 @@ func (m *Manager) BeginContextProbe(i int) bool {
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.ctxCost[i] != 0 || m.count[i] != 0 || m.probing[i] {
+	if !m.measurableLocked(i) {
 		return false
 	}
 	m.probing[i] = true
 	return true
+}
+
+// measurableLocked: inventory GPU i has no figure, no session and no
+// probe running. m.mu is held.
+func (m *Manager) measurableLocked(i int) bool {
+	return m.ctxCost[i] == 0 && m.count[i] == 0 && !m.probing[i]
 }
 
 // EndContextProbe ends what BeginContextProbe began.
@@ -98,15 +104,15 @@ func (m *Manager) waitProbesLocked(want map[string]uint64) {
 	}
 }
 
-// ContextCostToMeasure lists the inventory GPUs whose context cost is not
-// known and that no session holds: only those may be measured, since a
-// measurement holds a context's memory for a moment.
+// ContextCostToMeasure lists the inventory GPUs that may be measured now
+// (measurableLocked): a measurement holds a context's memory for a moment.
+// BeginContextProbe checks again before each.
 func (m *Manager) ContextCostToMeasure() []int {
 	m.mu.RLock()
 	defer m.mu.RUnlock()
 	var out []int
 	for i := range m.gpus {
-		if m.ctxCost[i] == 0 && m.count[i] == 0 {
+		if m.measurableLocked(i) {
 			out = append(out, i)
 		}
 	}
