@@ -75,13 +75,20 @@ static void *sym(void *lib, const char *const *names)
 		}                                                                             \
 	} while (0)
 
-static int load_cuda(const char *path)
+/* dlopen path, saying why not (what: what it should be) */
+static void *open_lib(const char *path, const char *what)
 {
 	void *lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-	if (lib == NULL) {
-		fprintf(stderr, "gpuslice-ctxprobe: cannot load the CUDA driver: %s\n", dlerror());
+	if (lib == NULL)
+		fprintf(stderr, "gpuslice-ctxprobe: cannot load %s: %s\n", what, dlerror());
+	return lib;
+}
+
+static int load_cuda(const char *path)
+{
+	void *lib = open_lib(path, "the CUDA driver");
+	if (lib == NULL)
 		return -1;
-	}
 	SYM(lib, cu.init, "cuInit");
 	SYM(lib, cu.count, "cuDeviceGetCount");
 	SYM(lib, cu.get, "cuDeviceGet");
@@ -98,11 +105,9 @@ static int load_cuda(const char *path)
 
 static int load_nvml(const char *path)
 {
-	void *lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-	if (lib == NULL) {
-		fprintf(stderr, "gpuslice-ctxprobe: cannot load NVML: %s\n", dlerror());
+	void *lib = open_lib(path, "NVML");
+	if (lib == NULL)
 		return -1;
-	}
 	SYM(lib, nv.init, "nvmlInit_v2");
 	SYM(lib, nv.shutdown, "nvmlShutdown");
 	SYM(lib, nv.byuuid, "nvmlDeviceGetHandleByUUID");
