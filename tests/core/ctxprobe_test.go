@@ -88,9 +88,9 @@ func TestContextProbeLeavesBusyGPUsAlone(t *testing.T) {
 	other, _ := holdFirstAlloc(t, d.Env(), 1)
 	from := len(d.Log())
 	d.Restart()
-	got := measuredGPUs(t, d, from, 1)
+	measuredGPUs(t, d, from, 1)
 	time.Sleep(500 * time.Millisecond) // a second line, if any, would be written by now
-	got = measuredGPUs(t, d, from, 1)
+	got := measuredGPUs(t, d, from, 1)
 	if len(got) != 1 || got[0] != "2" {
 		t.Fatalf("measured GPUs %v after the restart, want only 2", got)
 	}
