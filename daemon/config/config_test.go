@@ -124,6 +124,7 @@ func TestErrors(t *testing.T) {
 		{"audit policy unknown", "audit_policy: shrug\n", nil, nil, []string{"line 1", "audit_policy"}},
 		{"conns per uid fraction", "ipc_conns_per_uid: 2.5\n", nil, nil, []string{"line 1", "whole number"}},
 		{"conns per uid zero", "ipc_conns_per_uid: 0\n", nil, nil, []string{"line 1", "ipc_conns_per_uid"}},
+		{"context probe relative", "context_probe: bin/gpuslice-ctxprobe\n", nil, nil, []string{"line 1", "context_probe must be an absolute path or empty"}},
 		{"log level", "", []string{"--log-level", "loud"}, nil, []string{"log_level"}},
 		{"token required without token", "", nil, map[string]string{"GPUSLICE_IPC_TOKEN_REQUIRED": "1"}, []string{"ipc_token"}},
 		{"bad env duration", "", nil, map[string]string{"GPUSLICE_DEFAULT_TTL": "forever"}, []string{"default_ttl"}},
