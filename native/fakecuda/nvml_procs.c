@@ -8,6 +8,9 @@
 #define __NVML_API_VERSION_INTERNAL 1
 #include "nvml.h"
 
+#include <stdlib.h>
+#include <string.h>
+
 #include "fc_internal.h"
 #include "nvml_fc.h"
 
@@ -32,18 +35,31 @@ FC_HIDDEN unsigned fc_nvml_procs(unsigned idx, unsigned cap, void (*put)(void *,
 	return n;
 }
 
+/* FAKECUDA_NVML_PROCESS_MEMORY=unavailable: the public process lists give
+ * every process's memory as NVML_VALUE_NOT_AVAILABLE, as NVML does where
+ * the driver cannot attribute memory to processes (docs/fakecuda.md). */
+static int memory_hidden(void)
+{
+	static int hidden = -1;
+	if (hidden < 0) {
+		const char *v = getenv("FAKECUDA_NVML_PROCESS_MEMORY");
+		hidden = v != NULL && strcmp(v, "unavailable") == 0;
+	}
+	return hidden;
+}
+
 static void put_v1(void *arr, unsigned i, uint32_t pid, uint64_t used)
 {
 	nvmlProcessInfo_v1_t *p = arr;
 	p[i].pid = pid;
-	p[i].usedGpuMemory = used;
+	p[i].usedGpuMemory = memory_hidden() ? (unsigned long long)NVML_VALUE_NOT_AVAILABLE : used;
 }
 
 static void put_v2(void *arr, unsigned i, uint32_t pid, uint64_t used)
 {
 	nvmlProcessInfo_v2_t *p = arr;
 	p[i].pid = pid;
-	p[i].usedGpuMemory = used;
+	p[i].usedGpuMemory = memory_hidden() ? (unsigned long long)NVML_VALUE_NOT_AVAILABLE : used;
 	p[i].gpuInstanceId = 0xFFFFFFFFu;
 	p[i].computeInstanceId = 0xFFFFFFFFu;
 }
