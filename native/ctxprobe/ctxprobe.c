@@ -164,7 +164,8 @@ static int find_device(const unsigned char want[16], CUdevice *out)
 }
 
 /* The processes NVML lists on h: this one's usage in *own (0 when not
- * listed), the number of others in *others. -1 when NVML cannot say. */
+ * listed), the number of others in *others. -1 when NVML cannot list
+ * them, -2 when it lists this one without a figure (NVML_VALUE_NOT_AVAILABLE). */
 static int usage(nvmlDevice_t h, unsigned long long *own, unsigned int *others)
 {
 	unsigned int cap = 64, n;
@@ -193,7 +194,7 @@ static int usage(nvmlDevice_t h, unsigned long long *own, unsigned int *others)
 		if (info[i].pid != self) {
 			(*others)++;
 		} else if (info[i].usedGpuMemory == (unsigned long long)NVML_VALUE_NOT_AVAILABLE) {
-			rv = -1;
+			rv = -2;
 		} else {
 			*own = info[i].usedGpuMemory;
 		}
@@ -237,7 +238,9 @@ static void probe(const char *uuid)
 	}
 	int known = usage(h, &after, &others);
 	cu.release(dev);
-	if (known < 0)
+	if (known == -2)
+		printf("%s error NVML gives no per-process memory figure on this GPU\n", uuid);
+	else if (known < 0)
 		printf("%s error NVML cannot list the GPU's processes\n", uuid);
 	else
 		printf("%s ok %llu\n", uuid, after > before ? after - before : 0ULL);

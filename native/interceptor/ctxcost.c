@@ -109,10 +109,15 @@ static int own_usage(CUdevice dev, uint64_t *out)
 	if (r == NVML_SUCCESS) {
 		unsigned int self = (unsigned int)getpid();
 		*out = 0;
-		for (unsigned int i = 0; i < n; i++)
-			if (info[i].pid == self)
-				*out = info[i].usedGpuMemory;
 		rv = 0;
+		for (unsigned int i = 0; i < n; i++) {
+			if (info[i].pid != self)
+				continue;
+			if (info[i].usedGpuMemory == (unsigned long long)NVML_VALUE_NOT_AVAILABLE)
+				rv = -1; /* not a figure: NVML cannot say */
+			else
+				*out = info[i].usedGpuMemory;
+		}
 	}
 	if (info != small)
 		free(info);

@@ -207,3 +207,22 @@ func TestLaterProcessDoesNotStartNVML(t *testing.T) {
 	}
 	run("later process", false)
 }
+
+// Where NVML cannot attribute memory to processes it reports a process's
+// memory as NVML_VALUE_NOT_AVAILABLE. That is not a figure: the first
+// process cannot measure a context's cost, charges 0 (the audit cannot
+// see it either) and leaves nothing in the ledger, and its context is
+// not refused.
+func TestContextCostUnavailableFromNVML(t *testing.T) {
+	d := testenv.StartDaemon(t, testenv.DaemonOptions{CtxBytes: "64MiB"})
+	sess := newSession(t, d, client.SessionRequest{QuotaBytes: GiB})
+	l := openLedger(t, d, sess.ID)
+	p, _ := holdFirstAlloc(t, sessionEnv(t, d, sess.ID, "FAKECUDA_NVML_PROCESS_MEMORY=unavailable"), 0)
+	if u := l.Used(0); u != MiB {
+		t.Errorf("ledger used %d bytes with 1 MiB allocated and the context's cost unknown, want %d", u, MiB)
+	}
+	if c, ok := l.CtxCost(0); ok {
+		t.Errorf("a cost NVML could not give was left in the ledger: %d", c)
+	}
+	release(t, p)
+}
