@@ -368,7 +368,7 @@ func (s *Server) handleAttach(cc *conn, req ipc.Request) error {
 	defer a.Close()
 	cc.session = a.Session
 	cc.out = ipc.AppendAttachOK(cc.out[:0], uint32(a.Slot), uint32(a.NGPUs), a.Generation)
-	oob := unix.UnixRights(int(a.Limits.Fd()), int(a.Counters.Fd()))
+	oob := unix.UnixRights(a.Limits, a.Counters)
 	cc.c.SetWriteDeadline(time.Now().Add(FrameTimeout))
 	_, _, err = cc.c.WriteMsgUnix(cc.out, oob, nil)
 	return err

@@ -59,12 +59,15 @@ func TestLintAndValues(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	l, err := ledger.Map(a.Limits, a.Counters)
+	// The files own the attachment's fds from here (they close them).
+	lim, ctr := os.NewFile(uintptr(a.Limits), "limits"), os.NewFile(uintptr(a.Counters), "counters")
+	defer lim.Close()
+	defer ctr.Close()
+	l, err := ledger.Map(lim, ctr)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer l.Close()
-	defer a.Close()
 	if err := l.Reserve(a.Slot, 0, 1<<30); err != nil {
 		t.Fatal(err)
 	}

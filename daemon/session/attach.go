@@ -3,7 +3,6 @@ package session
 import (
 	"errors"
 	"fmt"
-	"os"
 
 	"github.com/gpuslice/gpuslice/daemon/reclaim"
 	"github.com/gpuslice/gpuslice/internal/api"
@@ -17,8 +16,8 @@ type Attachment struct {
 	Slot       int
 	NGPUs      int
 	Generation uint64
-	Limits     *os.File
-	Counters   *os.File
+	Limits     int // fd: the ledger's limits, read-only
+	Counters   int // fd: its counters, read-write
 }
 
 // JobOf is the Slurm job pid runs in, decided from the kernel
@@ -147,8 +146,8 @@ func (m *Manager) attachmentLocked(s *Session, slot int) (Attachment, error) {
 
 // Close closes the attachment's fds (after they were sent).
 func (a Attachment) Close() {
-	a.Limits.Close()
-	a.Counters.Close()
+	unix.Close(a.Limits)
+	unix.Close(a.Counters)
 }
 
 // Detach acknowledges that pid is done with its slot when that slot is

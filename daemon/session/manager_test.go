@@ -254,7 +254,8 @@ func TestRestoreRecreatesCorruptLedgerAndKeepsPeak(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	l, err := ledger.Map(a.Limits, a.Counters)
+	lim, ctr := os.NewFile(uintptr(a.Limits), "limits"), os.NewFile(uintptr(a.Counters), "counters")
+	l, err := ledger.Map(lim, ctr)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -263,7 +264,8 @@ func TestRestoreRecreatesCorruptLedgerAndKeepsPeak(t *testing.T) {
 	}
 	l.Release(a.Slot, 0, 1<<30)
 	l.Close()
-	a.Close()
+	lim.Close()
+	ctr.Close()
 	f.m.Sweep() // persists the peak
 	f.close()
 

@@ -43,11 +43,14 @@ type Ledger struct {
 	// opens them from /proc/self/map_files when a client attaches, so idle
 	// sessions cost no fd.
 	fdless bool
-	// hot holds the files an fd-less ledger opened for its first attach
-	// since it was thawed: later attaches duplicate them (an open through
-	// /proc walks a path; a dup does not), and freezing closes them, so
-	// only sessions with processes attached hold fds.
-	hot [2]*os.File
+	// hot holds the fds an fd-less ledger opened for its first attach
+	// since it was thawed (when hotOpen): later attaches duplicate them (an
+	// open through /proc walks a path; a dup does not), and freezing
+	// closes them, so only sessions with processes attached hold fds. Raw
+	// fds, not *os.File: the attach path then makes no fcntl or epoll call
+	// of its own for them (os wraps every file for its poller).
+	hot     [2]int
+	hotOpen bool
 	// inUse is a bitmap of the non-free slots on the daemon side (the daemon
 	// is the only writer of slot states), so that scans never touch the
 	// pages of unused slots: those pages are never written, stay holes of

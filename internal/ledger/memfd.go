@@ -125,8 +125,8 @@ func fromFiles(id string, lim, ctr *os.File, fresh bool) (*Ledger, error) {
 		l.initInUse(ctr)
 	}
 	l.keepCopy()
-	if g, err := l.openMapped(l.lim, os.O_RDONLY); err == nil {
-		g.Close()
+	if fd, err := l.openMapped(l.lim, os.O_RDONLY); err == nil {
+		unix.Close(fd)
 		l.fdless = true
 		return l, nil
 	}
@@ -145,22 +145,26 @@ func fromFiles(id string, lim, ctr *os.File, fresh bool) (*Ledger, error) {
 	return l, nil
 }
 
+// selfPID is this process's pid, asked once (os.Getpid is a system call
+// each time, and every attach builds two map_files paths).
+var selfPID = os.Getpid()
+
 // mappedPath is the /proc/<pid>/map_files entry of mapping m of this
 // process: opening it opens the file mapped there.
 func mappedPath(m []byte) string {
 	start := uintptr(unsafe.Pointer(&m[0]))
 	page := uintptr(os.Getpagesize())
 	end := (start + uintptr(len(m)) + page - 1) &^ (page - 1) // the mapping ends on a page
-	return fmt.Sprintf("/proc/%d/map_files/%x-%x", os.Getpid(), start, end)
+	return fmt.Sprintf("/proc/%d/map_files/%x-%x", selfPID, start, end)
 }
 
-// openMapped opens the memfd behind mapping m again with flags.
-func (l *Ledger) openMapped(m []byte, flags int) (*os.File, error) {
-	f, err := os.OpenFile(mappedPath(m), flags|unix.O_CLOEXEC, 0)
+// openMapped opens the memfd behind mapping m again with flags: a raw fd.
+func (l *Ledger) openMapped(m []byte, flags int) (int, error) {
+	fd, err := unix.Open(mappedPath(m), flags|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return nil, fmt.Errorf("reopen ledger mapping: %w", err)
+		return -1, fmt.Errorf("reopen ledger mapping: %w", err)
 	}
-	return f, nil
+	return fd, nil
 }
 
 // link points limPath and ctrPath at this process's mappings (fd-less
@@ -171,8 +175,8 @@ func (l *Ledger) link(limPath, ctrPath string) error {
 	if l.fdless {
 		targets[0], targets[1] = mappedPath(l.lim), mappedPath(l.ctr)
 	} else {
-		targets[0] = fmt.Sprintf("/proc/%d/fd/%d", os.Getpid(), l.limFile.Fd())
-		targets[1] = fmt.Sprintf("/proc/%d/fd/%d", os.Getpid(), l.ctrFile.Fd())
+		targets[0] = fmt.Sprintf("/proc/%d/fd/%d", selfPID, l.limFile.Fd())
+		targets[1] = fmt.Sprintf("/proc/%d/fd/%d", selfPID, l.ctrFile.Fd())
 	}
 	for i, p := range []string{limPath, ctrPath} {
 		os.Remove(p)
@@ -319,54 +323,56 @@ func (l *Ledger) Files() (limits, counters *os.File) {
 		if err != nil {
 			return nil, nil
 		}
-		l.limFile, l.ctrFile = lim, ctr
+		l.limFile, l.ctrFile = os.NewFile(uintptr(lim), "limits"), os.NewFile(uintptr(ctr), "counters")
 	}
 	return l.limFile, l.ctrFile
 }
 
-// OpenFiles returns new files for an attaching client (limits O_RDONLY,
-// counters O_RDWR), which the caller closes: duplicated from the ledger's
-// own fds, or (fd-less ledger) from the files it opened again from its
-// mappings at the first attach since it was last idle.
-func (l *Ledger) OpenFiles() (limits, counters *os.File, err error) {
+// OpenFiles returns new fds for an attaching client (limits O_RDONLY,
+// counters O_RDWR, close-on-exec), which the caller closes with
+// unix.Close: duplicated from the ledger's own files, or (fd-less ledger)
+// from the fds it opened again from its mappings at the first attach since
+// it was last idle.
+func (l *Ledger) OpenFiles() (limits, counters int, err error) {
 	if l.lim == nil || !l.writable {
-		return nil, nil, errors.New("ledger: not a daemon-side ledger")
+		return -1, -1, errors.New("ledger: not a daemon-side ledger")
 	}
-	src := [2]*os.File{l.limFile, l.ctrFile}
+	var src [2]int
 	if l.fdless && (l.limFile == nil || l.ctrFile == nil) {
-		if l.hot[0] == nil {
+		if !l.hotOpen {
 			lim, err := l.openMapped(l.lim, os.O_RDONLY)
 			if err != nil {
-				return nil, nil, err
+				return -1, -1, err
 			}
 			ctr, err := l.openMapped(l.ctr, os.O_RDWR)
 			if err != nil {
-				lim.Close()
-				return nil, nil, err
+				unix.Close(lim)
+				return -1, -1, err
 			}
-			l.hot = [2]*os.File{lim, ctr}
+			l.hot, l.hotOpen = [2]int{lim, ctr}, true
 		}
 		src = l.hot
+	} else {
+		src = [2]int{int(l.limFile.Fd()), int(l.ctrFile.Fd())}
 	}
-	lfd, err := unix.FcntlInt(src[0].Fd(), unix.F_DUPFD_CLOEXEC, 0)
+	lfd, err := unix.FcntlInt(uintptr(src[0]), unix.F_DUPFD_CLOEXEC, 0)
 	if err != nil {
-		return nil, nil, fmt.Errorf("dup ledger fd: %w", err)
+		return -1, -1, fmt.Errorf("dup ledger fd: %w", err)
 	}
-	cfd, err := unix.FcntlInt(src[1].Fd(), unix.F_DUPFD_CLOEXEC, 0)
+	cfd, err := unix.FcntlInt(uintptr(src[1]), unix.F_DUPFD_CLOEXEC, 0)
 	if err != nil {
 		unix.Close(lfd)
-		return nil, nil, fmt.Errorf("dup ledger fd: %w", err)
+		return -1, -1, fmt.Errorf("dup ledger fd: %w", err)
 	}
-	return os.NewFile(uintptr(lfd), "limits"), os.NewFile(uintptr(cfd), "counters"), nil
+	return lfd, cfd, nil
 }
 
-// closeHot closes the files an fd-less ledger keeps while it is in use.
+// closeHot closes the fds an fd-less ledger keeps while it is in use.
 func (l *Ledger) closeHot() {
-	for i, f := range l.hot {
-		if f != nil {
-			f.Close()
-			l.hot[i] = nil
-		}
+	if l.hotOpen {
+		unix.Close(l.hot[0])
+		unix.Close(l.hot[1])
+		l.hotOpen = false
 	}
 }
 

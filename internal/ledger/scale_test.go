@@ -64,10 +64,11 @@ func TestIdleLedgerIsTwoPagesAndNoFD(t *testing.T) {
 		t.Errorf("counters with one slot claimed hold %d bytes", got)
 	}
 	// The files a client gets map and show the charge.
-	lf, cf, err := l.OpenFiles()
+	lfd, cfd, err := l.OpenFiles()
 	if err != nil {
 		t.Fatal(err)
 	}
+	lf, cf := os.NewFile(uintptr(lfd), "limits"), os.NewFile(uintptr(cfd), "counters")
 	defer lf.Close()
 	defer cf.Close()
 	c, err := Map(lf, cf)
@@ -165,11 +166,11 @@ func TestInUseLedgerHoldsFilesUntilIdle(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if fl, _ := unix.FcntlInt(lf.Fd(), unix.F_GETFL, 0); fl&unix.O_ACCMODE != unix.O_RDONLY {
+		if fl, _ := unix.FcntlInt(uintptr(lf), unix.F_GETFL, 0); fl&unix.O_ACCMODE != unix.O_RDONLY {
 			t.Errorf("limits handed out with flags %#x, want O_RDONLY", fl)
 		}
-		lf.Close()
-		cf.Close()
+		unix.Close(lf)
+		unix.Close(cf)
 	}
 	if added := openFDs(t) - before; added != 2 {
 		t.Errorf("a ledger in use holds %d fds, want its 2 files", added)
