@@ -46,12 +46,24 @@ func TestStartTimeAndAlive(t *testing.T) {
 	}
 }
 
+// TestWatcher runs the watcher as the daemon does (its epoll set waited
+// for in Go's poller) and as it must when the poller cannot take the set
+// (a blocking epoll_wait).
 func TestWatcher(t *testing.T) {
+	t.Run("poller", func(t *testing.T) { testWatcher(t, true) })
+	t.Run("epoll_wait", func(t *testing.T) { testWatcher(t, false) })
+}
+
+func testWatcher(t *testing.T, polled bool) {
 	exits := make(chan Key, 4)
 	w, err := NewWatcher(func(k Key) { exits <- k })
 	if err != nil {
 		t.Fatal(err)
 	}
+	if !w.polled {
+		t.Fatal("Go's poller did not take the watcher's epoll set")
+	}
+	w.polled = polled
 	go w.Run()
 	defer w.Close()
 
@@ -188,6 +200,50 @@ func TestOpenProc(t *testing.T) {
 
 // Exited answers from a watched process's pidfd: not while the process
 // runs, nor while its main thread is a zombie but another thread runs
+// More exits at once than Run takes in one go (64): every one is
+// delivered, none waits for a later exit (the poller reports the set's
+// readiness once; Run takes what is ready until nothing is).
+func TestWatcherManyExits(t *testing.T) {
+	const n = 150
+	exits := make(chan Key, n)
+	w, err := NewWatcher(func(k Key) { exits <- k })
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cmds []*exec.Cmd
+	for i := 0; i < n; i++ {
+		cmd := exec.Command("sleep", "60")
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		cmds = append(cmds, cmd)
+		st, err := StartTime(uint32(cmd.Process.Pid))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := w.Add(Key{Session: "s", Slot: i, PID: uint32(cmd.Process.Pid), StartTime: st}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Every process exits before Run starts: all n are ready at once.
+	for _, cmd := range cmds {
+		cmd.Process.Kill()
+		cmd.Wait()
+	}
+	go w.Run()
+	defer w.Close()
+	seen := map[int]bool{}
+	deadline := time.After(20 * time.Second)
+	for len(seen) < n {
+		select {
+		case k := <-exits:
+			seen[k.Slot] = true
+		case <-deadline:
+			t.Fatalf("%d of %d exits delivered", len(seen), n)
+		}
+	}
+}
+
 // (Alive's answer too), and yes once every thread is gone, reaped or not.
 // An unwatched key is not known.
 func TestWatcherExited(t *testing.T) {
