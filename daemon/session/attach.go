@@ -144,10 +144,15 @@ func (m *Manager) attachmentLocked(s *Session, slot int) (Attachment, error) {
 		Limits: lim, Counters: ctr}, nil
 }
 
-// Close closes the attachment's fds (after they were sent).
+// Close closes the attachment's fds (after they were sent). A zero
+// Attachment (an error's) has none: its 0s are not fds it owns (the
+// ledger's are 3 or above).
 func (a Attachment) Close() {
-	unix.Close(a.Limits)
-	unix.Close(a.Counters)
+	for _, fd := range []int{a.Limits, a.Counters} {
+		if fd > 2 {
+			unix.Close(fd)
+		}
+	}
 }
 
 // Detach acknowledges that pid is done with its slot when that slot is

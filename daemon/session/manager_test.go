@@ -17,6 +17,7 @@ import (
 	"github.com/gpuslice/gpuslice/daemon/store"
 	"github.com/gpuslice/gpuslice/internal/api"
 	"github.com/gpuslice/gpuslice/internal/ledger"
+	"golang.org/x/sys/unix"
 )
 
 var gpus = []gpu.GPU{
@@ -463,5 +464,21 @@ func TestCommittedFollowsSessions(t *testing.T) {
 	check(f2.m, "restore")
 	if got := f2.m.Inventory()[1].CommittedBytes; got != (2+1+17)<<30 {
 		t.Fatalf("GPU 1 committed %d after a restart, want 20 GiB", got)
+	}
+}
+
+// The Attachment an error returns is zero: closing it (a caller that
+// defers Close before checking the error) must not close fd 0, 1 or 2.
+func TestZeroAttachmentClosesNothing(t *testing.T) {
+	for fd := 0; fd <= 2; fd++ {
+		if _, err := unix.FcntlInt(uintptr(fd), unix.F_GETFD, 0); err != nil {
+			t.Skipf("fd %d is not open in this test process", fd)
+		}
+	}
+	Attachment{}.Close()
+	for fd := 0; fd <= 2; fd++ {
+		if _, err := unix.FcntlInt(uintptr(fd), unix.F_GETFD, 0); err != nil {
+			t.Errorf("fd %d closed by a zero Attachment's Close: %v", fd, err)
+		}
 	}
 }

@@ -329,7 +329,7 @@ func (l *Ledger) Files() (limits, counters *os.File) {
 }
 
 // OpenFiles returns new fds for an attaching client (limits O_RDONLY,
-// counters O_RDWR, close-on-exec), which the caller closes with
+// counters O_RDWR, close-on-exec, numbered 3 or above), which the caller closes with
 // unix.Close: duplicated from the ledger's own files, or (fd-less ledger)
 // from the fds it opened again from its mappings at the first attach since
 // it was last idle.
@@ -355,11 +355,13 @@ func (l *Ledger) OpenFiles() (limits, counters int, err error) {
 	} else {
 		src = [2]int{int(l.limFile.Fd()), int(l.ctrFile.Fd())}
 	}
-	lfd, err := unix.FcntlInt(uintptr(src[0]), unix.F_DUPFD_CLOEXEC, 0)
+	// Never 0, 1 or 2 (were the daemon started with one of them closed):
+	// a zero Attachment's fds are 0, and closing it must close nothing.
+	lfd, err := unix.FcntlInt(uintptr(src[0]), unix.F_DUPFD_CLOEXEC, 3)
 	if err != nil {
 		return -1, -1, fmt.Errorf("dup ledger fd: %w", err)
 	}
-	cfd, err := unix.FcntlInt(uintptr(src[1]), unix.F_DUPFD_CLOEXEC, 0)
+	cfd, err := unix.FcntlInt(uintptr(src[1]), unix.F_DUPFD_CLOEXEC, 3)
 	if err != nil {
 		unix.Close(lfd)
 		return -1, -1, fmt.Errorf("dup ledger fd: %w", err)
