@@ -22,9 +22,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <unistd.h>
 
 #include "cuda.h"
+#include "gpu_uuid.h"
 #include "nvml.h"
 
 typedef CUresult (*pfn_cuInit)(unsigned int);
@@ -120,33 +122,9 @@ static int load_nvml(const char *path)
 	return 0;
 }
 
-/* The 16 bytes of "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx"; -1 when the
- * text is not such a UUID. */
-static int parse_uuid(const char *s, unsigned char out[16])
-{
-	if (strncmp(s, "GPU-", 4) != 0)
-		return -1;
-	s += 4;
-	int n = 0;
-	for (int i = 0; s[i] != '\0'; i++) {
-		if (s[i] == '-' && (i == 8 || i == 13 || i == 18 || i == 23))
-			continue;
-		char c = s[i];
-		int v = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10
-			: c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
-		if (v < 0 || n >= 32)
-			return -1;
-		if (n % 2 == 0)
-			out[n / 2] = (unsigned char)(v << 4);
-		else
-			out[n / 2] |= (unsigned char)v;
-		n++;
-	}
-	return n == 32 ? 0 : -1;
-}
-
-/* The CUDA device whose UUID is want; -1 when none is. */
-static int find_device(const unsigned char want[16], CUdevice *out)
+/* The CUDA device whose UUID, written as NVML writes it, is want (any
+ * case); -1 when none is. */
+static int find_device(const char *want, CUdevice *out)
 {
 	int n = 0;
 	if (cu.count(&n) != CUDA_SUCCESS)
@@ -154,8 +132,11 @@ static int find_device(const unsigned char want[16], CUdevice *out)
 	for (int i = 0; i < n; i++) {
 		CUdevice d;
 		CUuuid id;
-		if (cu.get(&d, i) == CUDA_SUCCESS && cu.uuid(&id, d) == CUDA_SUCCESS &&
-		    memcmp(id.bytes, want, 16) == 0) {
+		char text[GPU_UUID_TEXT_LEN];
+		if (cu.get(&d, i) != CUDA_SUCCESS || cu.uuid(&id, d) != CUDA_SUCCESS)
+			continue;
+		gpu_uuid_format((const unsigned char *)id.bytes, text, sizeof text);
+		if (strcasecmp(text, want) == 0) {
 			*out = d;
 			return 0;
 		}
@@ -205,20 +186,15 @@ static int usage(nvmlDevice_t h, unsigned long long *own, unsigned int *others)
 
 static void probe(const char *uuid)
 {
-	unsigned char want[16];
 	CUdevice dev;
 	nvmlDevice_t h;
 	unsigned long long before, after;
 	unsigned int others;
-	if (parse_uuid(uuid, want) < 0) {
-		printf("%s error not a GPU UUID\n", uuid);
-		return;
-	}
 	if (nv.byuuid(uuid, &h) != NVML_SUCCESS) {
 		printf("%s error NVML does not know this GPU\n", uuid);
 		return;
 	}
-	if (find_device(want, &dev) < 0) {
+	if (find_device(uuid, &dev) < 0) {
 		printf("%s error the CUDA driver does not list this GPU\n", uuid);
 		return;
 	}

@@ -2,6 +2,7 @@
  * FAKECUDA_DEVICES / FAKECUDA_STATE parsing and the device UUID scheme.
  */
 #include "fc_internal.h"
+#include "gpu_uuid.h"
 #include "size_suffix.h"
 
 #include <ctype.h>
@@ -138,12 +139,7 @@ static uint64_t splitmix64(uint64_t *x)
 	return z ^ (z >> 31);
 }
 
-void fc_uuid_format(const uint8_t b[16], char out[48])
-{
-	snprintf(out, 48,
-		 "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", b[0], b[1],
-		 b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13], b[14], b[15]);
-}
+void fc_uuid_format(const uint8_t b[16], char out[48]) { gpu_uuid_format(b, out, 48); }
 
 void fc_uuid_for_index(unsigned i, uint8_t bytes[16], char out[48])
 {

@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <unistd.h>
 
+#include "gpu_uuid.h"
 #include "gs.h"
 
 int gs_debug_on;
@@ -36,10 +37,4 @@ void gs_log(const char *fmt, ...)
 	errno = saved;
 }
 
-void gs_uuid_format(const unsigned char b[16], char out[GS_UUID_LEN])
-{
-	snprintf(out, GS_UUID_LEN,
-		 "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", b[0], b[1],
-		 b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13], b[14],
-		 b[15]);
-}
+void gs_uuid_format(const unsigned char b[16], char out[GS_UUID_LEN]) { gpu_uuid_format(b, out, GS_UUID_LEN); }
