@@ -32,6 +32,12 @@ func (m *Manager) ContextCost(i int) (uint64, bool) {
 	}
 	m.mu.RLock()
 	defer m.mu.RUnlock()
+	return m.ctxCostLocked(i)
+}
+
+// ctxCostLocked reads m.ctxCost[i] (the figure plus 1; 0: none). m.mu is
+// held.
+func (m *Manager) ctxCostLocked(i int) (uint64, bool) {
 	v := m.ctxCost[i]
 	return v - 1, v != 0
 }
@@ -60,7 +66,8 @@ func (m *Manager) BeginContextProbe(i int) bool {
 // measurableLocked: inventory GPU i has no figure, no session and no
 // probe running. m.mu is held.
 func (m *Manager) measurableLocked(i int) bool {
-	return m.ctxCost[i] == 0 && m.count[i] == 0 && !m.probing[i]
+	_, known := m.ctxCostLocked(i)
+	return !known && m.count[i] == 0 && !m.probing[i]
 }
 
 // EndContextProbe ends what BeginContextProbe began.
@@ -123,8 +130,11 @@ func (m *Manager) ContextCostToMeasure() []int {
 // ledger (gidx: ledger GPU -> inventory index). m.mu is held.
 func (m *Manager) leaveContextCostLocked(led *ledger.Ledger, gidx []int) {
 	for g, i := range gidx {
-		if i >= 0 && m.ctxCost[i] != 0 {
-			led.SetCtxCost(g, m.ctxCost[i]-1)
+		if i < 0 {
+			continue
+		}
+		if c, ok := m.ctxCostLocked(i); ok {
+			led.SetCtxCost(g, c)
 		}
 	}
 }

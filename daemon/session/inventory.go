@@ -12,8 +12,7 @@ func (m *Manager) Inventory() []api.GPU {
 	for i, g := range m.gpus {
 		out[i] = api.GPU{Index: i, UUID: g.UUID, Name: g.Name, PhysicalBytes: g.Physical,
 			CommittedBytes: committed[i], UsedBytes: used[i], Sessions: count[i]}
-		if c := m.ctxCost[i]; c != 0 {
-			c--
+		if c, ok := m.ctxCostLocked(i); ok {
 			out[i].ContextCostBytes = &c
 		}
 	}
