@@ -4,6 +4,7 @@ package api
 
 import (
 	"errors"
+	"fmt"
 	"net/http"
 	"time"
 )
@@ -159,6 +160,18 @@ type GPU struct {
 	// ContextCostBytes is what a CUDA context costs on the GPU as
 	// gpusliced's context probe measured it; absent until measured.
 	ContextCostBytes *uint64 `json:"context_cost_bytes,omitempty"`
+}
+
+// ContextCostsMeasured is nil when gpusliced has measured what a context
+// costs on every GPU of gpus (an inventory), else an error naming the
+// first GPU it has not.
+func ContextCostsMeasured(gpus []GPU) error {
+	for _, g := range gpus {
+		if g.ContextCostBytes == nil {
+			return fmt.Errorf("GPU %d: context cost not measured yet", g.Index)
+		}
+	}
+	return nil
 }
 
 // Health is the /healthz body.

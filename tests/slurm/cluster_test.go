@@ -27,6 +27,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/gpuslice/gpuslice/internal/api"
 )
 
 // Debian packages the suite needs (installed with apt-get when missing).
@@ -457,12 +459,7 @@ func (n *node) waitContextCost() error {
 		if err != nil {
 			return err
 		}
-		for _, g := range gpus {
-			if g.ContextCostBytes == nil {
-				return fmt.Errorf("GPU %d: context cost not measured", g.Index)
-			}
-		}
-		return nil
+		return api.ContextCostsMeasured(gpus)
 	})
 }
 

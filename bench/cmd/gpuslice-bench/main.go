@@ -26,6 +26,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/gpuslice/gpuslice/internal/api"
 	"github.com/gpuslice/gpuslice/internal/client"
 )
 
@@ -316,12 +317,7 @@ func (d *daemon) probed() error {
 	if err != nil {
 		return err
 	}
-	for _, g := range gpus {
-		if g.ContextCostBytes == nil {
-			return fmt.Errorf("GPU %d: context cost not measured yet", g.Index)
-		}
-	}
-	return nil
+	return api.ContextCostsMeasured(gpus)
 }
 
 func (d *daemon) stop() {
