@@ -29,6 +29,7 @@ export BUILD VERSION
 include mk/deps.mk
 include mk/fakecuda.mk
 include mk/interceptor.mk
+include mk/ctxprobe.mk
 include mk/go.mk
 include mk/trixie.mk
 include mk/spank.mk

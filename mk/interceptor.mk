@@ -53,14 +53,3 @@ test-scale: fakecuda-libs fakecuda-examples interceptor interceptor-tests go-bui
 
 test-core: fakecuda-libs fakecuda-examples interceptor interceptor-tests ctxprobe go-build old-glibc ## cross-component tests: gpusliced + interceptor + fakecuda
 	$(GO) test -count=1 -timeout 20m ./tests/core/...
-
-# gpuslice-ctxprobe: what a context costs on each idle GPU, run by gpusliced
-# (native/ctxprobe/ctxprobe.c; docs/daemon.md "Context cost").
-CTXPROBE := $(BIN)/gpuslice-ctxprobe
-
-.PHONY: ctxprobe
-ctxprobe: $(CTXPROBE) ## build build/bin/gpuslice-ctxprobe
-
-$(CTXPROBE): $(ROOT)/native/ctxprobe/ctxprobe.c $(wildcard $(ROOT)/native/include/*.h)
-	@mkdir -p $(@D)
-	$(CC) $(CFLAGS_COMMON) -I$(ROOT)/native/include -o $@ $< $(LDFLAGS_COMMON) -ldl
