@@ -56,47 +56,45 @@ static struct {
 	pfn_nvmlDeviceGetComputeRunningProcesses procs;
 } nv;
 
-/* sym: the first of the names lib has (NULL-terminated list). */
-static void *sym(void *lib, const char *const *names)
-{
-	for (; *names != NULL; names++) {
-		void *p = dlsym(lib, *names);
-		if (p != NULL)
-			return p;
-	}
-	return NULL;
-}
+/* An entry point to find: where it goes, and its names, newest first. */
+struct want {
+	void **dst;
+	const char *names[3];
+};
 
-#define SYM(lib, dst, ...)                                                                    \
-	do {                                                                                  \
-		static const char *const names_[] = {__VA_ARGS__, NULL};                      \
-		*(void **)&(dst) = sym(lib, names_);                                          \
-		if ((dst) == NULL) {                                                          \
-			fprintf(stderr, "gpuslice-ctxprobe: %s has no %s\n", path, names_[0]); \
-			return -1;                                                            \
-		}                                                                             \
-	} while (0)
-
-/* dlopen path, saying why not (what: what it should be) */
-static void *open_lib(const char *path, const char *what)
+/* dlopen path (what: what it should be) and find every entry point of w;
+ * -1, saying what is missing, when the library or one of them is not there. */
+static int load(const char *path, const char *what, const struct want *w, size_t n)
 {
 	void *lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-	if (lib == NULL)
+	if (lib == NULL) {
 		fprintf(stderr, "gpuslice-ctxprobe: cannot load %s: %s\n", what, dlerror());
-	return lib;
+		return -1;
+	}
+	for (size_t i = 0; i < n; i++) {
+		*w[i].dst = NULL;
+		for (const char *const *name = w[i].names; *name != NULL && *w[i].dst == NULL; name++)
+			*w[i].dst = dlsym(lib, *name);
+		if (*w[i].dst == NULL) {
+			fprintf(stderr, "gpuslice-ctxprobe: %s has no %s\n", path, w[i].names[0]);
+			return -1;
+		}
+	}
+	return 0;
 }
 
 static int load_cuda(const char *path)
 {
-	void *lib = open_lib(path, "the CUDA driver");
-	if (lib == NULL)
+	const struct want w[] = {
+		{(void **)&cu.init, {"cuInit"}},
+		{(void **)&cu.count, {"cuDeviceGetCount"}},
+		{(void **)&cu.get, {"cuDeviceGet"}},
+		{(void **)&cu.uuid, {"cuDeviceGetUuid_v2", "cuDeviceGetUuid"}},
+		{(void **)&cu.retain, {"cuDevicePrimaryCtxRetain"}},
+		{(void **)&cu.release, {"cuDevicePrimaryCtxRelease_v2", "cuDevicePrimaryCtxRelease"}},
+	};
+	if (load(path, "the CUDA driver", w, sizeof w / sizeof w[0]) < 0)
 		return -1;
-	SYM(lib, cu.init, "cuInit");
-	SYM(lib, cu.count, "cuDeviceGetCount");
-	SYM(lib, cu.get, "cuDeviceGet");
-	SYM(lib, cu.uuid, "cuDeviceGetUuid_v2", "cuDeviceGetUuid");
-	SYM(lib, cu.retain, "cuDevicePrimaryCtxRetain");
-	SYM(lib, cu.release, "cuDevicePrimaryCtxRelease_v2", "cuDevicePrimaryCtxRelease");
 	CUresult r = cu.init(0);
 	if (r != CUDA_SUCCESS) {
 		fprintf(stderr, "gpuslice-ctxprobe: cuInit: error %d\n", (int)r);
@@ -107,13 +105,14 @@ static int load_cuda(const char *path)
 
 static int load_nvml(const char *path)
 {
-	void *lib = open_lib(path, "NVML");
-	if (lib == NULL)
+	const struct want w[] = {
+		{(void **)&nv.init, {"nvmlInit_v2"}},
+		{(void **)&nv.shutdown, {"nvmlShutdown"}},
+		{(void **)&nv.byuuid, {"nvmlDeviceGetHandleByUUID"}},
+		{(void **)&nv.procs, {"nvmlDeviceGetComputeRunningProcesses_v3"}},
+	};
+	if (load(path, "NVML", w, sizeof w / sizeof w[0]) < 0)
 		return -1;
-	SYM(lib, nv.init, "nvmlInit_v2");
-	SYM(lib, nv.shutdown, "nvmlShutdown");
-	SYM(lib, nv.byuuid, "nvmlDeviceGetHandleByUUID");
-	SYM(lib, nv.procs, "nvmlDeviceGetComputeRunningProcesses_v3");
 	nvmlReturn_t r = nv.init();
 	if (r != NVML_SUCCESS) {
 		fprintf(stderr, "gpuslice-ctxprobe: nvmlInit: error %d\n", (int)r);
