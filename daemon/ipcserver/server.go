@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/gpuslice/gpuslice/daemon/session"
@@ -30,6 +31,19 @@ const (
 // MaxConns bounds open IPC connections; more are closed at once (the
 // interceptor only needs a connection while it attaches).
 const MaxConns = 4096
+
+// A connection's goroutine, once its connection closes, waits up to
+// handlerIdle for the next one before it exits, and at most
+// maxIdleHandlers wait: a goroutine that has served an ATTACH has the
+// stack an ATTACH takes, where a new one starts small and has its stack
+// copied twice on the way (an eighth of gpusliced's CPU per attach in an
+// attach storm), and it keeps its buffers. When none waits, the accept
+// loop starts a new goroutine, so a busy handler never delays a
+// connection.
+const (
+	maxIdleHandlers = 16
+	handlerIdle     = 10 * time.Second
+)
 
 // DefaultConnsPerUID bounds the connections one non-root uid holds, so
 // that one user's idle connections never use up MaxConns for the others.
@@ -76,7 +90,13 @@ type Server struct {
 	conns  map[*net.UnixConn]struct{}
 	perUID map[uint32]int
 	closed bool
-	wg     sync.WaitGroup
+	wg     sync.WaitGroup // connections being served
+
+	next         chan accepted // to a waiting handler
+	quit         chan struct{} // closed by Close: waiting handlers exit
+	idleHandlers atomic.Int32
+	liveHandlers atomic.Int32   // handler goroutines, serving or waiting
+	handlers     sync.WaitGroup // the same, for Close
 
 	lastRefusal time.Time
 }
@@ -90,7 +110,13 @@ func New(m *session.Manager, opt Options) *Server {
 		opt.ConnsPerUID = DefaultConnsPerUID
 	}
 	return &Server{m: m, opt: opt, token: sha256.Sum256([]byte(opt.Token)), conns: map[*net.UnixConn]struct{}{},
-		perUID: map[uint32]int{}}
+		perUID: map[uint32]int{}, next: make(chan accepted), quit: make(chan struct{})}
+}
+
+// accepted is a connection the accept loop admitted.
+type accepted struct {
+	c    *net.UnixConn
+	cred *unix.Ucred
 }
 
 // Serve accepts connections on ln until Close.
@@ -142,14 +168,54 @@ func (s *Server) Serve(ln *net.UnixListener) error {
 		s.conns[c] = struct{}{}
 		s.perUID[cred.Uid]++
 		s.wg.Add(1)
+		a := accepted{c, cred}
+		select {
+		case s.next <- a:
+		default:
+			s.handlers.Add(1)
+			s.liveHandlers.Add(1)
+			go s.handler(a)
+		}
 		s.mu.Unlock()
-		go s.serveConn(c, cred)
+	}
+}
+
+// handler serves a, then each connection handed to it while it waits
+// (maxIdleHandlers, handlerIdle).
+func (s *Server) handler(a accepted) {
+	defer s.handlers.Done()
+	defer s.liveHandlers.Add(-1)
+	bufs := connBufs{buf: make([]byte, ipc.HeaderSize+ipc.MaxPayload), out: make([]byte, 0, 256)}
+	var idle *time.Timer
+	for {
+		s.serveConn(a.c, a.cred, &bufs)
+		if s.idleHandlers.Add(1) > maxIdleHandlers {
+			s.idleHandlers.Add(-1)
+			return
+		}
+		if idle == nil {
+			idle = time.NewTimer(handlerIdle)
+		} else {
+			idle.Reset(handlerIdle)
+		}
+		select {
+		case a = <-s.next:
+			s.idleHandlers.Add(-1)
+			idle.Stop()
+		case <-idle.C:
+			s.idleHandlers.Add(-1)
+			return
+		case <-s.quit:
+			s.idleHandlers.Add(-1)
+			return
+		}
 	}
 }
 
 // Close stops accepting, closes every connection and waits for handlers.
 func (s *Server) Close() {
 	s.mu.Lock()
+	already := s.closed
 	s.closed = true
 	if s.ln != nil {
 		s.ln.Close()
@@ -157,9 +223,23 @@ func (s *Server) Close() {
 	for c := range s.conns {
 		c.Close()
 	}
+	if !already {
+		close(s.quit)
+	}
 	s.mu.Unlock()
 	s.wg.Wait()
+	s.handlers.Wait()
 }
+
+// connBufs are a handler's buffers, used by one connection at a time.
+type connBufs struct {
+	buf []byte // HeaderSize+MaxPayload
+	out []byte
+}
+
+// maxKeptOut bounds the reply buffer a handler keeps between connections
+// (a STATUS reply may have grown it).
+const maxKeptOut = 64 << 10
 
 type conn struct {
 	c       *net.UnixConn
@@ -190,8 +270,12 @@ func peerCred(c *net.UnixConn) (*unix.Ucred, error) {
 	return cred, cerr
 }
 
-func (s *Server) serveConn(c *net.UnixConn, cred *unix.Ucred) {
+func (s *Server) serveConn(c *net.UnixConn, cred *unix.Ucred, bufs *connBufs) {
+	cc := &conn{c: c, cred: cred, buf: bufs.buf, out: bufs.out[:0]}
 	defer func() {
+		if cap(cc.out) <= maxKeptOut {
+			bufs.out = cc.out[:0]
+		}
 		c.Close()
 		s.mu.Lock()
 		delete(s.conns, c)
@@ -201,7 +285,6 @@ func (s *Server) serveConn(c *net.UnixConn, cred *unix.Ucred) {
 		s.mu.Unlock()
 		s.wg.Done()
 	}()
-	cc := &conn{c: c, cred: cred, buf: make([]byte, ipc.HeaderSize+ipc.MaxPayload), out: make([]byte, 0, 256)}
 	for {
 		t, payload, err := cc.readFrame()
 		if err != nil {

@@ -20,6 +20,12 @@ import (
 
 func startServer(t *testing.T) (string, *session.Manager) {
 	t.Helper()
+	sock, m, _ := startServerSrv(t)
+	return sock, m
+}
+
+func startServerSrv(t *testing.T) (string, *session.Manager, *Server) {
+	t.Helper()
 	dir, err := os.MkdirTemp("/tmp", "gsipc")
 	if err != nil {
 		t.Fatal(err)
@@ -53,7 +59,7 @@ func startServer(t *testing.T) (string, *session.Manager) {
 		m.Close()
 		st.Close()
 	})
-	return sock, m
+	return sock, m, srv
 }
 
 // rawPing sends PINGs with plain syscalls so that only the server allocates.
@@ -117,5 +123,66 @@ func TestStatusFitsAFrame(t *testing.T) {
 	}
 	if _, err := c.Status("missing", ""); err == nil {
 		t.Fatal("STATUS of a missing session succeeded")
+	}
+}
+
+// waitFor polls cond for up to 10 s: whether it ever held.
+func waitFor(cond func() bool) bool {
+	for end := time.Now().Add(10 * time.Second); time.Now().Before(end); time.Sleep(time.Millisecond) {
+		if cond() {
+			return true
+		}
+	}
+	return cond()
+}
+
+// TestHandlerServesTheNextConnection: one connection after another is
+// served by one goroutine, which waits for the next.
+func TestHandlerServesTheNextConnection(t *testing.T) {
+	sock, _, srv := startServerSrv(t)
+	for i := 0; i < 20; i++ {
+		rawPings(t, sock, 1)
+		if !waitFor(func() bool { return srv.idleHandlers.Load() == 1 }) {
+			t.Fatalf("connection %d: %d handlers wait, want 1", i, srv.idleHandlers.Load())
+		}
+	}
+	if n := srv.liveHandlers.Load(); n != 1 {
+		t.Fatalf("%d handler goroutines after 20 connections one at a time, want 1", n)
+	}
+}
+
+// TestBusyHandlersDelayNoConnection: connections held open by a client
+// that sends nothing keep their handlers; a new connection gets a new one
+// and is answered. Once they close, at most maxIdleHandlers stay to wait,
+// and Close ends them all.
+func TestBusyHandlersDelayNoConnection(t *testing.T) {
+	sock, _, srv := startServerSrv(t)
+	const held = maxIdleHandlers + 8
+	var fds []int
+	for i := 0; i < held; i++ {
+		fd, err := unix.Socket(unix.AF_UNIX, unix.SOCK_STREAM, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fds = append(fds, fd)
+		if err := unix.Connect(fd, &unix.SockaddrUnix{Name: sock}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !waitFor(func() bool { return srv.liveHandlers.Load() == held }) {
+		t.Fatalf("%d handlers for %d open connections", srv.liveHandlers.Load(), held)
+	}
+	rawPings(t, sock, 3)
+	for _, fd := range fds {
+		unix.Close(fd)
+	}
+	if !waitFor(func() bool {
+		return srv.liveHandlers.Load() == maxIdleHandlers && srv.idleHandlers.Load() == maxIdleHandlers
+	}) {
+		t.Fatalf("after every connection closed: %d handlers, %d waiting; want %d", srv.liveHandlers.Load(), srv.idleHandlers.Load(), maxIdleHandlers)
+	}
+	srv.Close()
+	if n := srv.liveHandlers.Load(); n != 0 {
+		t.Fatalf("%d handlers still running after Close", n)
 	}
 }
