@@ -95,6 +95,16 @@ func (l *Ledger) Slot(i int) Slot {
 	return s
 }
 
+// StripeOwners are the thread ids owning slot i's per-thread stripes
+// (docs/ledger.md "Credit"), 0 where a stripe has no owner.
+func (l *Ledger) StripeOwners(i int) [SlotOwned]uint32 {
+	var o [SlotOwned]uint32
+	for k := range o {
+		o[k] = atomic.LoadUint32(u32(l.ctr, l.stripeOff(i, k, StripeOffOwner)))
+	}
+	return o
+}
+
 // SlotState returns the state and pid of slot i without allocating. On the
 // daemon side a slot its bitmap says is free is not read (reading a slot
 // page never written would allocate it).

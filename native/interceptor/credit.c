@@ -160,13 +160,20 @@ static void raise_peak(struct gs_counter_gpu *c, uint64_t now)
 		;
 }
 
+/* This thread's stripe when it owns one already; never claims one. */
+static struct gs_slot_stripe *own_if_any(void)
+{
+	return gs_tls.epoch == gs.epoch ? gs_tls.st : NULL;
+}
+
 /* The exact path: spend what credit there is, take the rest from used
- * with a CAS against the limit. 0, or -1 when it does not fit. */
-static int reserve_exact(int g, uint64_t n)
+ * with a CAS against the limit. 0, or -1 when it does not fit. A thread
+ * without a stripe claims one when claim is set. */
+static int reserve_exact(int g, uint64_t n, int claim)
 {
 	uint64_t limit = __atomic_load_n(&gs.lim->gpu[g].limit, __ATOMIC_ACQUIRE);
 	struct gs_counter_gpu *c = &gs.ctr->gpu[g];
-	struct gs_slot_stripe *s = gs_own();
+	struct gs_slot_stripe *s = claim ? gs_own() : own_if_any();
 	if (s != NULL && !gs_enter(s))
 		s = NULL;
 	uint64_t h = 0, have = 0;
@@ -307,19 +314,28 @@ static void take_all_credit(void)
 	}
 }
 
-int gs_reserve_slow(int g, uint64_t n)
+static int reserve(int g, uint64_t n, int claim)
 {
 	refresh_caps();
-	if (reserve_exact(g, n) == 0)
+	if (reserve_exact(g, n, claim) == 0)
 		return 0;
 	if (gs.credit_ok) {
 		take_all_credit();
-		if (reserve_exact(g, n) == 0)
+		if (reserve_exact(g, n, claim) == 0)
 			return 0;
 	}
 	__atomic_fetch_add(&gs.ctr->gpu[g].denied, 1, __ATOMIC_RELAXED);
 	return -1;
 }
+
+int gs_reserve_slow(int g, uint64_t n) { return reserve(g, n, 1); }
+
+/* A charge made once, not by a thread that allocates as it goes (a
+ * context's cost, charged by whichever thread creates the context): it
+ * claims no stripe, so that a thread that only created the context (a
+ * program's main thread, often) does not keep one of the GS_SLOT_OWNED
+ * stripes from the threads that allocate. */
+int gs_reserve_once(int g, uint64_t n) { return reserve(g, n, 0); }
 
 /* used -= n, floored at 0; 1 when it floored (used held less than n). */
 static int give_back(uint64_t *used, uint64_t n)
@@ -332,9 +348,9 @@ static int give_back(uint64_t *used, uint64_t n)
 
 /* A release that is not the plain case: on the shared stripe, or with
  * more credit than the owner keeps (the excess goes back to used). */
-void gs_unreserve_slow(int g, uint64_t n)
+static void unreserve(int g, uint64_t n, int claim)
 {
-	struct gs_slot_stripe *s = gs_own();
+	struct gs_slot_stripe *s = claim ? gs_own() : own_if_any();
 	if (s != NULL) {
 		mark_credit(); /* before the first credit is kept, not inside the update */
 		refresh_caps();
@@ -360,6 +376,11 @@ void gs_unreserve_slow(int g, uint64_t n)
 	__atomic_fetch_sub(&sh->lease[g], n, __ATOMIC_RELAXED);
 	gs_sub_floor(&gs.ctr->gpu[g].used, n, __ATOMIC_RELEASE);
 }
+
+void gs_unreserve_slow(int g, uint64_t n) { unreserve(g, n, 1); }
+
+/* Give back what gs_reserve_once charged (claims no stripe either). */
+void gs_unreserve_once(int g, uint64_t n) { unreserve(g, n, 0); }
 
 /* Charge n bytes the driver already holds on ledger GPU g, over the limit
  * if need be (memory that exists is counted; the audit decides). */

@@ -21,6 +21,8 @@
 struct gs_slot_stripe *gs_own_slow(void);
 int gs_reserve_slow(int g, uint64_t n);
 void gs_unreserve_slow(int g, uint64_t n);
+int gs_reserve_once(int g, uint64_t n);
+void gs_unreserve_once(int g, uint64_t n);
 void gs_charge_force(int g, uint64_t n);
 uint64_t gs_real_used(int g);
 void gs_credit_attach(void);

@@ -182,7 +182,7 @@ int gs_ctxcost_begin(struct gs_ctxcharge *c, CUdevice dev)
 	c->bytes = cost_of[dev];
 	if (c->bytes == 0)
 		return 0;
-	if (c->g < 0 || gs_reserve(c->g, c->bytes) < 0)
+	if (c->g < 0 || gs_reserve_once(c->g, c->bytes) < 0)
 		return -1;
 	c->active = 1;
 	return 0;
@@ -192,7 +192,7 @@ int gs_ctxcost_end(struct gs_ctxcharge *c, CUresult r)
 {
 	if (r != CUDA_SUCCESS) {
 		if (c->active)
-			gs_unreserve(c->g, c->bytes);
+			gs_unreserve_once(c->g, c->bytes);
 		c->active = 0;
 		return 0;
 	}
@@ -207,7 +207,7 @@ int gs_ctxcost_end(struct gs_ctxcharge *c, CUresult r)
 		gs_debug("a context on device %d costs %llu bytes (NVML)", c->dev, (unsigned long long)cost);
 		c->bytes = cost;
 		if (cost != 0) {
-			if (c->g < 0 || gs_reserve(c->g, cost) < 0)
+			if (c->g < 0 || gs_reserve_once(c->g, cost) < 0)
 				return -1;
 			c->active = 1;
 		}
@@ -245,7 +245,7 @@ void gs_ctxcost_release(CUcontext ctx)
 	for (int i = 0; i < GS_MAX_CTX; i++) {
 		if (created[i].ctx == k) {
 			if (created[i].bytes != 0)
-				gs_unreserve(created[i].g, created[i].bytes);
+				gs_unreserve_once(created[i].g, created[i].bytes);
 			created[i].ctx = 0;
 			return;
 		}
@@ -269,6 +269,6 @@ void gs_ctxcost_primary_release(CUdevice dev)
 	if ((unsigned)dev >= GS_MAX_ORDINALS || !prim[dev].charged)
 		return;
 	if (prim[dev].bytes != 0)
-		gs_unreserve(prim[dev].g, prim[dev].bytes);
+		gs_unreserve_once(prim[dev].g, prim[dev].bytes);
 	prim[dev].charged = 0;
 }

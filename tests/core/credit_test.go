@@ -1,12 +1,17 @@
 package core
 
 import (
+	"bytes"
+	"fmt"
+	"os"
+	"os/exec"
 	"strconv"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/gpuslice/gpuslice/internal/client"
+	"github.com/gpuslice/gpuslice/internal/ledger"
 	"github.com/gpuslice/gpuslice/internal/testenv"
 	"github.com/gpuslice/gpuslice/tests/interceptor/probe"
 )
@@ -211,4 +216,65 @@ func TestThreadMovingBetweenGPUsChargedOnEach(t *testing.T) {
 		t.Fatalf("probe: %v\n%s", err, p.Output())
 	}
 	noStderr(t, "gs_probe", p.Stderr())
+}
+
+// A context's cost is charged by the thread that creates the context,
+// often a program's main thread, which then allocates nothing itself. That
+// charge must not take one of the slot's per-thread stripes: with the main
+// thread holding one, one of eight allocating threads had none and took
+// the shared, exact path for every allocation.
+func TestContextChargeLeavesStripesToAllocatingThreads(t *testing.T) {
+	d := testenv.StartDaemon(t, testenv.DaemonOptions{CtxBytes: "64MiB"})
+	sess := newSession(t, d, client.SessionRequest{QuotaBytes: 8 * GiB})
+	l := openLedger(t, d, sess.ID)
+	cmd := exec.Command(example(t, "alloc_bench"), "--threads", "8", "--ms", "20000", "--size", "1048576")
+	cmd.Env = sessionEnv(t, d, sess.ID)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	pid := uint32(cmd.Process.Pid)
+	defer func() {
+		cmd.Process.Kill()
+		cmd.Wait()
+	}()
+	var owners [ledger.SlotOwned]uint32
+	eventually(t, 30*time.Second, "eight stripes owned", func() (bool, string) {
+		for _, i := range l.InUse() {
+			if st, p := l.SlotState(i); st == ledger.SlotAttached && p == pid {
+				owners = l.StripeOwners(i)
+			}
+		}
+		n := 0
+		for _, o := range owners {
+			if o != 0 {
+				n++
+			}
+		}
+		return n == ledger.SlotOwned, fmt.Sprint(owners)
+	})
+	if c, ok := l.CtxCost(0); !ok || c == 0 || l.Charged(0) < c {
+		t.Fatalf("context cost %d (known %v), charged %d: the test needs the main thread's context charged", c, ok, l.Charged(0))
+	}
+	tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	workers := map[uint32]bool{}
+	for _, e := range tasks {
+		if tid, err := strconv.ParseUint(e.Name(), 10, 32); err == nil && uint32(tid) != pid {
+			workers[uint32(tid)] = true
+		}
+	}
+	for _, o := range owners {
+		if o == pid {
+			t.Errorf("stripe owners %v: the main thread, which only created the context, holds one", owners)
+		} else if !workers[o] {
+			t.Errorf("stripe owners %v: %d is not one of the process's allocating threads %v", owners, o, workers)
+		}
+	}
+	if stderr.Len() != 0 {
+		t.Errorf("alloc_bench wrote to stderr:\n%s", stderr.String())
+	}
 }
