@@ -107,20 +107,22 @@ func run() int {
 	}
 	o.build = build
 	res := results{values: map[string]any{}, notes: map[string]string{}}
+	// Context for the figures: other work inflates tails and moves ratios.
+	// The load average at the end counts the benchmark's own storms (and
+	// lags a minute), so the other work is what kept the CPUs busy in the
+	// second before the run.
+	if v, ok := busyPct(time.Second); ok {
+		res.set("cpu_busy_pct_before", v)
+		if v > 10 {
+			res.notes["cpu_busy_pct_before"] = fmt.Sprintf("the CPUs were %.0f%% busy in the second before the run: other work inflates tails and moves ratios", v)
+		}
+	}
 	if err := measure(o, &res); err != nil {
 		fmt.Fprintln(os.Stderr, "gpuslice-bench:", err)
 		return 1
 	}
-	// Context for the latency figures: a busy machine inflates tails.
-	if b, err := os.ReadFile("/proc/loadavg"); err == nil {
-		if f := strings.Fields(string(b)); len(f) > 0 {
-			if v, err := strconv.ParseFloat(f[0], 64); err == nil {
-				res.set("loadavg_1m", v)
-				if v > float64(runtime.NumCPU()) {
-					res.notes["loadavg_1m"] = fmt.Sprintf("load %.1f on %d CPUs during the run: latency tails are inflated by other work", v, runtime.NumCPU())
-				}
-			}
-		}
+	if v, ok := loadavg(); ok {
+		res.set("loadavg_1m", v)
 	}
 	res.set("cpus", float64(runtime.NumCPU()))
 	if err := res.write(o.out); err != nil {
@@ -130,6 +132,54 @@ func run() int {
 	res.print(os.Stdout)
 	fmt.Printf("\nwrote %s\n", o.out)
 	return 0
+}
+
+// busyPct is how busy the machine's CPUs were over d, in percent (from
+// /proc/stat: all but idle and iowait).
+func busyPct(d time.Duration) (float64, bool) {
+	sample := func() (busy, total uint64, ok bool) {
+		b, err := os.ReadFile("/proc/stat")
+		if err != nil {
+			return 0, 0, false
+		}
+		line, _, _ := strings.Cut(string(b), "\n")
+		f := strings.Fields(line)
+		if len(f) < 6 || f[0] != "cpu" {
+			return 0, 0, false
+		}
+		for i, x := range f[1:] {
+			v, err := strconv.ParseUint(x, 10, 64)
+			if err != nil {
+				return 0, 0, false
+			}
+			total += v
+			if i != 3 && i != 4 { // idle, iowait
+				busy += v
+			}
+		}
+		return busy, total, true
+	}
+	b0, t0, ok0 := sample()
+	time.Sleep(d)
+	b1, t1, ok1 := sample()
+	if !ok0 || !ok1 || t1 <= t0 {
+		return 0, false
+	}
+	return 100 * float64(b1-b0) / float64(t1-t0), true
+}
+
+// loadavg is the 1-minute load average.
+func loadavg() (float64, bool) {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return 0, false
+	}
+	f := strings.Fields(string(b))
+	if len(f) == 0 {
+		return 0, false
+	}
+	v, err := strconv.ParseFloat(f[0], 64)
+	return v, err == nil
 }
 
 type results struct {
@@ -218,7 +268,7 @@ func (r *results) print(w *os.File) {
 		}
 		fmt.Fprintf(w, "%-32s %-58s %12s %10s  %s\n", t.key, t.what, fmt.Sprintf("%.3g%s", v, t.unit), target, verdict)
 	}
-	if n, ok := r.notes["loadavg_1m"]; ok {
+	if n, ok := r.notes["cpu_busy_pct_before"]; ok {
 		fmt.Fprintf(w, "\nnote: %s\n", n)
 	}
 }

@@ -20,7 +20,12 @@ func benchTable(res map[string]any) string {
 	var b strings.Builder
 	if v, ok := res["loadavg_1m"].(float64); ok {
 		cpus, _ := res["cpus"].(float64)
-		fmt.Fprintf(&b, "One `make bench` run on %g CPUs, 1-minute load %.1f at its end (fakecuda stands in for the GPU).\n\n", cpus, v)
+		fmt.Fprintf(&b, "One `make bench` run on %g CPUs", cpus)
+		if busy, ok := res["cpu_busy_pct_before"].(float64); ok {
+			fmt.Fprintf(&b, ", %.0f%% busy in the second before it", busy)
+		}
+		fmt.Fprintf(&b, ", 1-minute load %.1f at its end (with its own storms)", v)
+		b.WriteString(" (fakecuda stands in for the GPU).\n\n")
 	}
 	b.WriteString("| key | what | measured | target | |\n| --- | --- | --- | --- | --- |\n")
 	notes, _ := res["notes"].(map[string]any)
