@@ -5,8 +5,6 @@ package ipcserver
 
 import (
 	"crypto/sha256"
-	"crypto/subtle"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -16,9 +14,7 @@ import (
 	"time"
 
 	"github.com/gpuslice/gpuslice/daemon/session"
-	"github.com/gpuslice/gpuslice/internal/api"
 	"github.com/gpuslice/gpuslice/internal/ipc"
-	"github.com/gpuslice/gpuslice/internal/ledger"
 	"golang.org/x/sys/unix"
 )
 
@@ -32,17 +28,17 @@ const (
 // interceptor only needs a connection while it attaches).
 const MaxConns = 4096
 
-// A connection's goroutine, once its connection closes, waits up to
-// handlerIdle for the next one before it exits, and at most
-// maxIdleHandlers wait: a goroutine that has served an ATTACH has the
+// A connection's goroutine (a worker), once its connection closes, waits
+// up to workerIdle for the next one before it exits, and at most
+// maxIdleWorkers wait: a goroutine that has served an ATTACH has the
 // stack an ATTACH takes, where a new one starts small and has its stack
 // copied twice on the way (an eighth of gpusliced's CPU per attach in an
 // attach storm), and it keeps its buffers. When none waits, the accept
-// loop starts a new goroutine, so a busy handler never delays a
+// loop starts a new goroutine, so a busy worker never delays a
 // connection.
 const (
-	maxIdleHandlers = 16
-	handlerIdle     = 10 * time.Second
+	maxIdleWorkers = 16
+	workerIdle     = 10 * time.Second
 )
 
 // DefaultConnsPerUID bounds the connections one non-root uid holds, so
@@ -92,11 +88,11 @@ type Server struct {
 	closed bool
 	wg     sync.WaitGroup // connections being served
 
-	next         chan accepted // to a waiting handler
-	quit         chan struct{} // closed by Close: waiting handlers exit
-	idleHandlers atomic.Int32
-	liveHandlers atomic.Int32   // handler goroutines, serving or waiting
-	handlers     sync.WaitGroup // the same, for Close
+	next        chan accepted // to a waiting worker
+	quit        chan struct{} // closed by Close: waiting workers exit
+	idleWorkers atomic.Int32
+	liveWorkers atomic.Int32   // worker goroutines, serving or waiting
+	workers     sync.WaitGroup // the same, for Close
 
 	lastRefusal time.Time
 }
@@ -172,47 +168,47 @@ func (s *Server) Serve(ln *net.UnixListener) error {
 		select {
 		case s.next <- a:
 		default:
-			s.handlers.Add(1)
-			s.liveHandlers.Add(1)
-			go s.handler(a)
+			s.workers.Add(1)
+			s.liveWorkers.Add(1)
+			go s.worker(a)
 		}
 		s.mu.Unlock()
 	}
 }
 
-// handler serves a, then each connection handed to it while it waits
-// (maxIdleHandlers, handlerIdle).
-func (s *Server) handler(a accepted) {
-	defer s.handlers.Done()
-	defer s.liveHandlers.Add(-1)
+// worker serves a, then each connection handed to it while it waits
+// (maxIdleWorkers, workerIdle).
+func (s *Server) worker(a accepted) {
+	defer s.workers.Done()
+	defer s.liveWorkers.Add(-1)
 	bufs := connBufs{buf: make([]byte, ipc.HeaderSize+ipc.MaxPayload), out: make([]byte, 0, 256)}
 	var idle *time.Timer
 	for {
 		s.serveConn(a.c, a.cred, &bufs)
-		if s.idleHandlers.Add(1) > maxIdleHandlers {
-			s.idleHandlers.Add(-1)
+		if s.idleWorkers.Add(1) > maxIdleWorkers {
+			s.idleWorkers.Add(-1)
 			return
 		}
 		if idle == nil {
-			idle = time.NewTimer(handlerIdle)
+			idle = time.NewTimer(workerIdle)
 		} else {
-			idle.Reset(handlerIdle)
+			idle.Reset(workerIdle)
 		}
 		select {
 		case a = <-s.next:
-			s.idleHandlers.Add(-1)
+			s.idleWorkers.Add(-1)
 			idle.Stop()
 		case <-idle.C:
-			s.idleHandlers.Add(-1)
+			s.idleWorkers.Add(-1)
 			return
 		case <-s.quit:
-			s.idleHandlers.Add(-1)
+			s.idleWorkers.Add(-1)
 			return
 		}
 	}
 }
 
-// Close stops accepting, closes every connection and waits for handlers.
+// Close stops accepting, closes every connection and waits for the workers.
 func (s *Server) Close() {
 	s.mu.Lock()
 	already := s.closed
@@ -228,30 +224,7 @@ func (s *Server) Close() {
 	}
 	s.mu.Unlock()
 	s.wg.Wait()
-	s.handlers.Wait()
-}
-
-// connBufs are a handler's buffers, used by one connection at a time.
-type connBufs struct {
-	buf []byte // HeaderSize+MaxPayload
-	out []byte
-}
-
-// maxKeptOut bounds the reply buffer a handler keeps between connections
-// (a STATUS reply may have grown it).
-const maxKeptOut = 64 << 10
-
-type conn struct {
-	c       *net.UnixConn
-	cred    *unix.Ucred
-	buf     []byte // HeaderSize+MaxPayload
-	start   int    // unread data is buf[start:end]
-	end     int
-	out     []byte
-	session string // session attached on this connection
-
-	idleArmed time.Time // when the idle deadline was last set
-	partial   bool      // the frame deadline (not the idle one) is armed
+	s.workers.Wait()
 }
 
 func peerCred(c *net.UnixConn) (*unix.Ucred, error) {
@@ -268,221 +241,4 @@ func peerCred(c *net.UnixConn) (*unix.Ucred, error) {
 		return nil, err
 	}
 	return cred, cerr
-}
-
-func (s *Server) serveConn(c *net.UnixConn, cred *unix.Ucred, bufs *connBufs) {
-	cc := &conn{c: c, cred: cred, buf: bufs.buf, out: bufs.out[:0]}
-	defer func() {
-		if cap(cc.out) <= maxKeptOut {
-			bufs.out = cc.out[:0]
-		}
-		c.Close()
-		s.mu.Lock()
-		delete(s.conns, c)
-		if s.perUID[cred.Uid]--; s.perUID[cred.Uid] <= 0 {
-			delete(s.perUID, cred.Uid)
-		}
-		s.mu.Unlock()
-		s.wg.Done()
-	}()
-	for {
-		t, payload, err := cc.readFrame()
-		if err != nil {
-			if errors.Is(err, ipc.ErrVersion) {
-				cc.writeError(ipc.CodeVersion, err.Error())
-			} else if errors.Is(err, ipc.ErrMalformed) {
-				cc.writeError(ipc.CodeBadRequest, err.Error())
-			}
-			if errors.Is(err, ipc.ErrMalformed) || errors.Is(err, ipc.ErrVersion) {
-				s.opt.Log.Debug("ipc: closing connection after a bad frame", "pid", cred.Pid, "err", err)
-			}
-			return
-		}
-		begin := time.Now()
-		req, err := ipc.ParseRequest(t, payload)
-		if err != nil {
-			cc.writeError(ipc.CodeBadRequest, err.Error())
-			s.opt.Log.Debug("ipc: closing connection after a bad payload", "pid", cred.Pid, "err", err)
-			return
-		}
-		if err := s.handle(cc, req); err != nil {
-			return
-		}
-		if s.opt.Observe != nil {
-			s.opt.Observe(t, time.Since(begin).Seconds())
-		}
-	}
-}
-
-// readFrame returns the next whole frame; the header is checked as soon as
-// it arrives, so an oversized length is refused before its payload is read.
-func (cc *conn) readFrame() (ipc.Type, []byte, error) {
-	if cc.start == cc.end {
-		cc.start, cc.end = 0, 0
-	}
-	var first time.Time
-	need := ipc.HeaderSize
-	var hdr ipc.Header
-	haveHdr := false
-	for {
-		avail := cc.end - cc.start
-		if !haveHdr && avail >= ipc.HeaderSize {
-			h, err := ipc.ParseHeader(cc.buf[cc.start : cc.start+ipc.HeaderSize])
-			if err != nil {
-				return 0, nil, err
-			}
-			hdr, haveHdr = h, true
-			need = ipc.HeaderSize + h.Length
-		}
-		if haveHdr && avail >= need {
-			p := cc.buf[cc.start+ipc.HeaderSize : cc.start+need]
-			cc.start += need
-			return hdr.Type, p, nil
-		}
-		if cc.start > 0 && cc.start+need > len(cc.buf) {
-			copy(cc.buf, cc.buf[cc.start:cc.end])
-			cc.end -= cc.start
-			cc.start = 0
-		}
-		if avail == 0 {
-			// Re-arm the idle deadline at most once a second: a busy
-			// connection does not pay for a timer update per request.
-			now := time.Now()
-			if cc.partial || now.Sub(cc.idleArmed) > time.Second {
-				if err := cc.c.SetReadDeadline(now.Add(IdleTimeout)); err != nil {
-					return 0, nil, err
-				}
-				cc.idleArmed, cc.partial = now, false
-			}
-		} else if !cc.partial {
-			if first.IsZero() {
-				first = time.Now()
-			}
-			if err := cc.c.SetReadDeadline(first.Add(FrameTimeout)); err != nil {
-				return 0, nil, err
-			}
-			cc.partial = true
-		}
-		n, err := cc.c.Read(cc.buf[cc.end:])
-		if n > 0 {
-			if avail == 0 {
-				first = time.Now()
-			}
-			cc.end += n
-			continue
-		}
-		if err != nil {
-			return 0, nil, err
-		}
-	}
-}
-
-func (cc *conn) write(b []byte) error {
-	cc.c.SetWriteDeadline(time.Now().Add(FrameTimeout))
-	_, err := cc.c.Write(b)
-	return err
-}
-
-func (cc *conn) writeError(code uint32, msg string) error {
-	cc.out = ipc.AppendError(cc.out[:0], code, msg)
-	return cc.write(cc.out)
-}
-
-func (s *Server) tokenOK(tok []byte) bool {
-	if !s.opt.TokenRequired {
-		return true
-	}
-	sum := sha256.Sum256(tok)
-	return subtle.ConstantTimeCompare(sum[:], s.token[:]) == 1
-}
-
-func codeFor(err error) uint32 {
-	switch {
-	case errors.Is(err, api.ErrNotFound):
-		return ipc.CodeUnknown
-	case errors.Is(err, session.ErrNotPermitted):
-		return ipc.CodeNotPermitted
-	case errors.Is(err, ledger.ErrNoSlot):
-		return ipc.CodeNoSlot
-	case errors.Is(err, session.ErrNoSession):
-		return ipc.CodeNoSession
-	default:
-		return ipc.CodeInternal
-	}
-}
-
-// handler answers one request type; a returned error closes the connection.
-type handler func(s *Server, cc *conn, req ipc.Request) error
-
-// handlers maps each request type to its handler. A new request type is a
-// new entry (a file may add its own in an init function).
-var handlers = map[ipc.Type]handler{
-	ipc.TypePing:   (*Server).handlePing,
-	ipc.TypeAttach: (*Server).handleAttach,
-	ipc.TypeDetach: (*Server).handleDetach,
-	ipc.TypeStatus: (*Server).handleStatus,
-	ipc.TypeView:   (*Server).handleView,
-}
-
-// handle answers one request. A returned error closes the connection.
-func (s *Server) handle(cc *conn, req ipc.Request) error {
-	if h, ok := handlers[req.Type]; ok {
-		return h(s, cc, req)
-	}
-	return cc.writeError(ipc.CodeBadRequest, "not a request")
-}
-
-func (s *Server) handlePing(cc *conn, req ipc.Request) error {
-	cc.out = ipc.AppendFrame(cc.out[:0], ipc.TypePong, req.Ping)
-	return cc.write(cc.out)
-}
-
-func (s *Server) handleAttach(cc *conn, req ipc.Request) error {
-	if !s.tokenOK(req.Token) {
-		s.opt.Log.Warn("ipc: attach with a bad token", "pid", cc.cred.Pid, "uid", cc.cred.Uid)
-		return cc.writeError(ipc.CodeBadToken, "bad or missing token")
-	}
-	id := string(req.Session)
-	a, err := s.m.Attach(id, cc.cred.Uid, uint32(cc.cred.Pid))
-	if err != nil {
-		s.opt.Log.Info("ipc: attach refused", "session", id, "pid", cc.cred.Pid, "uid", cc.cred.Uid, "err", err)
-		return cc.writeError(codeFor(err), err.Error())
-	}
-	defer a.Close()
-	cc.session = a.Session
-	cc.out = ipc.AppendAttachOK(cc.out[:0], uint32(a.Slot), uint32(a.NGPUs), a.Generation)
-	oob := unix.UnixRights(a.Limits, a.Counters)
-	cc.c.SetWriteDeadline(time.Now().Add(FrameTimeout))
-	_, _, err = cc.c.WriteMsgUnix(cc.out, oob, nil)
-	return err
-}
-
-func (s *Server) handleDetach(cc *conn, req ipc.Request) error {
-	if err := s.m.Detach(cc.session, int(req.Slot), uint32(cc.cred.Pid)); err != nil {
-		return cc.writeError(codeFor(err), err.Error())
-	}
-	cc.out = ipc.AppendFrame(cc.out[:0], ipc.TypeOK, nil)
-	return cc.write(cc.out)
-}
-
-func (s *Server) handleStatus(cc *conn, req ipc.Request) error {
-	if !s.tokenOK(req.Token) {
-		return cc.writeError(ipc.CodeBadToken, "bad or missing token")
-	}
-	id := string(req.Session)
-	if err := s.m.CheckOwner(id, cc.cred.Uid); err != nil {
-		return s.refuseRead(cc, err)
-	}
-	v, err := s.m.Get(id)
-	if err != nil {
-		return s.refuseRead(cc, err)
-	}
-	b, err := json.Marshal(v)
-	if err != nil || len(b) > ipc.MaxPayload {
-		// Too many processes to fit a frame: drop the process list.
-		v.Processes = nil
-		b, _ = json.Marshal(v)
-	}
-	cc.out = ipc.AppendFrame(cc.out[:0], ipc.TypeStatusOK, b)
-	return cc.write(cc.out)
 }

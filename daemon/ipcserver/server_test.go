@@ -136,28 +136,28 @@ func waitFor(cond func() bool) bool {
 	return cond()
 }
 
-// TestHandlerServesTheNextConnection: one connection after another is
+// TestWorkerServesTheNextConnection: one connection after another is
 // served by one goroutine, which waits for the next.
-func TestHandlerServesTheNextConnection(t *testing.T) {
+func TestWorkerServesTheNextConnection(t *testing.T) {
 	sock, _, srv := startServerSrv(t)
 	for i := 0; i < 20; i++ {
 		rawPings(t, sock, 1)
-		if !waitFor(func() bool { return srv.idleHandlers.Load() == 1 }) {
-			t.Fatalf("connection %d: %d handlers wait, want 1", i, srv.idleHandlers.Load())
+		if !waitFor(func() bool { return srv.idleWorkers.Load() == 1 }) {
+			t.Fatalf("connection %d: %d workers wait, want 1", i, srv.idleWorkers.Load())
 		}
 	}
-	if n := srv.liveHandlers.Load(); n != 1 {
-		t.Fatalf("%d handler goroutines after 20 connections one at a time, want 1", n)
+	if n := srv.liveWorkers.Load(); n != 1 {
+		t.Fatalf("%d workers after 20 connections one at a time, want 1", n)
 	}
 }
 
-// TestBusyHandlersDelayNoConnection: connections held open by a client
-// that sends nothing keep their handlers; a new connection gets a new one
-// and is answered. Once they close, at most maxIdleHandlers stay to wait,
+// TestBusyWorkersDelayNoConnection: connections held open by a client
+// that sends nothing keep their workers; a new connection gets a new one
+// and is answered. Once they close, at most maxIdleWorkers stay to wait,
 // and Close ends them all.
-func TestBusyHandlersDelayNoConnection(t *testing.T) {
+func TestBusyWorkersDelayNoConnection(t *testing.T) {
 	sock, _, srv := startServerSrv(t)
-	const held = maxIdleHandlers + 8
+	const held = maxIdleWorkers + 8
 	var fds []int
 	for i := 0; i < held; i++ {
 		fd, err := unix.Socket(unix.AF_UNIX, unix.SOCK_STREAM, 0)
@@ -169,20 +169,20 @@ func TestBusyHandlersDelayNoConnection(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if !waitFor(func() bool { return srv.liveHandlers.Load() == held }) {
-		t.Fatalf("%d handlers for %d open connections", srv.liveHandlers.Load(), held)
+	if !waitFor(func() bool { return srv.liveWorkers.Load() == held }) {
+		t.Fatalf("%d workers for %d open connections", srv.liveWorkers.Load(), held)
 	}
 	rawPings(t, sock, 3)
 	for _, fd := range fds {
 		unix.Close(fd)
 	}
 	if !waitFor(func() bool {
-		return srv.liveHandlers.Load() == maxIdleHandlers && srv.idleHandlers.Load() == maxIdleHandlers
+		return srv.liveWorkers.Load() == maxIdleWorkers && srv.idleWorkers.Load() == maxIdleWorkers
 	}) {
-		t.Fatalf("after every connection closed: %d handlers, %d waiting; want %d", srv.liveHandlers.Load(), srv.idleHandlers.Load(), maxIdleHandlers)
+		t.Fatalf("after every connection closed: %d workers, %d waiting; want %d", srv.liveWorkers.Load(), srv.idleWorkers.Load(), maxIdleWorkers)
 	}
 	srv.Close()
-	if n := srv.liveHandlers.Load(); n != 0 {
-		t.Fatalf("%d handlers still running after Close", n)
+	if n := srv.liveWorkers.Load(); n != 0 {
+		t.Fatalf("%d workers still running after Close", n)
 	}
 }
