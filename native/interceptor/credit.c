@@ -1,22 +1,16 @@
 /*
  * The slow side of charging (credit.h has the fast side; docs/ledger.md
  * "Credit" the protocol): which stripe a thread owns, the exact path on
- * gpu[g].used, taking every thread's credit back before a denial, giving
- * it back at thread exit, and what the session really holds (for the
- * memory queries).
+ * gpu[g].used, and giving the credit back at thread exit. Taking every
+ * thread's credit back before a denial, and what the session really
+ * holds, are in credit_take.c.
  */
 #include <linux/membarrier.h>
 #include <pthread.h>
-#include <sched.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
 #include "gs.h"
-
-/* How long a taker (of credit here, of a pointer-table front in front.c)
- * waits for an owner inside an update, or for another taker, before it
- * leaves that stripe or front alone: rounds of sched_yield. */
-#define GS_TAKE_SPINS 20000
 
 static pthread_key_t exit_key;
 static pthread_once_t exit_once = PTHREAD_ONCE_INIT;
@@ -120,38 +114,6 @@ static void thread_exit(void *arg)
 	__atomic_store_n(&s->owner, 0, __ATOMIC_RELEASE);
 }
 
-/* The slots worth reading: those ever claimed (slot_hwm), at most nslots. */
-static uint32_t scan_slots(struct gs_counters_hdr *hdr)
-{
-	uint32_t n = __atomic_load_n(&hdr->nslots, __ATOMIC_RELAXED);
-	uint32_t hwm = __atomic_load_n(&hdr->slot_hwm, __ATOMIC_ACQUIRE);
-	return hwm < n ? hwm : n;
-}
-
-/* The first slot from i (below n) that may keep credit: marked in the
- * credit map, or past what the map covers; n when there is none. */
-static uint32_t next_credit_slot(const struct gs_counters_hdr *hdr, uint32_t i, uint32_t n)
-{
-	const uint64_t *map = GS_CREDIT_MAP(hdr);
-	while (i < n && i < GS_CREDIT_MAP_SLOTS) {
-		uint64_t w = __atomic_load_n(&map[i / 64], __ATOMIC_ACQUIRE) >> (i % 64);
-		if (w != 0)
-			return i + (uint32_t)__builtin_ctzll(w);
-		i = (i | 63) + 1;
-	}
-	return i < n ? i : n;
-}
-
-#define FOR_CREDIT_SLOTS(hdr, i, n) \
-	for (uint32_t i = next_credit_slot(hdr, 0, n); i < (n); i = next_credit_slot(hdr, i + 1, n))
-
-/* The owned stripes of slot sl that have an owner (only those keep credit:
- * an owner gives its credit back before its bit is cleared). */
-static uint32_t owned_of(const struct gs_slot *sl)
-{
-	return __atomic_load_n(&sl->owned, __ATOMIC_ACQUIRE) & ((1u << GS_SLOT_OWNED) - 1);
-}
-
 static void raise_peak(struct gs_counter_gpu *c, uint64_t now)
 {
 	uint64_t peak = __atomic_load_n(&c->peak, __ATOMIC_RELAXED);
@@ -210,117 +172,13 @@ static int reserve_exact(int g, uint64_t n, int claim)
 	return 0;
 }
 
-/* Wait (bounded) until *w is 0; 1 when it is. */
-int gs_wait_zero32(const uint32_t *w)
-{
-	for (int i = 0; i < GS_TAKE_SPINS; i++) {
-		if (__atomic_load_n(w, __ATOMIC_ACQUIRE) == 0)
-			return 1;
-		sched_yield();
-	}
-	return 0;
-}
-
-static int wait_zero64(const uint64_t *w)
-{
-	for (int i = 0; i < GS_TAKE_SPINS; i++) {
-		if (__atomic_load_n(w, __ATOMIC_ACQUIRE) == 0)
-			return 1;
-		sched_yield();
-	}
-	return 0;
-}
-
-static uint64_t stripe_credit(const struct gs_slot_stripe *s, uint32_t g)
-{
-	uint64_t c = __atomic_load_n(&s->lease[g], __ATOMIC_RELAXED) -
-		     __atomic_load_n(&s->held[g], __ATOMIC_RELAXED);
-	return c > INT64_MAX ? 0 : c;
-}
-
-static int has_credit(const struct gs_slot_stripe *s)
-{
-	for (uint32_t g = 0; g < gs.ngpus; g++)
-		if (stripe_credit(s, g) != 0)
-			return 1;
-	return 0;
-}
-
-/*
- * Take back the credit of every owned stripe of every slot of the session
- * (this thread's included), on every GPU: mark each stripe that keeps some
- * (revoke = our tid), one membarrier, then per marked stripe wait for its
- * owner to leave any update, move its credit back to used, unmark. Stripes
- * another taker has marked are waited for, so that what it gives back is
- * in used when this returns.
- */
-static void take_all_credit(void)
-{
-	struct gs_counters_hdr *hdr = gs.ctr;
-	uint32_t nslots = scan_slots(hdr);
-	uint64_t me = my_tid();
-	unsigned marked = 0, others = 0;
-	FOR_CREDIT_SLOTS(hdr, i, nslots) {
-		struct gs_slot *sl = GS_SLOT_AT(hdr, i); /* a free slot keeps nothing */
-		for (uint32_t m = owned_of(sl); m != 0; m &= m - 1) {
-			struct gs_slot_stripe *s = &sl->stripe[__builtin_ctz(m)];
-			if (!has_credit(s))
-				continue;
-			uint64_t zero = 0;
-			if (__atomic_compare_exchange_n(&s->revoke, &zero, me, 0, __ATOMIC_ACQ_REL,
-							__ATOMIC_RELAXED))
-				marked++;
-			else
-				others++;
-		}
-	}
-	if (marked == 0 && others == 0)
-		return;
-	if (marked != 0 && gs_membarrier(MEMBARRIER_CMD_GLOBAL_EXPEDITED) != 0 &&
-	    gs_membarrier(MEMBARRIER_CMD_GLOBAL) != 0) {
-		/* cannot order the owners' updates: take nothing */
-		gs_debug("membarrier failed; credit not taken back");
-		FOR_CREDIT_SLOTS(hdr, i, nslots)
-			for (unsigned k = 0; k < GS_SLOT_OWNED; k++) {
-				uint64_t *rv = &GS_SLOT_AT(hdr, i)->stripe[k].revoke;
-				if (__atomic_load_n(rv, __ATOMIC_RELAXED) == me)
-					__atomic_store_n(rv, 0, __ATOMIC_RELEASE);
-			}
-		return;
-	}
-	FOR_CREDIT_SLOTS(hdr, i, nslots) {
-		struct gs_slot *sl = GS_SLOT_AT(hdr, i);
-		for (unsigned k = 0; k < GS_SLOT_OWNED; k++) {
-			struct gs_slot_stripe *s = &sl->stripe[k];
-			uint64_t rv = __atomic_load_n(&s->revoke, __ATOMIC_ACQUIRE);
-			if (rv == 0)
-				continue;
-			if (rv != me) {
-				wait_zero64(&s->revoke); /* another taker; bounded */
-				continue;
-			}
-			if (gs_wait_zero32(&s->busy)) {
-				for (uint32_t g = 0; g < gs.ngpus; g++) {
-					uint64_t h = __atomic_load_n(&s->held[g], __ATOMIC_ACQUIRE);
-					uint64_t c = __atomic_load_n(&s->lease[g], __ATOMIC_ACQUIRE) - h;
-					if (c == 0 || c > INT64_MAX)
-						continue;
-					__atomic_store_n(&s->lease[g], h, __ATOMIC_RELEASE);
-					gs_sub_floor(&hdr->gpu[g].used, c, __ATOMIC_RELEASE);
-				}
-			}
-			__atomic_store_n(&s->revoke, 0, __ATOMIC_RELEASE);
-		}
-	}
-}
-
 static int reserve(int g, uint64_t n, int claim)
 {
 	refresh_caps();
 	if (reserve_exact(g, n, claim) == 0)
 		return 0;
 	if (gs.credit_ok) {
-		take_all_credit();
+		gs_take_all_credit();
 		if (reserve_exact(g, n, claim) == 0)
 			return 0;
 	}
@@ -392,20 +250,4 @@ void gs_charge_force(int g, uint64_t n)
 	__atomic_fetch_add(&sh->lease[g], n, __ATOMIC_RELAXED);
 	__atomic_fetch_add(&sh->held[g], n, __ATOMIC_RELAXED);
 	raise_peak(c, now);
-}
-
-/* What the session really holds on ledger GPU g: used less the credit
- * every owned stripe of every slot keeps. */
-uint64_t gs_real_used(int g)
-{
-	struct gs_counters_hdr *hdr = gs.ctr;
-	uint64_t used = __atomic_load_n(&hdr->gpu[g].used, __ATOMIC_ACQUIRE);
-	uint64_t credit = 0;
-	uint32_t nslots = scan_slots(hdr);
-	FOR_CREDIT_SLOTS(hdr, i, nslots) {
-		struct gs_slot *sl = GS_SLOT_AT(hdr, i); /* a free slot keeps nothing */
-		for (uint32_t m = owned_of(sl); m != 0; m &= m - 1)
-			credit += stripe_credit(&sl->stripe[__builtin_ctz(m)], (uint32_t)g);
-	}
-	return used > credit ? used - credit : 0;
 }

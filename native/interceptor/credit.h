@@ -28,6 +28,7 @@ uint64_t gs_real_used(int g);
 void gs_credit_attach(void);
 long gs_membarrier(int cmd);
 int gs_wait_zero32(const uint32_t *w); /* bounded wait until *w is 0: 1 when it is */
+void gs_take_all_credit(void);         /* every thread's credit back to used (credit_take.c) */
 
 /* This thread's own stripe, NULL when it has none (it then uses the
  * shared stripe, exactly). A thread-local load and a compare. */
