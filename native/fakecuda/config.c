@@ -139,8 +139,6 @@ static uint64_t splitmix64(uint64_t *x)
 	return z ^ (z >> 31);
 }
 
-void fc_uuid_format(const uint8_t b[16], char out[48]) { gpu_uuid_format(b, out, 48); }
-
 void fc_uuid_for_index(unsigned i, uint8_t bytes[16], char out[48])
 {
 	uint64_t seed = 0x66616b6563756461ULL + i;
@@ -151,5 +149,5 @@ void fc_uuid_for_index(unsigned i, uint8_t bytes[16], char out[48])
 	}
 	bytes[6] = (uint8_t)((bytes[6] & 0x0f) | 0x40);
 	bytes[8] = (uint8_t)((bytes[8] & 0x3f) | 0x80);
-	fc_uuid_format(bytes, out);
+	gpu_uuid_format(bytes, out, 48);
 }

@@ -43,7 +43,6 @@ int fc_config_load(struct fc_config *cfg);
 int fc_parse_devices(const char *s, struct fc_config *cfg);
 /* Formats "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx" for physical index i. */
 void fc_uuid_for_index(unsigned i, uint8_t bytes[16], char out[48]);
-void fc_uuid_format(const uint8_t bytes[16], char out[48]);
 
 /* ------------------------------------------------------------------ */
 /* node-wide state in /dev/shm (state.c)                               */

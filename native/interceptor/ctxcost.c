@@ -39,6 +39,7 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+#include "gpu_uuid.h"
 #include "gs.h"
 
 #define GS_MAX_CTX 256
@@ -91,7 +92,7 @@ static int own_usage(CUdevice dev, uint64_t *out)
 	if (getuuid(&id, dev) != CUDA_SUCCESS)
 		return -1;
 	char uuid[GS_UUID_LEN];
-	gs_uuid_format((const unsigned char *)id.bytes, uuid);
+	gpu_uuid_format((const unsigned char *)id.bytes, uuid, sizeof uuid);
 	nvmlDevice_t h;
 	if (byuuid(uuid, &h) != NVML_SUCCESS)
 		return -1;

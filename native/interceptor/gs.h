@@ -299,6 +299,5 @@ void gs_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 	} while (0)
 
 /* ---- misc ---- */
-void gs_uuid_format(const unsigned char bytes[16], char out[GS_UUID_LEN]);
 
 #endif

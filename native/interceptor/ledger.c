@@ -6,6 +6,7 @@
  */
 #include <string.h>
 
+#include "gpu_uuid.h"
 #include "gs.h"
 
 static unsigned char warned[GS_MAX_ORDINALS + 1];
@@ -37,7 +38,7 @@ int gs_dev_lookup_slow(int dev)
 		return GS_MAP_NONE; /* not cached: the device may not exist */
 	}
 	char uuid[GS_UUID_LEN];
-	gs_uuid_format((const unsigned char *)id.bytes, uuid);
+	gpu_uuid_format((const unsigned char *)id.bytes, uuid, sizeof uuid);
 	int g = gs_uuid_to_gpu(uuid);
 	unsigned w = (unsigned)dev < GS_MAX_ORDINALS ? (unsigned)dev : GS_MAX_ORDINALS;
 	if (g == GS_MAP_NONE && !__atomic_exchange_n(&warned[w], 1, __ATOMIC_RELAXED))

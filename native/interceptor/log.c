@@ -4,7 +4,6 @@
 #include <stdio.h>
 #include <unistd.h>
 
-#include "gpu_uuid.h"
 #include "gs.h"
 
 int gs_debug_on;
@@ -36,5 +35,3 @@ void gs_log(const char *fmt, ...)
 	}
 	errno = saved;
 }
-
-void gs_uuid_format(const unsigned char b[16], char out[GS_UUID_LEN]) { gpu_uuid_format(b, out, GS_UUID_LEN); }
