@@ -48,26 +48,21 @@ static uint32_t owned_of(const struct gs_slot *sl)
 	return __atomic_load_n(&sl->owned, __ATOMIC_ACQUIRE) & ((1u << GS_SLOT_OWNED) - 1);
 }
 
-/* Wait (bounded) until *w is 0; 1 when it is. */
-int gs_wait_zero32(const uint32_t *w)
+/* Wait (bounded) until the 32-bit (wide: 64-bit) word at w is 0; 1 when
+ * it is. */
+static int wait_zero(const void *w, int wide)
 {
 	for (int i = 0; i < GS_TAKE_SPINS; i++) {
-		if (__atomic_load_n(w, __ATOMIC_ACQUIRE) == 0)
+		uint64_t v = wide ? __atomic_load_n((const uint64_t *)w, __ATOMIC_ACQUIRE)
+				  : __atomic_load_n((const uint32_t *)w, __ATOMIC_ACQUIRE);
+		if (v == 0)
 			return 1;
 		sched_yield();
 	}
 	return 0;
 }
 
-static int wait_zero64(const uint64_t *w)
-{
-	for (int i = 0; i < GS_TAKE_SPINS; i++) {
-		if (__atomic_load_n(w, __ATOMIC_ACQUIRE) == 0)
-			return 1;
-		sched_yield();
-	}
-	return 0;
-}
+int gs_wait_zero32(const uint32_t *w) { return wait_zero(w, 0); }
 
 static uint64_t stripe_credit(const struct gs_slot_stripe *s, uint32_t g)
 {
@@ -134,7 +129,7 @@ void gs_take_all_credit(void)
 			if (rv == 0)
 				continue;
 			if (rv != me) {
-				wait_zero64(&s->revoke); /* another taker; bounded */
+				wait_zero(&s->revoke, 1); /* another taker; bounded */
 				continue;
 			}
 			if (gs_wait_zero32(&s->busy)) {
