@@ -60,7 +60,7 @@ func TestLintAndValues(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The files own the attachment's fds from here (they close them).
-	lim, ctr := os.NewFile(uintptr(a.Limits), "limits"), os.NewFile(uintptr(a.Counters), "counters")
+	lim, ctr := ledger.FilesOf(a.Limits, a.Counters)
 	defer lim.Close()
 	defer ctr.Close()
 	l, err := ledger.Map(lim, ctr)

@@ -255,7 +255,7 @@ func TestRestoreRecreatesCorruptLedgerAndKeepsPeak(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	lim, ctr := os.NewFile(uintptr(a.Limits), "limits"), os.NewFile(uintptr(a.Counters), "counters")
+	lim, ctr := ledger.FilesOf(a.Limits, a.Counters)
 	l, err := ledger.Map(lim, ctr)
 	if err != nil {
 		t.Fatal(err)

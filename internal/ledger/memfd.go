@@ -323,9 +323,15 @@ func (l *Ledger) Files() (limits, counters *os.File) {
 		if err != nil {
 			return nil, nil
 		}
-		l.limFile, l.ctrFile = os.NewFile(uintptr(lim), "limits"), os.NewFile(uintptr(ctr), "counters")
+		l.limFile, l.ctrFile = FilesOf(lim, ctr)
 	}
 	return l.limFile, l.ctrFile
+}
+
+// FilesOf wraps a ledger's fds (OpenFiles, or an attachment's) as files,
+// which then own them.
+func FilesOf(limits, counters int) (*os.File, *os.File) {
+	return os.NewFile(uintptr(limits), "limits"), os.NewFile(uintptr(counters), "counters")
 }
 
 // OpenFiles returns new fds for an attaching client (limits O_RDONLY,

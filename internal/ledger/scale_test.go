@@ -68,7 +68,7 @@ func TestIdleLedgerIsTwoPagesAndNoFD(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	lf, cf := os.NewFile(uintptr(lfd), "limits"), os.NewFile(uintptr(cfd), "counters")
+	lf, cf := FilesOf(lfd, cfd)
 	defer lf.Close()
 	defer cf.Close()
 	c, err := Map(lf, cf)
