@@ -29,7 +29,10 @@ func (m *Manager) rebaseIfIdleLocked(s *Session) {
 	}
 }
 
-// onExit is the watcher's callback: a watched process died.
+// onExit is the watcher's callback: a watched process died. The kernel
+// said so (its pidfd is readable only once every thread of the process
+// has exited, a zombie leader whose other threads run has not), so /proc
+// is not asked again.
 func (m *Manager) onExit(k reclaim.Key) {
 	m.mu.RLock()
 	s, ok := m.sessions[k.Session]
@@ -44,11 +47,6 @@ func (m *Manager) onExit(k reclaim.Key) {
 	}
 	sl := s.led.Slot(k.Slot)
 	if sl.State != ledger.SlotAttached || sl.PID != k.PID || sl.StartTime != k.StartTime {
-		return
-	}
-	if reclaim.Alive(k.PID, k.StartTime) {
-		// Not an exit (a pidfd exits only once a process has): keep its
-		// bytes; the sweep reclaims it when it really goes.
 		return
 	}
 	m.reclaimSlotLocked(s, k.Slot)
