@@ -43,10 +43,15 @@ func allocMore(o options, d *daemon, r *results) {
 		r.set("throughput_ratio_8threads_1core_min", lo)
 		r.set("throughput_ratio_8threads_1core_max", hi)
 	}
-	if n, err := callgrindAdded(o, env); err != nil {
+	if bare, n, err := callgrindAdded(o, env); err != nil {
 		r.fail("alloc_free_added_instructions", err)
+		r.fail("throughput_ratio_instruction_bound", err)
 	} else {
 		r.set("alloc_free_added_instructions", n)
+		r.set("alloc_free_bare_instructions", bare)
+		// Where no cache line is contended, throughput follows the
+		// instructions: what the 8-thread ratios can reach.
+		r.set("throughput_ratio_instruction_bound", bare/(bare+n))
 	}
 }
 
@@ -99,13 +104,15 @@ func oneCoreRatio(o options, env allocEnv) (lo, med, hi float64, err error) {
 
 var collected = regexp.MustCompile(`Collected : (\d+)`)
 
-// callgrindAdded: instructions per pair with minus without the
-// interceptor, from two run lengths each (the difference cancels start-up
-// and attach): ((with(n2) - with(n1)) - (without(n2) - without(n1))) / (n2 - n1).
-func callgrindAdded(o options, env allocEnv) (float64, error) {
+// callgrindAdded: instructions per pair without the interceptor (bare:
+// fakecuda's own), and with minus without, from two run lengths each (the
+// difference cancels start-up and attach):
+// bare = (without(n2) - without(n1)) / (n2 - n1),
+// added = ((with(n2) - with(n1)) - (without(n2) - without(n1))) / (n2 - n1).
+func callgrindAdded(o options, env allocEnv) (bare, added float64, err error) {
 	vg, err := exec.LookPath("valgrind")
 	if err != nil {
-		return 0, fmt.Errorf("valgrind (apt-get install valgrind): %w", err)
+		return 0, 0, fmt.Errorf("valgrind (apt-get install valgrind): %w", err)
 	}
 	bin := filepath.Join(o.build, "examples", "alloc_bench")
 	count := func(e []string, iters int) (float64, error) {
@@ -130,10 +137,11 @@ func callgrindAdded(o options, env allocEnv) (float64, error) {
 		iters int
 	}{{env.without, n1}, {env.without, n2}, {env.with, n1}, {env.with, n2}} {
 		if v[i], err = count(c.e, c.iters); err != nil {
-			return 0, err
+			return 0, 0, err
 		}
 	}
-	return ((v[3] - v[2]) - (v[1] - v[0])) / (n2 - n1), nil
+	bare = (v[1] - v[0]) / (n2 - n1)
+	return bare, (v[3]-v[2])/(n2-n1) - bare, nil
 }
 
 // runProgram runs argv with env and returns what it printed; a failure

@@ -104,6 +104,7 @@ var targets = []struct {
 	{"alloc_free_added_instructions", "instructions added per alloc+free pair (callgrind, 1 thread)", true, 120, ""},
 	{"throughput_ratio_8threads", "alloc/free throughput with/without interceptor (8 threads, 1 MiB; median of paired rounds)", false, 0.95, ""},
 	{"throughput_ratio_8threads_1core", "  the same, all 8 threads pinned to one core", false, 0.95, ""},
+	{"throughput_ratio_instruction_bound", "  what the instruction counts allow: fakecuda's pair / (its pair + added), callgrind", false, 0.95, ""},
 	{"throughput_ratio_8threads_64mib", "  the same with 64 MiB allocations (fakecuda's mmap path)", false, 0.9, ""},
 	{"ipc_ping_p50_ratio", "IPC ping p50, gpusliced / reference echo server (same rounds)", true, 1.2, ""},
 	{"ipc_ping_p99_ratio", "  the same at p99", true, 1.2, ""},
