@@ -30,11 +30,7 @@ func benchTable(res map[string]any) string {
 	b.WriteString("| key | what | measured | target | |\n| --- | --- | --- | --- | --- |\n")
 	notes, _ := res["notes"].(map[string]any)
 	for _, t := range targets {
-		op := "≤"
-		if !t.le {
-			op = "≥"
-		}
-		target := fmt.Sprintf("%s %g%s", op, t.bound, t.unit)
+		target := t.text()
 		what := strings.TrimSpace(t.what)
 		v, ok := res[t.key].(float64)
 		if !ok {
@@ -46,7 +42,7 @@ func benchTable(res map[string]any) string {
 			continue
 		}
 		verdict := "meets"
-		if (t.le && v > t.bound) || (!t.le && v < t.bound) {
+		if !t.met(v) {
 			verdict = "**misses**"
 		}
 		fmt.Fprintf(&b, "| `%s` | %s | %.4g%s | %s | %s |\n", t.key, what, v, t.unit, target, verdict)

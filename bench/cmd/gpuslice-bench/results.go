@@ -94,12 +94,29 @@ func (r *results) write(path string) error {
 
 // targets from DESIGN.md (plus the 1 s bound on reclaim after kill -9):
 // key, description, comparison, bound.
-var targets = []struct {
+type target struct {
 	key, what string
 	le        bool
 	bound     float64
 	unit      string
-}{
+}
+
+// text is the target as the tables write it ("≤ 15ns").
+func (t target) text() string {
+	op := "≤"
+	if !t.le {
+		op = "≥"
+	}
+	return fmt.Sprintf("%s %g%s", op, t.bound, t.unit)
+}
+
+// met says whether v meets the target (only a value past the bound
+// misses it).
+func (t target) met(v float64) bool {
+	return !(t.le && v > t.bound || !t.le && v < t.bound)
+}
+
+var targets = []target{
 	{"alloc_free_added_ns_median", "interceptor cost per alloc+free pair (1 thread, 1 MiB; batches with and without it alternated in one process)", true, 15, "ns"},
 	{"alloc_free_added_instructions", "instructions added per alloc+free pair (callgrind, 1 thread)", true, 120, ""},
 	{"throughput_ratio_8threads", "alloc/free throughput with/without interceptor (8 threads, 1 MiB; median of paired rounds)", false, 0.95, ""},
@@ -131,18 +148,14 @@ var targets = []struct {
 func (r *results) print(w *os.File) {
 	fmt.Fprintf(w, "\n%-32s %-58s %12s %10s  %s\n", "key", "what", "measured", "target", "")
 	for _, t := range targets {
-		op := "≤"
-		if !t.le {
-			op = "≥"
-		}
-		target := fmt.Sprintf("%s %g%s", op, t.bound, t.unit)
+		target := t.text()
 		v, ok := r.values[t.key].(float64)
 		if !ok {
 			fmt.Fprintf(w, "%-32s %-58s %12s %10s  %s\n", t.key, t.what, "n/a", target, "NOT MEASURED: "+r.notes[t.key])
 			continue
 		}
 		verdict := "meets target"
-		if (t.le && v > t.bound) || (!t.le && v < t.bound) {
+		if !t.met(v) {
 			verdict = "MISSES target"
 		}
 		fmt.Fprintf(w, "%-32s %-58s %12s %10s  %s\n", t.key, t.what, fmt.Sprintf("%.3g%s", v, t.unit), target, verdict)
