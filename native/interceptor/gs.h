@@ -298,6 +298,4 @@ void gs_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 			gs_log(__VA_ARGS__); \
 	} while (0)
 
-/* ---- misc ---- */
-
 #endif
