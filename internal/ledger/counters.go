@@ -4,7 +4,10 @@ package ledger
 // file"): per ledger GPU what is used, charged, peaked, denied and
 // reclaimed, and the context cost the session's processes left.
 
-import "sync/atomic"
+import (
+	"runtime"
+	"sync/atomic"
+)
 
 func (l *Ledger) gpuCtr(g, field int) *uint64 {
 	return u64(l.ctr, CtrOffGPU+g*CtrGPUStride+field)
@@ -12,17 +15,38 @@ func (l *Ledger) gpuCtr(g, field int) *uint64 {
 
 // Used bytes on ledger GPU g: what the session's processes hold, exactly
 // (gpu[g].used less the credit their threads keep).
+//
+// used and the credit are read apart, and the daemon's Reclaim of a dead
+// process's slot changes them apart (the leases first, then used): a
+// reader between the two would count the dead process's credit as held.
+// So the reading is taken again while a slot is being reclaimed or used
+// changed under it (docs/ledger.md "Credit"). The daemon itself reclaims
+// under the session's lock and never races; the others (tests, clients)
+// may.
 func (l *Ledger) Used(g int) uint64 {
 	if c := l.frozen.Load(); c != nil {
 		return c.used[g] // an idle ledger: no thread keeps credit
 	}
-	raw := l.Charged(g)
-	c := l.Credit(g)
+	var raw, c uint64
+	for try := 0; try < usedTries; try++ {
+		raw = l.Charged(g)
+		var reclaiming bool
+		c, reclaiming = l.credit(g)
+		if !reclaiming && l.Charged(g) == raw {
+			break
+		}
+		runtime.Gosched()
+	}
 	if c >= raw {
 		return 0
 	}
 	return raw - c
 }
+
+// usedTries bounds Used's readings: a reclaim takes microseconds, so this
+// many only run out while the daemon is stopped in the middle of one; the
+// last reading stands then.
+const usedTries = 1000
 
 // Charged is gpu[g].used as stored: what is allocated plus the credit the
 // processes' threads keep (docs/ledger.md "Credit"); the CAS against the

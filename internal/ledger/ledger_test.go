@@ -354,3 +354,64 @@ func TestClaimAgainWithReusedPID(t *testing.T) {
 		t.Fatalf("after the older slot's reclaim, pid 500 attaching again = %d, %v; want slot %d", i, again, reused)
 	}
 }
+
+// A reader outside the daemon (a client mapping, as the tests and the
+// interceptor's queries have) never sees a dead process's credit as used
+// while the daemon reclaims its slot: Reclaim zeroes the stripes' leases
+// before it subtracts them from used, and a reader that took used before
+// and the credit after would count the credit as held.
+func TestUsedNotTornByReclaim(t *testing.T) {
+	const nslots = 512
+	d, err := Create(t.TempDir(), "s", testGPUs(), nslots+1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	c, err := Map(d.Files())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	const held, credit = 300, 200
+	other, _, _ := d.Claim(1, 1, 1)
+	if err := c.Reserve(other, 0, held); err != nil {
+		t.Fatal(err)
+	}
+	for round := 0; round < 100; round++ {
+		// Processes whose threads took credit (used and each lease grew
+		// together, nothing held) and then died.
+		slots := make([]int, nslots)
+		for k := range slots {
+			i, _, err := d.Claim(uint32(100+k), uint64(round), 1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			atomic.AddUint64(d.gpuCtr(0, CtrGPUOffUsed), credit)
+			atomic.AddUint64(d.lease(i, k%SlotOwned, 0), credit)
+			slots[k] = i
+		}
+		stop := make(chan struct{})
+		bad := make(chan uint64, 1)
+		go func() {
+			defer close(bad)
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				if u := c.Used(0); u != held {
+					bad <- u
+					return
+				}
+			}
+		}()
+		for _, i := range slots {
+			d.Reclaim(i)
+		}
+		close(stop)
+		if u, torn := <-bad; torn {
+			t.Fatalf("round %d: a client read used %d while slots holding only credit were reclaimed; want %d", round, u, held)
+		}
+	}
+}

@@ -56,17 +56,31 @@ func (l *Ledger) slotCredit(i, g int) uint64 {
 // nothing; the daemon reads only the slots it has handed out (their pages
 // alone are touched, initInUse), a client every slot.
 func (l *Ledger) Credit(g int) uint64 {
-	var sum uint64
+	c, _ := l.credit(g)
+	return c
+}
+
+// credit is Credit, and whether a slot was being reclaimed when its
+// credit had been read (its state is read after its leases: Reclaim
+// marks the slot before it exchanges them and frees it after used has
+// lost them).
+func (l *Ledger) credit(g int) (sum uint64, reclaiming bool) {
+	one := func(i int) {
+		sum += l.slotCredit(i, g)
+		if atomic.LoadUint32(u32(l.ctr, l.slot(i, SlotOffState))) == SlotReclaiming {
+			reclaiming = true
+		}
+	}
 	if l.inUse != nil {
 		for _, i := range l.InUse() {
-			sum += l.slotCredit(i, g)
+			one(i)
 		}
-		return sum
+		return sum, reclaiming
 	}
 	for i := 0; i < l.nslots; i++ {
-		sum += l.slotCredit(i, g)
+		one(i)
 	}
-	return sum
+	return sum, reclaiming
 }
 
 // Slot is a snapshot of one process slot.

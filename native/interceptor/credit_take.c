@@ -148,17 +148,30 @@ void gs_take_all_credit(void)
 }
 
 /* What the session really holds on ledger GPU g: used less the credit
- * every owned stripe of every slot keeps. */
+ * every owned stripe of every slot keeps. The daemon's reclaim of a dead
+ * process's slot takes its leases before it takes used down (and marks
+ * the slot reclaiming for that time): a reading across it would count
+ * the dead process's credit as held, so it is taken again (bounded; the
+ * last stands) while a slot is reclaiming or used moved under it. */
 uint64_t gs_real_used(int g)
 {
 	struct gs_counters_hdr *hdr = gs.ctr;
-	uint64_t used = __atomic_load_n(&hdr->gpu[g].used, __ATOMIC_ACQUIRE);
-	uint64_t credit = 0;
-	uint32_t nslots = scan_slots(hdr);
-	FOR_CREDIT_SLOTS(hdr, i, nslots) {
-		struct gs_slot *sl = GS_SLOT_AT(hdr, i); /* a free slot keeps nothing */
-		for (uint32_t m = owned_of(sl); m != 0; m &= m - 1)
-			credit += stripe_credit(&sl->stripe[__builtin_ctz(m)], (uint32_t)g);
+	uint64_t used = 0, credit = 0;
+	for (int try = 0; try < 64; try++) {
+		int reclaiming = 0;
+		used = __atomic_load_n(&hdr->gpu[g].used, __ATOMIC_ACQUIRE);
+		credit = 0;
+		uint32_t nslots = scan_slots(hdr);
+		FOR_CREDIT_SLOTS(hdr, i, nslots) {
+			struct gs_slot *sl = GS_SLOT_AT(hdr, i); /* a free slot keeps nothing */
+			for (uint32_t m = owned_of(sl); m != 0; m &= m - 1)
+				credit += stripe_credit(&sl->stripe[__builtin_ctz(m)], (uint32_t)g);
+			if (__atomic_load_n(&sl->state, __ATOMIC_ACQUIRE) == GS_SLOT_RECLAIMING)
+				reclaiming = 1;
+		}
+		if (!reclaiming && __atomic_load_n(&hdr->gpu[g].used, __ATOMIC_ACQUIRE) == used)
+			break;
+		sched_yield();
 	}
 	return used > credit ? used - credit : 0;
 }
