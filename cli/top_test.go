@@ -6,10 +6,8 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"os/user"
 	"path/filepath"
 	"regexp"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -75,21 +73,10 @@ func (p *tmuxPane) dead() bool {
 	return strings.TrimSpace(p.run("display-message", "-p", "-t", "0", "#{pane_dead}")) == "1"
 }
 
-// lookupUID returns the uid of a test user, creating the user (removed at
-// cleanup) when this machine does not have it yet.
+// lookupUID returns the uid of a test user (made when missing).
 func lookupUID(t *testing.T, name string) uint32 {
 	t.Helper()
-	u, err := user.Lookup(name)
-	if err != nil {
-		out, aerr := exec.Command("useradd", "--system", "--no-create-home", "--home-dir", "/nonexistent",
-			"--shell", "/usr/sbin/nologin", "--user-group", name).CombinedOutput()
-		if u, err = user.Lookup(name); err != nil {
-			t.Fatalf("test user %s: %v (useradd: %v %s)", name, err, aerr, out)
-		}
-		t.Cleanup(func() { exec.Command("userdel", name).Run() })
-	}
-	n, _ := strconv.Atoi(u.Uid)
-	return uint32(n)
+	return testenv.User(t, name).UID
 }
 
 // job3001Row: JOB USER GPUS QUOTA USED PEAK PROCS DENIED.

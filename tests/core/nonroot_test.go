@@ -3,9 +3,7 @@ package core
 import (
 	"os"
 	"os/exec"
-	"os/user"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -15,26 +13,6 @@ import (
 	"github.com/gpuslice/gpuslice/internal/testenv"
 	"github.com/gpuslice/gpuslice/tests/interceptor/probe"
 )
-
-// testUser makes sure a local user exists and returns its uid and gid.
-func testUser(t *testing.T, name string) (uint32, uint32) {
-	t.Helper()
-	if _, err := user.Lookup(name); err != nil {
-		out, err := exec.Command("useradd", "--no-create-home", "--shell", "/usr/sbin/nologin", name).CombinedOutput()
-		if err != nil {
-			if _, again := user.Lookup(name); again != nil {
-				t.Fatalf("useradd %s: %v\n%s", name, err, out)
-			}
-		}
-	}
-	u, err := user.Lookup(name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	uid, _ := strconv.Atoi(u.Uid)
-	gid, _ := strconv.Atoi(u.Gid)
-	return uint32(uid), uint32(gid)
-}
 
 // userCopy copies the libraries and the test programs a user's process
 // needs into a directory every user can read, so the build directory's own
@@ -76,8 +54,8 @@ func TestNonRootUserIsolation(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root to create users and switch to them")
 	}
-	uid1, gid1 := testUser(t, "gpuslicetest1")
-	uid2, _ := testUser(t, "gpuslicetest2")
+	u1, u2 := testenv.User(t, testenv.TestUser1), testenv.User(t, testenv.TestUser2)
+	uid1, gid1, uid2 := u1.UID, u1.GID, u2.UID
 	d := testenv.StartDaemon(t, testenv.DaemonOptions{})
 	mine := newSession(t, d, client.SessionRequest{UID: uid1, QuotaBytes: GiB})
 	rootS := newSession(t, d, client.SessionRequest{UID: 0, QuotaBytes: GiB})

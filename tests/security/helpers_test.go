@@ -12,7 +12,6 @@ import (
 	"net"
 	"os"
 	"os/exec"
-	"os/user"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -156,11 +155,8 @@ func stepd(t *testing.T, job string, env []string, asUser string, prog string, a
 	copyFile(t, "/bin/bash", bin, 0o755)
 	argv := []string{prog}
 	if asUser != "" {
-		u, err := user.Lookup(asUser)
-		if err != nil {
-			t.Fatalf("user %s: %v", asUser, err)
-		}
-		argv = []string{"setpriv", "--reuid=" + u.Uid, "--regid=" + u.Gid, "--clear-groups", prog}
+		u := testenv.User(t, asUser)
+		argv = []string{"setpriv", fmt.Sprintf("--reuid=%d", u.UID), fmt.Sprintf("--regid=%d", u.GID), "--clear-groups", prog}
 	}
 	argv = append(argv, args...)
 	cmd := exec.Command(bin, append([]string{"-c", `"$@" <&0 & wait $!`, "bash"}, argv...)...)
@@ -184,27 +180,17 @@ func copyFile(t *testing.T, from, to string, mode os.FileMode) {
 	}
 }
 
-// uidOf is the numeric uid of a test user.
+// uidOf is the numeric uid of a test user (made when missing).
 func uidOf(t *testing.T, name string) uint32 {
 	t.Helper()
-	u, err := user.Lookup(name)
-	if err != nil {
-		t.Fatalf("user %s: %v (the test users gsltest1/gsltest2 must exist)", name, err)
-	}
-	v, _ := strconv.Atoi(u.Uid)
-	return uint32(v)
+	return testenv.User(t, name).UID
 }
 
-// asUser prepares a command that runs as the named user.
+// asUser prepares a command that runs as the named test user.
 func asUser(t *testing.T, name string, cmd *exec.Cmd) *exec.Cmd {
 	t.Helper()
-	u, err := user.Lookup(name)
-	if err != nil {
-		t.Fatalf("user %s: %v", name, err)
-	}
-	uid, _ := strconv.Atoi(u.Uid)
-	gid, _ := strconv.Atoi(u.Gid)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}}
+	u := testenv.User(t, name)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: u.UID, Gid: u.GID}}
 	return cmd
 }
 

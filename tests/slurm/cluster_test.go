@@ -29,13 +29,14 @@ import (
 	"time"
 
 	"github.com/gpuslice/gpuslice/internal/api"
+	"github.com/gpuslice/gpuslice/internal/testenv"
 )
 
 // Debian packages the suite needs (installed with apt-get when missing).
 var debPackages = []string{"slurmctld", "slurmd", "slurm-client", "libslurm-dev", "munge", "iproute2", "lua5.1"}
 
-// Users that submit jobs (created with useradd when missing).
-var testUsers = []string{"gsltest1", "gsltest2"}
+// Users that submit jobs (internal/testenv makes them when missing).
+var testUsers = []string{testenv.TestUser1, testenv.TestUser2}
 
 // Plugin arguments: the maximum a job may ask for.
 const maxQuota = "64G"
@@ -90,7 +91,6 @@ type testUser struct {
 	name     string
 	uid, gid uint32
 	dir      string // a directory the user owns: job working dir and output
-	created  bool   // by this run (removed at teardown)
 }
 
 // node is one slurmd host.
@@ -217,25 +217,11 @@ func installPackages() error {
 }
 
 func lookupUser(name string) (*testUser, error) {
-	created := false
-	u, err := user.Lookup(name)
+	a, err := testenv.EnsureUser(name)
 	if err != nil {
-		var unknown user.UnknownUserError
-		if !errors.As(err, &unknown) {
-			return nil, err
-		}
-		if out, err := exec.Command("useradd", "--system", "--no-create-home", "--home-dir", "/nonexistent",
-			"--shell", "/usr/sbin/nologin", "--user-group", name).CombinedOutput(); err != nil {
-			return nil, fmt.Errorf("useradd %s: %v: %s", name, err, out)
-		}
-		if u, err = user.Lookup(name); err != nil {
-			return nil, err
-		}
-		created = true
+		return nil, fmt.Errorf("test user %s: %w", name, err)
 	}
-	uid, _ := strconv.ParseUint(u.Uid, 10, 32)
-	gid, _ := strconv.ParseUint(u.Gid, 10, 32)
-	return &testUser{name: name, uid: uint32(uid), gid: uint32(gid), created: created}, nil
+	return &testUser{name: name, uid: a.UID, gid: a.GID}, nil
 }
 
 func freePort() (int, error) {
@@ -600,11 +586,6 @@ func (c *cluster) stop() {
 		killStrays(c.dir)
 	}
 	removeNetwork()
-	for _, u := range c.users {
-		if u.created {
-			_ = exec.Command("userdel", u.name).Run()
-		}
-	}
 	if c.lock != nil {
 		_ = syscall.Flock(int(c.lock.Fd()), syscall.LOCK_UN)
 		c.lock.Close()
