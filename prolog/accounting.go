@@ -25,6 +25,13 @@ import (
 // finished"); so the Epilog writes to slurmdbd with
 // `sacctmgr modify job where jobid=N set AdminComment=...`, which needs the
 // node to reach slurmdbd (AccountingStorageHost), as sacct does.
+//
+// A cluster without accounting storage (AccountingStorageType other than
+// accounting_storage/slurmdbd) makes sacct and sacctmgr say so at once,
+// without asking anyone: the Epilog then records nothing and returns. With
+// accounting, the whole step is bounded by Wait (default 5 s: slurmdbd
+// normally holds the job's record from its start; the Epilog waits a
+// little for one that is late, never longer), each call by Timeout.
 
 // CommentTag starts gpuslice's part of a job's AdminComment.
 const CommentTag = "gpuslice:"
@@ -43,10 +50,12 @@ type Accounting struct {
 
 // AccountingFlags registers the Epilog's accounting flags on fs.
 func AccountingFlags(fs *pflag.FlagSet) *Accounting {
-	a := &Accounting{Timeout: 10 * time.Second, Wait: 20 * time.Second}
+	a := &Accounting{Timeout: 3 * time.Second, Wait: 5 * time.Second}
 	fs.StringVar(&a.Sacctmgr, "sacctmgr", "/usr/bin/sacctmgr",
 		"sacctmgr used to record the job's quota and peak GPU memory in its AdminComment in Slurm's accounting (empty: do not record)")
 	fs.StringVar(&a.Sacct, "sacct", "/usr/bin/sacct", "sacct used to read the job's AdminComment before adding to it")
+	fs.DurationVar(&a.Wait, "accounting-wait", a.Wait,
+		"the longest the Epilog spends recording the job's figures in Slurm's accounting (waiting for slurmdbd to hold the job)")
 	return a
 }
 
@@ -93,6 +102,17 @@ func (a *Accounting) exec(ctx context.Context, name string, args ...string) ([]b
 // errNotYet: slurmdbd has no record of the job yet.
 var errNotYet = errors.New("slurmdbd has no record of the job yet")
 
+// errNoAccounting: Slurm has no accounting storage (no slurmdbd).
+var errNoAccounting = errors.New("Slurm has no accounting storage (AccountingStorageType is not accounting_storage/slurmdbd)")
+
+// noAccounting reports whether sacct's or sacctmgr's output says the
+// cluster has no accounting storage: what Slurm 22.05-24.11 print then,
+// from slurm.conf alone, without a connection.
+func noAccounting(out []byte) bool {
+	return bytes.Contains(out, []byte("accounting storage is disabled")) ||
+		bytes.Contains(out, []byte("not running a supported accounting_storage plugin"))
+}
+
 // errSiteComment: the job's AdminComment holds someone else's data.
 var errSiteComment = errors.New("the job's AdminComment holds other data; left alone")
 
@@ -103,7 +123,8 @@ func (a *Accounting) Record(ctx context.Context, cfg Config, job Job, r *client.
 		return
 	}
 	comment := FormatComment(r)
-	deadline := time.Now().Add(a.Wait)
+	ctx, cancel := context.WithTimeout(ctx, a.Wait)
+	defer cancel()
 	wait := 250 * time.Millisecond
 	var err error
 	for {
@@ -111,7 +132,11 @@ func (a *Accounting) Record(ctx context.Context, cfg Config, job Job, r *client.
 			cfg.logf(job, "recorded in Slurm's accounting (AdminComment): %s", comment)
 			return
 		}
-		if errors.Is(err, errSiteComment) || ctx.Err() != nil || time.Now().Add(wait).After(deadline) {
+		if errors.Is(err, errNoAccounting) {
+			cfg.logf(job, "no accounting storage: figures not recorded in Slurm's accounting (%v)", err)
+			return
+		}
+		if errors.Is(err, errSiteComment) || ctx.Err() != nil {
 			break
 		}
 		select {
@@ -126,6 +151,9 @@ func (a *Accounting) Record(ctx context.Context, cfg Config, job Job, r *client.
 func (a *Accounting) record(ctx context.Context, job Job, comment string) error {
 	if a.Sacct != "" {
 		out, err := a.exec(ctx, a.Sacct, "-X", "-n", "-P", "-j", job.ID, "-o", "AdminComment")
+		if err != nil && noAccounting(out) {
+			return errNoAccounting
+		}
 		if err != nil {
 			return fmt.Errorf("sacct: %w: %s", err, strings.TrimSpace(string(out)))
 		}
@@ -139,6 +167,9 @@ func (a *Accounting) record(ctx context.Context, job Job, comment string) error 
 	}
 	out, err := a.exec(ctx, a.Sacctmgr, "-i", "modify", "job", "where", "jobid="+job.ID, "set", "AdminComment="+comment)
 	text := strings.TrimSpace(string(out))
+	if err != nil && noAccounting(out) {
+		return errNoAccounting
+	}
 	if err != nil {
 		return fmt.Errorf("sacctmgr: %w: %s", err, text)
 	}

@@ -3,6 +3,9 @@ package prolog
 import (
 	"bytes"
 	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -104,4 +107,46 @@ func TestRecord(t *testing.T) {
 			t.Fatalf("calls %q", f.calls)
 		}
 	})
+}
+
+// On a cluster without accounting storage (no slurmdbd), Slurm's own sacct
+// says so at once; the Epilog then stops asking (it asked again and again
+// for its whole wait before, holding every node COMPLETING for 20 s after
+// each job). Slurm's real sacct and sacctmgr, with a slurm.conf of
+// AccountingStorageType=accounting_storage/none.
+func TestRecordWithoutAccountingAsksOnce(t *testing.T) {
+	sacct, err := exec.LookPath("sacct")
+	if err != nil {
+		t.Skip("sacct (slurm-client) not installed: make deps")
+	}
+	sacctmgr, err := exec.LookPath("sacctmgr")
+	if err != nil {
+		t.Skip("sacctmgr (slurm-client) not installed: make deps")
+	}
+	conf := filepath.Join(t.TempDir(), "slurm.conf")
+	if err := os.WriteFile(conf, []byte("ClusterName=gstest\nSlurmctldHost=localhost\n"+
+		"AccountingStorageType=accounting_storage/none\nNodeName=localhost CPUs=1\nPartitionName=p Nodes=localhost\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("SLURM_CONF", conf)
+	var calls []string
+	a := &Accounting{Sacctmgr: sacctmgr, Sacct: sacct, Timeout: 5 * time.Second, Wait: 20 * time.Second,
+		run: runNoting(&calls)}
+	r := &client.Report{GPUs: []client.ReportGPU{{UUID: "GPU-a", LimitBytes: 1 << 30, PeakBytes: 768 << 20}}}
+	var log bytes.Buffer
+	a.Record(context.Background(), Config{Log: &log}, Job{ID: "42"}, r)
+	if len(calls) != 1 || calls[0] != "sacct" {
+		t.Fatalf("Slurm programs run: %q, want sacct once; log:\n%s", calls, log.String())
+	}
+	if !strings.Contains(log.String(), "no accounting storage") {
+		t.Errorf("log does not say why nothing was recorded:\n%s", log.String())
+	}
+}
+
+// runNoting runs Slurm's programs for real and notes their names.
+func runNoting(calls *[]string) func(ctx context.Context, name string, args ...string) ([]byte, error) {
+	return func(ctx context.Context, name string, args ...string) ([]byte, error) {
+		*calls = append(*calls, filepath.Base(name))
+		return exec.CommandContext(ctx, name, args...).CombinedOutput()
+	}
 }

@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -91,4 +93,37 @@ func tail(s string, n int) string {
 		lines = lines[len(lines)-n:]
 	}
 	return strings.Join(lines, "\n")
+}
+
+// On a cluster without slurmdbd the Epilog, installed as the docs say (no
+// flag), learns from Slurm that there is no accounting and records
+// nothing at once, instead of asking sacct again and again for its whole
+// wait while the node stays COMPLETING. (The 22.05 run has slurmdbd; the
+// 24.11 run, or GPUSLICE_SLURM_ACCOUNTING=0, has none.)
+func TestEpilogWithoutAccountingReturnsAtOnce(t *testing.T) {
+	c := needCluster(t)
+	if c.acct != nil {
+		t.Skip("this cluster has Slurm accounting (TestSacctShowsPeak covers it)")
+	}
+	u := c.users["gsltest1"]
+	r := run(ctxFor(t, 2*time.Minute), c.cmd(u, "srun", "-v", "--gpu-mem=256M",
+		c.bin("target_app"), "--step", "64M", "--count", "2"))
+	if r.code != 0 {
+		t.Fatalf("srun: %s", r)
+	}
+	id := jobID(t, r)
+	c.waitJobEnd(t, id, 2*time.Minute)
+	c.assertReleased(t, id)
+	for _, n := range c.jobNodes(t, id) {
+		log := readFile(t, c.path("log", "epilog-"+id+"-"+n.Name+".log"))
+		if !strings.Contains(log, "job "+id+": no accounting storage") || strings.Contains(log, "could not record") {
+			t.Errorf("the Epilog of job %s on %s did not find out that there is no accounting:\n%s", id, n.Name, log)
+		}
+		if m := regexp.MustCompile(`ran_ns=(\d+) rc=0`).FindStringSubmatch(log); m != nil {
+			ns, _ := strconv.ParseInt(m[1], 10, 64)
+			t.Logf("the Epilog of job %s on %s ran for %.3f s", id, n.Name, float64(ns)/1e9)
+		} else {
+			t.Errorf("the Epilog of job %s on %s did not exit 0:\n%s", id, n.Name, log)
+		}
+	}
 }

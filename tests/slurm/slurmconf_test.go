@@ -122,22 +122,27 @@ func (c *cluster) writeSlurmConfig() error {
 	}
 	// slurmd runs the Prolog/Epilog without its own environment: the
 	// wrappers pass where gpusliced listens (the same path on every node).
-	// They also keep the environment slurmd gave them, for the tests.
-	wrapper := func(bin, name, extra string) string {
-		return fmt.Sprintf("#!/bin/sh\nenv > %s/%s-$SLURM_JOB_ID-$(hostname).env\nexec %s --admin-socket %s --retry-timeout %s%s \"$@\"\n",
-			c.path("log"), name, bin, c.admSock, prologRetryArg, extra)
+	// They also keep the environment slurmd gave them, what the program
+	// wrote and how long it ran (ns), for the tests. Without slurmdbd the
+	// Epilog runs as an admin would install it: it finds out itself that
+	// there is no accounting.
+	wrapper := func(bin, name string) string {
+		return fmt.Sprintf(`#!/bin/sh
+out=%[1]s/%[2]s-$SLURM_JOB_ID-$(hostname)
+env > "$out.env"
+start=$(date +%%s%%N)
+%[3]s --admin-socket %[4]s --retry-timeout %[5]s "$@" 2>"$out.err"
+rc=$?
+end=$(date +%%s%%N)
+cat "$out.err" >&2
+{ cat "$out.err"; echo "ran_ns=$((end - start)) rc=$rc"; } >>"$out.log"
+exit $rc
+`, c.path("log"), name, bin, c.admSock, prologRetryArg)
 	}
-	// Without slurmdbd the Epilog records nothing in accounting, as an
-	// admin without accounting would set it (else each Epilog waits for
-	// sacct and sacctmgr to give up on the missing slurmdbd).
-	epilogExtra := ""
-	if c.acct == nil {
-		epilogExtra = " --sacctmgr ''"
-	}
-	if err := writeFile(c.path("prolog.sh"), wrapper(c.bin("prolog"), "prolog", ""), 0o755); err != nil {
+	if err := writeFile(c.path("prolog.sh"), wrapper(c.bin("prolog"), "prolog"), 0o755); err != nil {
 		return err
 	}
-	if err := writeFile(c.path("epilog.sh"), wrapper(c.bin("epilog"), "epilog", epilogExtra), 0o755); err != nil {
+	if err := writeFile(c.path("epilog.sh"), wrapper(c.bin("epilog"), "epilog"), 0o755); err != nil {
 		return err
 	}
 	if err := c.writePlugstack(c.opts.PlugstackArgs); err != nil {
