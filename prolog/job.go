@@ -28,6 +28,9 @@ type Job struct {
 	UID uint32
 	// QuotaBytes per GPU; 0 means the job asked for no quota.
 	QuotaBytes uint64
+	// QuotaIsDefault: QuotaBytes is plugstack.conf's default=, not the
+	// job's --gpu-mem (it applies only to a share of a GPU: wholegpu.go).
+	QuotaIsDefault bool
 	// GPUs are the job's GPUs as gres reports them (NVML indices or UUIDs);
 	// empty means every GPU of the node.
 	GPUs []string
@@ -67,6 +70,7 @@ func JobFromEnv(getenv func(string) string, defaultBytes uint64) (Job, error) {
 			return Job{}, fmt.Errorf("%s=%q: expected a positive number of bytes", EnvQuota, q)
 		}
 		j.QuotaBytes = b
+		j.QuotaIsDefault = strings.TrimSpace(getenv(EnvQuotaDefault)) == "1"
 	}
 
 	gpus := getenv("SLURM_JOB_GPUS")

@@ -49,6 +49,7 @@ func Main(mode Mode, args []string, getenv func(string) string, stderr io.Writer
 	ttl := fs.Duration("ttl", 0, "TTL of the job's session (0: gpusliced's default_ttl): how long it may stay without a live process")
 	refusalDir := fs.String("refusal-dir", "", "where a refused job's reason is left for the SPANK plugin (default: "+RefusalDirName+
 		" next to the admin socket given by --admin-socket, else under gpusliced's runtime_dir)")
+	scontrol := fs.String("scontrol", "/usr/bin/scontrol", "scontrol, asked whether a job whose quota is plugstack.conf's default= has whole GPUs (it then gets no session)")
 	def := fs.String("default", "", "quota of jobs submitted without --gpu-mem when SPANK_GPU_MEM is unset (empty: none)")
 	showVersion := fs.Bool("version", false, "print the version and exit")
 	var acct *Accounting // the Epilog records the job's figures in Slurm's accounting
@@ -127,6 +128,18 @@ func Main(mode Mode, args []string, getenv func(string) string, stderr io.Writer
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
+	if mode == ModeProlog && job.QuotaIsDefault {
+		whole, err := WholeGPUs(ctx, *scontrol, job.ID, 5*time.Second)
+		switch {
+		case err != nil:
+			// Unknown: the default quota stands (the safe side for the
+			// job's neighbours if the job got a share of a GPU).
+			fmt.Fprintf(logw, "job %s: cannot tell whether the job has whole GPUs, applying the default quota: %v\n", job.ID, err)
+		case whole:
+			fmt.Fprintf(logw, "job %s: whole GPUs without --gpu-mem: no quota (default= applies to shares of a GPU)\n", job.ID)
+			return 0
+		}
+	}
 	if mode == ModeEpilog {
 		acct.Record(ctx, cfg, job, Epilog(ctx, cfg, job))
 		if err := RemoveRefusal(cfg.RefusalDir, job.ID); err != nil {

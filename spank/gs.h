@@ -35,6 +35,13 @@
 #define GS_JOB_CONTROL_VAR "GPU_MEM"
 #define GS_JOB_ENV_VAR "SLURM_SPANK_GPU_MEM"
 
+/* Set beside GPU_MEM: 1 when the quota is plugstack.conf's default=, 0
+ * when it is the job's --gpu-mem. A default applies only to jobs that get a share of
+ * a GPU (the Prolog creates no session for a job given whole GPUs, and its
+ * tasks then get no interceptor). */
+#define GS_DEFAULT_CONTROL_VAR "GPU_MEM_DEFAULT"
+#define GS_DEFAULT_ENV_VAR "SLURM_SPANK_GPU_MEM_DEFAULT"
+
 /* Where Slurm itself keeps --gpu-mem: srun/sbatch/salloc put every option
  * used into the job control environment as _SLURM_SPANK_OPTION_<plugin>_
  * <option>, so the job's environment holds SLURM_SPANK_ + that name, and

@@ -102,8 +102,8 @@ int gs_submit_quota(uint64_t *bytes)
 
 int gs_submit_forget_inherited(spank_t sp)
 {
-	static const char *const env[] = {GS_JOB_ENV_VAR, GS_OPTION_ENV_VAR};
-	static const char *const ctl[] = {GS_JOB_CONTROL_VAR, GS_OPTION_CONTROL_VAR};
+	static const char *const env[] = {GS_JOB_ENV_VAR, GS_DEFAULT_ENV_VAR, GS_OPTION_ENV_VAR};
+	static const char *const ctl[] = {GS_JOB_CONTROL_VAR, GS_DEFAULT_CONTROL_VAR, GS_OPTION_CONTROL_VAR};
 	size_t i;
 	int rc;
 
@@ -141,7 +141,12 @@ int gs_submit_publish(spank_t sp, uint64_t bytes)
 		gs_error("cannot pass the GPU memory quota to the job: %s", spank_strerror(rc));
 		return -1;
 	}
+	rc = spank_job_control_setenv(sp, GS_DEFAULT_CONTROL_VAR, gs_option_value() ? "0" : "1", 1);
+	if (rc != ESPANK_SUCCESS) {
+		gs_error("cannot pass where the GPU memory quota comes from to the job: %s", spank_strerror(rc));
+		return -1;
+	}
 	gs_format_size(bytes, human, sizeof(human));
-	gs_verbose("GPU memory quota %s per GPU", human);
+	gs_verbose("GPU memory quota %s per GPU%s", human, gs_option_value() ? "" : " (default=)");
 	return 0;
 }

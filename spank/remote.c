@@ -8,8 +8,11 @@
  *  1. SLURM_SPANK_GPU_MEM in the job's environment (batch script, salloc,
  *     and every srun step inside them);
  *  2. --gpu-mem forwarded to this step (srun outside an allocation);
- *  3. default= in plugstack.conf (every job has a quota);
- *  4. gpusliced holds session <jobid> (e.g. srun --jobid=N from outside).
+ *  3. gpusliced holds session <jobid> (e.g. srun --jobid=N from outside);
+ *     this is also how a quota from plugstack.conf's default= is known:
+ *     the Prolog creates that session only for a job given a share of a
+ *     GPU, never for one given whole GPUs (SLURM_SPANK_GPU_MEM_DEFAULT=1
+ *     marks such a quota in the job's environment).
  * Injecting for a job without a session is harmless: the interceptor fails
  * closed, which is the right outcome for a job that asked for a quota.
  *
@@ -34,6 +37,18 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* Whether the job's quota is plugstack.conf's default= (not its
+ * --gpu-mem): the Prolog then created a session only if the job got a
+ * share of a GPU, not whole GPUs. */
+static int quota_is_default(spank_t sp)
+{
+	char buf[8];
+
+	if (spank_getenv(sp, GS_DEFAULT_ENV_VAR, buf, sizeof(buf)) == ESPANK_SUCCESS)
+		return strcmp(buf, "1") == 0;
+	return gs_option_value() == NULL && gs_config.default_bytes != 0;
+}
+
 static int job_has_quota(spank_t sp, const char *jobid, const char **why)
 {
 	char buf[64];
@@ -41,19 +56,23 @@ static int job_has_quota(spank_t sp, const char *jobid, const char **why)
 
 	if (spank_getenv(sp, GS_JOB_ENV_VAR, buf, sizeof(buf)) == ESPANK_SUCCESS && buf[0] != '\0') {
 		*why = GS_JOB_ENV_VAR;
-		return 1;
-	}
-	if (gs_option_value()) {
+		if (!quota_is_default(sp))
+			return 1;
+	} else if (gs_option_value()) {
 		*why = "--gpu-mem";
 		return 1;
 	}
-	if (gs_config.default_bytes) {
-		*why = "default=";
-		return 1;
-	}
+	/* default= (or no quota in the environment at all): the session the
+	 * Prolog created, or none. */
 	r = gs_daemon_has_session(gs_config.socket, jobid);
 	if (r == 1) {
 		*why = "gpusliced session";
+		return 1;
+	}
+	if (r < 0 && (*why != NULL || gs_config.default_bytes)) {
+		/* gpusliced does not answer: a job meant to have a quota is
+		 * injected, and its interceptor fails closed. */
+		*why = "default= (gpusliced unreachable)";
 		return 1;
 	}
 	return 0;

@@ -17,7 +17,10 @@ slurmctld schedules, on the controller, so a user cannot bypass it:
   --gpus/--gres=gpu:N[/--gpu-mem] N whole GPUs on a node of its own
                                   (exclusive), with the quota on each when
                                   --gpu-mem is given
-  neither                         untouched: the job gets no GPU
+  neither                         untouched: the job gets no GPU (with the
+                                  plugin's default=, that quota as if it
+                                  were --gpu-mem; whole GPUs without
+                                  --gpu-mem get no quota from default=)
   --gres=shard:N or mps           refused: ask --gpu-mem instead
   --gpu-mem larger than every GPU of the partition (or of the nodes the job
   names with -w): refused, naming the largest GPU.
@@ -69,6 +72,20 @@ function gpuslice.gpu_mem_from_env(env)
 		end
 	end
 	return nil
+end
+
+-- Whether GPU_MEM is plugstack.conf's default= rather than the job's
+-- --gpu-mem: the plugin sets GPU_MEM_DEFAULT=1 beside it then.
+function gpuslice.gpu_mem_is_default(env)
+	if env == nil then
+		return false
+	end
+	for _, kv in pairs(env) do
+		if kv == "GPU_MEM_DEFAULT=1" then
+			return true
+		end
+	end
+	return false
 end
 
 -- MiB asked for a byte count, rounded up.
@@ -258,8 +275,10 @@ end
 --[[
 translate(req, sizes, pname) decides what slurmctld schedules.
 
-req: {gpu_mem = bytes or nil, tres_per_node, tres_per_job, tres_per_task,
-      tres_per_socket, prefix = "gres:" (Slurm 22.05) or "gres/" (23.02 on),
+req: {gpu_mem = bytes or nil, gpu_mem_default = true when gpu_mem is
+      plugstack.conf's default= (it applies to shares of a GPU only: a job
+      given whole GPUs gets no quota), tres_per_node, tres_per_job,
+      tres_per_task, tres_per_socket, prefix = "gres:" (Slurm 22.05) or "gres/" (23.02 on),
       see gpuslice.tres_prefix; "gres:" when nil}
 sizes: per-GPU MiB of the nodes the job may use; pname: where they are, for
 messages ("partition gpu", "nodes tn1").
@@ -288,7 +307,7 @@ function gpuslice.translate(req, sizes, pname)
 		end
 	end
 
-	if req.gpu_mem == nil then
+	if req.gpu_mem == nil or (gpus and req.gpu_mem_default) then
 		if not gpus then
 			return {set = false, why = "no GPU asked"}
 		end
@@ -394,7 +413,8 @@ function slurm_job_submit(job_desc, part_list, submit_uid)
 		sizes, pname = gpuslice.partition_gpu_sizes(conf, job_desc.partition)
 		pname = "partition " .. pname
 	end
-	local req = {gpu_mem = mem, tres_per_node = job_desc.tres_per_node, tres_per_job = job_desc.tres_per_job,
+	local req = {gpu_mem = mem, gpu_mem_default = gpuslice.gpu_mem_is_default(job_desc.spank_job_env),
+		tres_per_node = job_desc.tres_per_node, tres_per_job = job_desc.tres_per_job,
 		tres_per_task = job_desc.tres_per_task, tres_per_socket = job_desc.tres_per_socket}
 	req.prefix = gpuslice.tres_prefix(req, slurm)
 	local change, msg = gpuslice.translate(req, sizes, pname)

@@ -35,7 +35,8 @@ func (c *cluster) withPlugstackOf(t *testing.T, plugin, args string) {
 	}
 }
 
-// default= gives jobs that ask for nothing a quota; --gpu-mem still wins.
+// default= gives jobs that ask for nothing a quota; --gpu-mem still wins;
+// whole GPUs asked without --gpu-mem get no quota.
 func TestDefaultQuota(t *testing.T) {
 	c := needCluster(t)
 	u := c.users["gsltest2"]
@@ -66,6 +67,37 @@ func TestDefaultQuota(t *testing.T) {
 			}
 		})
 	}
+	// A job given a whole GPU without --gpu-mem gets the whole GPU: no
+	// session, no interceptor (default= is for shares of a GPU). It was
+	// held to the default before.
+	t.Run("--gres=gpu:1 without --gpu-mem: the whole GPU", func(t *testing.T) {
+		r := run(ctxFor(t, time.Minute), c.cmd(u, "srun", "-v", "--gres=gpu:1", "sh", "-c",
+			`echo "event=env session=${GPUSLICE_SESSION:-none}"; `+c.bin("target_app")+" --step 256M --count 5"))
+		if r.code != 0 {
+			t.Fatalf("srun: %s", r)
+		}
+		id := jobID(t, r)
+		n := c.jobNode(t, id)
+		gpus, err := n.gpus()
+		if err != nil {
+			t.Fatal(err)
+		}
+		app := parseApp(t, r.stdout)
+		if app.total != gpus[0].PhysicalBytes || app.allowed != 5 || app.denied != 0 {
+			t.Errorf("total %d allowed %d denied %d; want the whole GPU (%d bytes) and every allocation",
+				app.total, app.allowed, app.denied, gpus[0].PhysicalBytes)
+		}
+		if e := find(events(r.stdout), "env"); e["session"] != "none" {
+			t.Errorf("the task was pointed at a session: %v", e)
+		}
+		c.waitJobEnd(t, id, time.Minute)
+		if rep := run(ctxFor(t, 30*time.Second), n.onNode(nil, c.bin("gpuslice"), "--admin-socket", c.admSock, "report", id)); rep.code == 0 {
+			t.Errorf("job %s has a gpusliced report: a session was created:\n%s", id, rep.stdout)
+		}
+		if log := readFile(t, c.path("log", "prolog-"+id+"-"+n.Name+".log")); !strings.Contains(log, "whole GPUs without --gpu-mem: no quota") {
+			t.Errorf("the Prolog of job %s did not say why the job has no quota:\n%s", id, log)
+		}
+	})
 }
 
 // Bad plugin arguments are errors that name the plugin and the argument;

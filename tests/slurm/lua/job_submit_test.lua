@@ -40,6 +40,9 @@ end
 check("GPU_MEM found", {gs.gpu_mem_from_env({[0] = "OTHER=1", [1] = "GPU_MEM=8589934592"})}, {8 * GiB})
 check("no GPU_MEM", {gs.gpu_mem_from_env({[0] = "OTHER=1"})}, {})
 check("no env", {gs.gpu_mem_from_env(nil)}, {})
+check("GPU_MEM from default=", gs.gpu_mem_is_default({[0] = "GPU_MEM=1", [1] = "GPU_MEM_DEFAULT=1"}), true)
+check("GPU_MEM from --gpu-mem", gs.gpu_mem_is_default({[0] = "GPU_MEM=1", [1] = "GPU_MEM_DEFAULT=0"}), false)
+check("GPU_MEM from an older plugin", gs.gpu_mem_is_default({[0] = "GPU_MEM=1"}), false)
 check("bad GPU_MEM", {gs.gpu_mem_from_env({[0] = "GPU_MEM=8G"})}, {nil, "invalid GPU_MEM '8G' in the job's SPANK environment"})
 check("zero GPU_MEM", {gs.gpu_mem_from_env({[0] = "GPU_MEM=0"})}, {nil, "invalid GPU_MEM '0' in the job's SPANK environment"})
 
@@ -122,6 +125,12 @@ local tests = {
 		nil, "gpuslice: --gpu-mem=81GiB is larger than any GPU in partition gpu: the largest has 80GiB"},
 	{"whole GPU: node of its own", {tres_per_node = "gres:gpu:1"}, sizes,
 		{set = false, exclusive = true, why = "whole GPUs: a node of its own"}},
+	{"whole GPU, quota from default=: none", {gpu_mem = 300 * MiB, gpu_mem_default = true, tres_per_node = "gres:gpu:1"}, sizes,
+		{set = false, exclusive = true, why = "whole GPUs: a node of its own"}},
+	{"whole GPUs, default= larger than any GPU: not refused", {gpu_mem = 100 * GiB, gpu_mem_default = true, tres_per_job = "gres:gpu:2"}, sizes,
+		{set = false, exclusive = true, why = "whole GPUs: a node of its own"}},
+	{"no GPU, quota from default=: shards", {gpu_mem = 300 * MiB, gpu_mem_default = true}, sizes,
+		{set = true, tres_per_node = "gres:shard:300", why = "300MiB of one GPU"}},
 	{"--gpus-per-socket", {tres_per_socket = "gres:gpu:1"}, sizes,
 		{set = false, exclusive = true, why = "whole GPUs: a node of its own"}},
 	{"no GPU: untouched", {}, sizes, {set = false, why = "no GPU asked"}},
