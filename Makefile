@@ -39,7 +39,7 @@ include mk/monitoring.mk
 include mk/builddeps.mk
 include mk/docs.mk
 
-.PHONY: help build native test demo bench clean fmt vet
+.PHONY: help build native test test-clean demo bench clean fmt vet
 
 help: ## list targets
 	@grep -hE '^[a-zA-Z0-9_.-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN{FS=":.*?## "}{printf "  %-16s %s\n",$$1,$$2}'
@@ -51,6 +51,12 @@ TEST_SUITES := test-go test-fakecuda test-interceptor test-core test-security \
                test-slurm test-slurm-24.11 test-packages \
                test-nvidia-runtime test-nvidia-tools test-monitoring test-docs
 test: deps build $(TEST_SUITES) ## run every test suite (what CI runs)
+
+# What test runs can leave on a machine (a run killed half-way, a hand run
+# of one suite): test users, gpuslice packages and state, test daemons,
+# network namespaces and mounts. CI runs it before `make test`.
+test-clean: ## remove what test runs leave on this machine: test users, gpuslice packages, /var/lib/gpuslice, /run/gpuslice, test daemons, namespaces, mounts (root)
+	@bash scripts/test-clean.sh
 
 .PHONY: test-security
 test-security: fakecuda-libs fakecuda-examples interceptor interceptor-tests go-build ## attack regression tests: real gpusliced, interceptor and fakecuda (tests/security, as root)
