@@ -1,8 +1,10 @@
 package cli
 
 import (
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"math"
 	"os"
 	"strings"
@@ -29,6 +31,8 @@ type SlurmLines struct {
 	Gres []string
 	// Notes are comments (e.g. GPUs of different sizes on one node).
 	Notes []string
+	// Devices are the device files the gres.conf lines name, one per GPU.
+	Devices []string
 }
 
 // SlurmConfigLines computes a node's lines. deviceFormat names GPU i's
@@ -57,6 +61,7 @@ func SlurmConfigLines(node string, gpus []client.GPU, overcommit float64, device
 		total += shards
 		sizes[shards] = true
 		dev := fmt.Sprintf(deviceFormat, g.Index)
+		out.Devices = append(out.Devices, dev)
 		out.Gres = append(out.Gres, fmt.Sprintf("NodeName=%s Name=gpu File=%s", node, dev))
 		out.Gres = append(out.Gres, fmt.Sprintf("NodeName=%s Name=shard Count=%d File=%s", node, shards, dev))
 		out.Notes = append(out.Notes, fmt.Sprintf("GPU %d %s %s: %s, %d shards of 1 MiB", g.Index, g.UUID, g.Name,
@@ -107,6 +112,11 @@ func slurmConfigCmd(fs *pflag.FlagSet, e *env) func([]string) error {
 		if err != nil {
 			return err
 		}
+		if *print != "node" {
+			for _, w := range DeviceWarnings(l.Devices) {
+				fmt.Fprintf(e.stderr, "gpuslice slurm-config: warning: %s\n", w)
+			}
+		}
 		w := e.stdout
 		switch *print {
 		case "node":
@@ -123,5 +133,43 @@ func slurmConfigCmd(fs *pflag.FlagSet, e *env) func([]string) error {
 			fmt.Fprintf(w, "# gres.conf (on this node, or all nodes' lines in one shared file):\n%s\n", strings.Join(l.Gres, "\n"))
 		}
 		return nil
+	}
+}
+
+// DeviceWarnings checks the device files gres.conf will name on this node:
+// slurmd stops at start ("fatal: can't stat gres.conf file ...") when one
+// is missing, and GPU GRES need character devices. It returns one line per
+// bad file, then one saying what to do; nil when all are character devices.
+func DeviceWarnings(devices []string) []string {
+	var out []string
+	for _, dev := range devices {
+		st, err := os.Stat(dev)
+		switch {
+		case errors.Is(err, fs.ErrNotExist):
+			out = append(out, dev+" does not exist")
+		case err != nil:
+			out = append(out, fmt.Sprintf("%s: %v", dev, err))
+		case st.Mode()&fs.ModeCharDevice == 0:
+			out = append(out, fmt.Sprintf("%s is not a character device (%s)", dev, fileKind(st.Mode())))
+		}
+	}
+	if len(out) > 0 {
+		out = append(out, "slurmd does not start with such a File= in gres.conf; on a node without GPUs create "+
+			"stand-in character devices (mknod DIR/nvidiaN c 195 N) and pass --device-format DIR/nvidia%d "+
+			"(docs/install.md \"Without a GPU\")")
+	}
+	return out
+}
+
+func fileKind(m fs.FileMode) string {
+	switch {
+	case m.IsRegular():
+		return "a regular file"
+	case m.IsDir():
+		return "a directory"
+	case m&fs.ModeDevice != 0:
+		return "a block device"
+	default:
+		return "mode " + m.Type().String()
 	}
 }

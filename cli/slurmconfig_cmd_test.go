@@ -1,6 +1,9 @@
 package cli_test
 
 import (
+	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -39,6 +42,102 @@ func TestSlurmConfigCommand(t *testing.T) {
 		}
 		if tt.code == 0 && strings.Count(stdout, "shard:") > 1 && tt.args[len(tt.args)-1] == "node" {
 			t.Errorf("--print node printed more than the node line:\n%s", stdout)
+		}
+	}
+}
+
+// gres.conf's File= lines must name character devices that exist (slurmd
+// stops at start otherwise): slurm-config warns on stderr about each file
+// that does not, and prints the same lines on stdout either way.
+func TestSlurmConfigDeviceWarning(t *testing.T) {
+	d := testenv.StartDaemon(t, testenv.DaemonOptions{Devices: "2x16GiB"})
+	dir := t.TempDir()
+	// Character devices: links to /dev/null (os.Stat follows them, as slurmd does).
+	chr := filepath.Join(dir, "chr")
+	reg := filepath.Join(dir, "reg")
+	for _, sub := range []string{chr, reg} {
+		if err := os.Mkdir(sub, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := 0; i < 2; i++ {
+		if err := os.Symlink("/dev/null", filepath.Join(chr, fmt.Sprintf("nvidia%d", i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(reg, "nvidia0"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("/dev/null", filepath.Join(reg, "nvidia1")); err != nil {
+		t.Fatal(err)
+	}
+	missing := filepath.Join(dir, "none")
+	gresLines := func(dir string) string {
+		var b strings.Builder
+		for i := 0; i < 2; i++ {
+			dev := filepath.Join(dir, fmt.Sprintf("nvidia%d", i))
+			fmt.Fprintf(&b, "NodeName=tn9 Name=gpu File=%s\nNodeName=tn9 Name=shard Count=16384 File=%s\n", dev, dev)
+		}
+		return b.String()
+	}
+	tests := []struct {
+		name   string
+		dir    string
+		print  string
+		stdout string
+		warn   []string // stderr lines (each a prefix), in order; nil: stderr empty
+	}{
+		{"character devices", chr, "gres", gresLines(chr), nil},
+		{"missing", missing, "gres", gresLines(missing), []string{
+			"gpuslice slurm-config: warning: " + filepath.Join(missing, "nvidia0") + " does not exist",
+			"gpuslice slurm-config: warning: " + filepath.Join(missing, "nvidia1") + " does not exist",
+			"gpuslice slurm-config: warning: slurmd does not start with such a File= in gres.conf; on a node without GPUs " +
+				"create stand-in character devices (mknod DIR/nvidiaN c 195 N) and pass --device-format DIR/nvidia%d " +
+				"(docs/install.md \"Without a GPU\")",
+		}},
+		{"regular file", reg, "gres", gresLines(reg), []string{
+			"gpuslice slurm-config: warning: " + filepath.Join(reg, "nvidia0") + " is not a character device (a regular file)",
+			"gpuslice slurm-config: warning: slurmd does not start",
+		}},
+		// The commented output carries the gres.conf lines too.
+		{"all, missing", missing, "all", "\n" + gresLines(missing), []string{
+			"gpuslice slurm-config: warning: " + filepath.Join(missing, "nvidia0") + " does not exist",
+			"gpuslice slurm-config: warning: " + filepath.Join(missing, "nvidia1") + " does not exist",
+			"gpuslice slurm-config: warning: slurmd does not start",
+		}},
+		// The NodeName line names no device file.
+		{"node", missing, "node", "NodeName=tn9 Gres=gpu:2,shard:32768\n", nil},
+	}
+	for _, tt := range tests {
+		args := []string{"slurm-config", "--node", "tn9", "--overcommit", "1", "--print", tt.print,
+			"--device-format", filepath.Join(tt.dir, "nvidia%d")}
+		code, stdout, stderr := gs(t, d, args...)
+		if code != 0 {
+			t.Errorf("%s: gpuslice %v: exit %d, want 0; stderr %s", tt.name, args, code, stderr)
+			continue
+		}
+		if tt.print == "all" {
+			if !strings.Contains(stdout, tt.stdout) {
+				t.Errorf("%s: stdout lacks the gres.conf lines %q:\n%s", tt.name, tt.stdout, stdout)
+			}
+		} else if stdout != tt.stdout {
+			t.Errorf("%s: stdout %q, want %q (the warning goes to stderr only)", tt.name, stdout, tt.stdout)
+		}
+		if tt.warn == nil {
+			if stderr != "" {
+				t.Errorf("%s: stderr %q, want none", tt.name, stderr)
+			}
+			continue
+		}
+		got := strings.Split(strings.TrimSuffix(stderr, "\n"), "\n")
+		if len(got) != len(tt.warn) {
+			t.Errorf("%s: stderr has %d lines, want %d:\n%s", tt.name, len(got), len(tt.warn), stderr)
+			continue
+		}
+		for i, w := range tt.warn {
+			if !strings.HasPrefix(got[i], w) {
+				t.Errorf("%s: stderr line %d %q, want it to start with %q", tt.name, i+1, got[i], w)
+			}
 		}
 	}
 }
