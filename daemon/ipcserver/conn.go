@@ -22,20 +22,22 @@ const maxKeptOut = 64 << 10
 // conn is one connection while a worker serves it: its frames are read
 // with the idle and frame deadlines (docs/protocol.md) and answered here.
 type conn struct {
-	c       *net.UnixConn
-	cred    *unix.Ucred
-	buf     []byte // HeaderSize+MaxPayload
-	start   int    // unread data is buf[start:end]
-	end     int
-	out     []byte
-	session string // session attached on this connection
+	c         *net.UnixConn
+	cred      *unix.Ucred
+	peerStart uint64 // the peer's start time at accept (kernels without SO_PEERPIDFD), 0 unknown
+	buf       []byte // HeaderSize+MaxPayload
+	start     int    // unread data is buf[start:end]
+	end       int
+	out       []byte
+	session   string // session attached on this connection
 
 	idleArmed time.Time // when the idle deadline was last set
 	partial   bool      // the frame deadline (not the idle one) is armed
 }
 
-func (s *Server) serveConn(c *net.UnixConn, cred *unix.Ucred, bufs *connBufs) {
-	cc := &conn{c: c, cred: cred, buf: bufs.buf, out: bufs.out[:0]}
+func (s *Server) serveConn(a accepted, bufs *connBufs) {
+	c, cred := a.c, a.cred
+	cc := &conn{c: c, cred: cred, peerStart: a.start, buf: bufs.buf, out: bufs.out[:0]}
 	defer func() {
 		if cap(cc.out) <= maxKeptOut {
 			bufs.out = cc.out[:0]

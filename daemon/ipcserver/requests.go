@@ -69,7 +69,7 @@ func (s *Server) handleAttach(cc *conn, req ipc.Request) error {
 		return cc.writeError(ipc.CodeBadToken, "bad or missing token")
 	}
 	id := string(req.Session)
-	a, err := s.m.Attach(id, cc.cred.Uid, uint32(cc.cred.Pid))
+	a, err := s.m.Attach(id, cc.cred.Uid, uint32(cc.cred.Pid), s.peerCheck(cc))
 	if err != nil {
 		s.opt.Log.Info("ipc: attach refused", "session", id, "pid", cc.cred.Pid, "uid", cc.cred.Uid, "err", err)
 		return cc.writeError(codeFor(err), err.Error())

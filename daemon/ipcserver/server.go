@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/gpuslice/gpuslice/daemon/reclaim"
 	"github.com/gpuslice/gpuslice/daemon/session"
 	"github.com/gpuslice/gpuslice/internal/ipc"
 	"golang.org/x/sys/unix"
@@ -80,6 +81,8 @@ type Server struct {
 	m     *session.Manager
 	opt   Options
 	token [32]byte
+	// pidfds: the kernel answers SO_PEERPIDFD (peer.go).
+	pidfds bool
 
 	mu     sync.Mutex
 	ln     *net.UnixListener
@@ -105,14 +108,15 @@ func New(m *session.Manager, opt Options) *Server {
 	if opt.ConnsPerUID <= 0 {
 		opt.ConnsPerUID = DefaultConnsPerUID
 	}
-	return &Server{m: m, opt: opt, token: sha256.Sum256([]byte(opt.Token)), conns: map[*net.UnixConn]struct{}{},
+	return &Server{m: m, opt: opt, token: sha256.Sum256([]byte(opt.Token)), pidfds: peerPidfdWorks(), conns: map[*net.UnixConn]struct{}{},
 		perUID: map[uint32]int{}, next: make(chan accepted), quit: make(chan struct{})}
 }
 
 // accepted is a connection the accept loop admitted.
 type accepted struct {
-	c    *net.UnixConn
-	cred *unix.Ucred
+	c     *net.UnixConn
+	cred  *unix.Ucred
+	start uint64 // the peer's start time, read only where SO_PEERPIDFD is missing (peer.go)
 }
 
 // Serve accepts connections on ln until Close.
@@ -164,7 +168,10 @@ func (s *Server) Serve(ln *net.UnixListener) error {
 		s.conns[c] = struct{}{}
 		s.perUID[cred.Uid]++
 		s.wg.Add(1)
-		a := accepted{c, cred}
+		a := accepted{c: c, cred: cred}
+		if !s.pidfds {
+			a.start, _ = reclaim.StartOf(uint32(cred.Pid)) // 0 (unknown) if it has gone
+		}
 		select {
 		case s.next <- a:
 		default:
@@ -184,7 +191,7 @@ func (s *Server) worker(a accepted) {
 	bufs := connBufs{buf: make([]byte, ipc.HeaderSize+ipc.MaxPayload), out: make([]byte, 0, 256)}
 	var idle *time.Timer
 	for {
-		s.serveConn(a.c, a.cred, &bufs)
+		s.serveConn(a, &bufs)
 		if s.idleWorkers.Add(1) > maxIdleWorkers {
 			s.idleWorkers.Add(-1)
 			return

@@ -1,6 +1,7 @@
 package ipcserver
 
 import (
+	"errors"
 	"io"
 	"log/slog"
 	"net"
@@ -184,5 +185,25 @@ func TestBusyWorkersDelayNoConnection(t *testing.T) {
 	srv.Close()
 	if n := srv.liveWorkers.Load(); n != 0 {
 		t.Fatalf("%d workers still running after Close", n)
+	}
+}
+
+// Without SO_PEERPIDFD (kernels before 6.5) an ATTACH is refused when the
+// process holding the connection's pid did not start when the one that
+// connected did (its pid was reused); the start time read at accept
+// decides. (tests/security/pid_reuse_attach_test.go reuses a pid for real,
+// on a kernel with SO_PEERPIDFD.)
+func TestPeerCheckByStartTime(t *testing.T) {
+	s := &Server{pidfds: false}
+	cc := &conn{cred: &unix.Ucred{Pid: 4242}, peerStart: 1000}
+	if err := s.peerCheck(cc)(1000); err != nil {
+		t.Fatalf("same start time: %v", err)
+	}
+	if err := s.peerCheck(cc)(1001); !errors.Is(err, session.ErrPeerGone) {
+		t.Fatalf("another start time: %v, want ErrPeerGone", err)
+	}
+	cc.peerStart = 0 // gone before accept read it: nothing to compare
+	if err := s.peerCheck(cc)(1001); err != nil {
+		t.Fatalf("unknown start time: %v", err)
 	}
 }

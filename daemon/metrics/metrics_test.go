@@ -55,7 +55,7 @@ func TestLintAndValues(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { child.Process.Kill(); child.Wait() })
-	a, err := mgr.Attach("j1", 0, uint32(child.Process.Pid))
+	a, err := mgr.Attach("j1", 0, uint32(child.Process.Pid), nil)
 	if err != nil {
 		t.Fatal(err)
 	}

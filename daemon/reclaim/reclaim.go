@@ -51,7 +51,7 @@ func OpenProc(pid uint32) (fd int, p Proc, err error) {
 	}
 	if err == nil {
 		var gone bool
-		if gone, err = pidfdExited(fd); err == nil && gone {
+		if gone, err = PidfdExited(fd); err == nil && gone {
 			err = ErrGone
 		}
 	} else if errors.Is(err, fs.ErrNotExist) || errors.Is(err, unix.ESRCH) {
@@ -67,7 +67,7 @@ func OpenProc(pid uint32) (fd int, p Proc, err error) {
 // pidfdExited polls pidfd fd without waiting: true once its process has
 // exited (every thread of it: a zombie leader whose other threads run has
 // not).
-func pidfdExited(fd int) (bool, error) {
+func PidfdExited(fd int) (bool, error) {
 	pfd := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
 	for {
 		n, err := unix.Poll(pfd, 0)
@@ -75,6 +75,20 @@ func pidfdExited(fd int) (bool, error) {
 			return err == nil && n > 0 && pfd[0].Revents&(unix.POLLIN|unix.POLLHUP) != 0, err
 		}
 	}
+}
+
+// StartOf reads pid's start time (clock ticks since boot, /proc/<pid>/stat).
+func StartOf(pid uint32) (uint64, error) {
+	var buf [statBufSize]byte
+	n, err := readStat(pid, buf[:])
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, unix.ESRCH) {
+			return 0, ErrGone
+		}
+		return 0, err
+	}
+	p, err := parseProc(buf[:n])
+	return p.Start, err
 }
 
 func parseProc(b []byte) (Proc, error) {
@@ -360,7 +374,7 @@ func (w *Watcher) Exited(k Key) (exited, known bool) {
 	if !ok {
 		return false, false
 	}
-	gone, err := pidfdExited(fd)
+	gone, err := PidfdExited(fd)
 	return gone, err == nil
 }
 

@@ -30,12 +30,24 @@ func (m *Manager) JobOf(pid uint32) string {
 	return job
 }
 
+// PeerCheck confirms, once Attach holds a pidfd of the process now
+// numbered pid (whose start time it is given), that this process is the
+// one that made the connection the ATTACH came on: a pid taken by the
+// kernel when the connection was made may have been given to another
+// process since (the connecting process exited, its child sent the
+// ATTACH). nil checks nothing (callers inside the daemon).
+type PeerCheck func(start uint64) error
+
+// ErrPeerGone: the process that made the connection is not the one that
+// now holds its pid.
+var ErrPeerGone = errors.New("the process that connected has exited")
+
 // Attach registers pid (with the peer uid) in a session. When pid runs in
 // a Slurm job (Options.Identity, from the kernel), that job's session is
 // the one, whatever id the process named; a job without a session gets
 // ErrNoSession. Outside Slurm the named id is used (gpuslice run); naming
 // none is ErrNoSession.
-func (m *Manager) Attach(id string, uid, pid uint32) (Attachment, error) {
+func (m *Manager) Attach(id string, uid, pid uint32, peer PeerCheck) (Attachment, error) {
 	// One read of /proc/<pid>/stat for the parent, the start time and the
 	// image (an image read while an exec is still under way is 0, unknown:
 	// below, never a wrong image), made through a pidfd that then watches
@@ -53,6 +65,13 @@ func (m *Manager) Attach(id string, uid, pid uint32) (Attachment, error) {
 			unix.Close(pidfd)
 		}
 	}()
+	// After the pidfd: if the connecting process is alive now, it held pid
+	// when the pidfd was opened, so the pidfd is its.
+	if peer != nil {
+		if err := peer(proc.Start); err != nil {
+			return Attachment{}, fmt.Errorf("%w: pid %d: %w", ErrNotPermitted, pid, err)
+		}
+	}
 	if m.opt.Identity != nil {
 		if job, how := m.opt.Identity(pid, proc.PPID); job != "" {
 			if id != job && id != "" {

@@ -73,7 +73,7 @@ func TestSweepRebasesDrift(t *testing.T) {
 		t.Fatal(err)
 	}
 	child := startChild(t, "sleep", "3600")
-	at, err := f.m.Attach("s", 0, uint32(child.Process.Pid))
+	at, err := f.m.Attach("s", 0, uint32(child.Process.Pid), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -124,7 +124,7 @@ func TestIdleLedgerIgnoresStrayCharge(t *testing.T) {
 		t.Fatalf("idle session shows used %d, %d processes", v.GPUs[0].UsedBytes, len(v.Processes))
 	}
 	child := startChild(t, "sleep", "3600")
-	at, err := f.m.Attach("s", 0, uint32(child.Process.Pid))
+	at, err := f.m.Attach("s", 0, uint32(child.Process.Pid), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -178,7 +178,7 @@ func TestTTLRunsFromLastProcess(t *testing.T) {
 	// A child is the job's live process.
 	child := startChild(t, "sleep", "3600")
 	pid := uint32(child.Process.Pid)
-	at, err := f.m.Attach("job", 0, pid)
+	at, err := f.m.Attach("job", 0, pid, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -251,7 +251,7 @@ func TestRestoreRecreatesCorruptLedgerAndKeepsPeak(t *testing.T) {
 	if _, _, err := f.m.Create(api.SessionRequest{ID: "k", QuotaBytes: 2 << 30}); err != nil {
 		t.Fatal(err)
 	}
-	a, err := f.m.Attach("k", 0, uint32(os.Getpid()))
+	a, err := f.m.Attach("k", 0, uint32(os.Getpid()), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -330,7 +330,7 @@ func TestAttachAgain(t *testing.T) {
 	}
 	t.Cleanup(func() { child.Process.Kill(); child.Wait() })
 	pid := uint32(child.Process.Pid)
-	a, err := f.m.Attach("x", 0, pid)
+	a, err := f.m.Attach("x", 0, pid, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -344,7 +344,7 @@ func TestAttachAgain(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	b, err := f.m.Attach("x", 0, pid)
+	b, err := f.m.Attach("x", 0, pid, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -364,7 +364,7 @@ func TestAttachAgain(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	c, err := f.m.Attach("x", 0, pid)
+	c, err := f.m.Attach("x", 0, pid, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

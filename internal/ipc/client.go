@@ -35,7 +35,13 @@ func Dial(path string) (*Conn, error) {
 	if err != nil {
 		return nil, fmt.Errorf("connect %s: %w", path, err)
 	}
-	return &Conn{c: c, buf: make([]byte, HeaderSize+MaxPayload), oob: make([]byte, unix.CmsgSpace(4*4))}, nil
+	return NewConn(c), nil
+}
+
+// NewConn is a client on a connection made elsewhere (one a process
+// inherited, say).
+func NewConn(c *net.UnixConn) *Conn {
+	return &Conn{c: c, buf: make([]byte, HeaderSize+MaxPayload), oob: make([]byte, unix.CmsgSpace(4*4))}
 }
 
 // Close closes the connection.

@@ -45,6 +45,10 @@ func runRole(role string) int {
 	switch role {
 	case "idle-flood":
 		return idleFlood(os.Getenv("SECURITY_SOCK"), os.Getenv("SECURITY_N"))
+	case "connect-handoff":
+		return connectHandoff(os.Getenv("SECURITY_SOCK"))
+	case "attach-inherited":
+		return attachInherited(os.Getenv("SECURITY_SESSION"))
 	}
 	fmt.Fprintf(os.Stderr, "unknown role %q\n", role)
 	return 2
