@@ -108,10 +108,23 @@ func (j *AuditJobs) SessionOf(pid uint32) string {
 }
 
 // ObserveAudit keeps each session's audited peak per GPU: a figure from the
-// driver, which the job cannot write.
+// driver, which the job cannot write. At the same pass the daemon reads
+// the ledger of every session with a process attached (seeLocked): the
+// driver may give no per-process figures (NVML's "not available") or
+// miss memory its sample did not catch.
 func (m *Manager) ObserveAudit(sums map[string]map[int]uint64) {
 	m.mu.RLock()
 	defer m.mu.RUnlock()
+	for _, s := range m.sessions {
+		if s.led.NInUse() == 0 {
+			continue // nothing attached: nothing held but what was seen before
+		}
+		s.mu.Lock()
+		if !s.released {
+			s.seeLocked()
+		}
+		s.mu.Unlock()
+	}
 	for id, byGPU := range sums {
 		s, ok := m.sessions[id]
 		if !ok {

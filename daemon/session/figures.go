@@ -37,12 +37,31 @@ func (s *Session) bytesBound(g int) uint64 {
 // usedOf is the ledger's used bytes on g, bounded.
 func (s *Session) usedOf(g int) uint64 { return min(s.led.Used(g), s.bytesBound(g)) }
 
-// peakOf is the session's peak on g: the audited peak, or the ledger's
-// (bounded), or the persisted one, whichever is highest. Caller holds s.mu.
+// seeLocked is the daemon reading what the session holds on every GPU
+// (usedOf, bounded) and keeping the highest reading as seenPeak: a figure
+// of the daemon's own, which a job that rewrites its peak counter cannot
+// lower. It reads at every audit pass (Manager.ObserveAudit) and at the
+// release report; a dead process's bytes, given back when its slot is
+// reclaimed, count too (reclaimSlotLocked). So a job's peak is never
+// lower than what it held at any of those moments. Caller holds s.mu.
+func (s *Session) seeLocked() {
+	for g := range s.seenPeak {
+		if u := s.usedOf(g); u > s.seenPeak[g] {
+			s.seenPeak[g] = u
+		}
+	}
+}
+
+// peakOf is the session's peak on g: the audited peak, the daemon's own
+// readings, the ledger's (bounded) or the persisted one, whichever is
+// highest. Caller holds s.mu.
 func (s *Session) peakOf(g int) uint64 {
 	p := min(s.led.Peak(g), s.bytesBound(g))
 	if g < len(s.auditPeak) {
 		p = max(p, s.auditPeak[g])
+	}
+	if g < len(s.seenPeak) {
+		p = max(p, s.seenPeak[g])
 	}
 	return max(p, min(s.rec.Peak[s.rec.GPUs[g]], s.bytesBound(g)))
 }

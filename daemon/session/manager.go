@@ -86,6 +86,7 @@ type Session struct {
 	images   map[int]uint64 // slot -> program image of its process (reclaim.ImageToken)
 
 	auditPeak   []uint64 // per ledger GPU: the most the driver reported the session holding
+	seenPeak    []uint64 // per ledger GPU: the most the daemon read in the ledger itself (figures.go)
 	auditNotes  []string // audited overruns, for the report
 	auditKilled int
 	fig         *figures

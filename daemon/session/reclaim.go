@@ -12,6 +12,9 @@ func (m *Manager) reclaimSlotLocked(s *Session, slot int) {
 	var total uint64
 	for g, b := range got {
 		b = s.addReclaimed(g, b)
+		if g < len(s.seenPeak) && b > s.seenPeak[g] {
+			s.seenPeak[g] = b // the dead process alone held that much
+		}
 		total += b
 		if b > 0 && m.ev.Reclaimed != nil && s.gidx[g] >= 0 {
 			m.ev.Reclaimed(s.gidx[g], b)

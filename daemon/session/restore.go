@@ -57,7 +57,7 @@ func (m *Manager) Restore() error {
 				return fmt.Errorf("recreate ledger %s: %w", rec.ID, err)
 			}
 		}
-		s := &Session{rec: rec, uid: rec.UID, led: led, gidx: idx, images: map[int]uint64{}, auditPeak: make([]uint64, len(idx)), fig: newFigures(len(idx))}
+		s := &Session{rec: rec, uid: rec.UID, led: led, gidx: idx, images: map[int]uint64{}, auditPeak: make([]uint64, len(idx)), seenPeak: make([]uint64, len(idx)), fig: newFigures(len(idx))}
 		want := m.limitSlice(rec)
 		for g, v := range want {
 			if led.Limit(g) != v {

@@ -56,7 +56,7 @@ func (m *Manager) Create(req api.SessionRequest) (api.Session, bool, error) {
 		return api.Session{}, false, fmt.Errorf("persist session: %w", err)
 	}
 	led.FreezeIfIdle() // no page of an idle session stays in the daemon
-	s := &Session{rec: rec, uid: rec.UID, led: led, gidx: idx, images: map[int]uint64{}, auditPeak: make([]uint64, len(idx)), fig: newFigures(len(idx))}
+	s := &Session{rec: rec, uid: rec.UID, led: led, gidx: idx, images: map[int]uint64{}, auditPeak: make([]uint64, len(idx)), seenPeak: make([]uint64, len(idx)), fig: newFigures(len(idx))}
 	m.sessions[rec.ID] = s
 	m.commitLocked(limits, +1)
 	if m.ev.Created != nil {
@@ -293,6 +293,7 @@ func (m *Manager) releaseIf(id, reason string, cond func(*Session) bool) (api.Re
 	// yet (its pidfd event still queued): count its bytes as reclaimed, not
 	// as final usage.
 	m.reclaimDeadLocked(s)
+	s.seeLocked()
 	rep := api.Report{ID: id, UID: s.rec.UID, Created: s.rec.Created, Released: m.opt.Now().UTC(), Reason: reason,
 		Audit: s.auditNotes, AuditKilled: s.auditKilled}
 	for g, uuid := range s.rec.GPUs {
