@@ -93,6 +93,18 @@ function gpuslice.mib_ceil(bytes)
 	return math.ceil(bytes / MiB)
 end
 
+-- A gres count as Slurm writes it: a number with an optional K, M or G
+-- (powers of 1024: Slurm prints 16384 shards as 16K, and slurm.conf
+-- accepts either); nil when s is not a count.
+function gpuslice.gres_count(s)
+	local n, suffix = string.match(s or "", "^(%d+)([KkMmGg]?)$")
+	if n == nil then
+		return nil
+	end
+	local mult = {[""] = 1, k = 1024, m = 1024 * 1024, g = 1024 * 1024 * 1024}
+	return tonumber(n) * mult[string.lower(suffix)]
+end
+
 -- A TRES/gres list ("gres:gpu:2,gres:shard:10", "gres/gpu:a100:1", "gpu:1")
 -- as a list of {name=, type=, count=, raw=}. Count defaults to 1.
 function gpuslice.parse_gres(s)
@@ -108,14 +120,15 @@ function gpuslice.parse_gres(s)
 		end
 		local e = {name = parts[1], raw = item, count = 1}
 		if #parts == 2 then
-			if string.match(parts[2], "^%d+$") then
-				e.count = tonumber(parts[2])
+			local n = gpuslice.gres_count(parts[2])
+			if n ~= nil then
+				e.count = n
 			else
 				e.type = parts[2]
 			end
 		elseif #parts >= 3 then
 			e.type = parts[2]
-			e.count = tonumber(string.match(parts[3], "^%d+")) or 1
+			e.count = gpuslice.gres_count(string.match(parts[3], "^[^(]*")) or 1
 		end
 		table.insert(out, e)
 	end

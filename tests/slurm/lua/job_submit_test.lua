@@ -62,6 +62,14 @@ check("gres list", gs.parse_gres("gres:gpu:2,gres/shard:100,gpu:a100:3,gres:gpu"
 	{name = "gpu", count = 1, raw = "gres:gpu"},
 })
 check("empty gres", gs.parse_gres(nil), {})
+check("gres counts as Slurm prints them", gs.parse_gres("shard:16K,gres/shard:2M,gpu:a100:1K(S:0-1)"), {
+	{name = "shard", count = 16384, raw = "shard:16K"},
+	{name = "shard", count = 2097152, raw = "gres/shard:2M"},
+	{name = "gpu", type = "a100", count = 1024, raw = "gpu:a100:1K(S:0-1)"},
+})
+check("gres count", {gs.gres_count("16k"), gs.gres_count("12"), gs.gres_count("a100"), gs.gres_count("")}, {16384, 12})
+local kconf = gs.parse_conf({"NodeName=k1 Gres=gpu:1,shard:16K", "PartitionName=k Nodes=k1"})
+check("slurm.conf in the K form", {gs.partition_gpu_sizes(kconf, "k")}, {{16384}, "k"})
 
 -- expand_hostlist
 check("hostlist", gs.expand_hostlist("tn[1-3,5],gpu01,n[08-10]"),
