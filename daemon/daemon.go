@@ -130,8 +130,9 @@ func Run(ctx context.Context, cfg config.Config, logw io.Writer) error {
 	}
 	met.Attach(mgr, cfg.MetricsDebug)
 
+	kick := audit.NewKicker() // a job refused memory its quota allowed: audit at once
 	ipcSrv := ipcserver.New(mgr, ipcserver.Options{Token: cfg.IPCToken, TokenRequired: cfg.IPCTokenRequired,
-		ConnsPerUID: cfg.IPCConnsPerUID, Log: log, Observe: met.ObserveIPC})
+		ConnsPerUID: cfg.IPCConnsPerUID, Log: log, Observe: met.ObserveIPC, Short: kick.Kick})
 	adminSrv := &http.Server{Handler: admin.Handler(mgr, met.Registry, log), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: time.Minute,
 		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
 	var pubSrv *http.Server
@@ -181,7 +182,7 @@ func Run(ctx context.Context, cfg config.Config, logw io.Writer) error {
 	}()
 
 	coster.poke(ctx)
-	if err := startAudit(ctx, cfg, log, mgr, met, gpus, &wg); err != nil {
+	if err := startAudit(ctx, cfg, log, mgr, met, gpus, &wg, kick); err != nil {
 		log.Warn("audit disabled: the driver's per-process figures cannot be read", "err", err)
 	}
 
@@ -212,9 +213,14 @@ func Run(ctx context.Context, cfg config.Config, logw io.Writer) error {
 	return runErr
 }
 
+// shortAuditGap bounds how often SHORT messages (ipc.TypeShort) make the
+// audit run out of turn: at most 100 passes a second more, whoever sends
+// them.
+const shortAuditGap = 10 * time.Millisecond
+
 // startAudit runs the audit loop (daemon/audit) until ctx ends.
 func startAudit(ctx context.Context, cfg config.Config, log *slog.Logger, mgr *session.Manager, met *metrics.Metrics,
-	gpus []gpu.GPU, wg *sync.WaitGroup) error {
+	gpus []gpu.GPU, wg *sync.WaitGroup, kick *audit.Kicker) error {
 	if len(gpus) == 0 {
 		return nil
 	}
@@ -229,7 +235,7 @@ func startAudit(ctx context.Context, cfg config.Config, log *slog.Logger, mgr *s
 		actor = audit.Killer{Log: log, Jobs: jobs}
 	}
 	loop := &audit.Loop{Source: src, Jobs: jobs, Actor: actor, Interval: cfg.AuditInterval,
-		Confirm: min(cfg.AuditInterval/5, 20*time.Millisecond), Log: log,
+		Confirm: min(cfg.AuditInterval/5, 20*time.Millisecond), Log: log, Kick: kick, MinGap: shortAuditGap,
 		Events: audit.Events{
 			Usage: mgr.ObserveAudit,
 			Overrun: func(o audit.Overrun, stopped []uint32) {

@@ -53,22 +53,56 @@ type Loop struct {
 	// overrun (Steady).
 	Confirm time.Duration
 	Log     *slog.Logger
+	// Kick, when set, asks for a pass now (Kicker): a job was refused
+	// memory its quota allowed. Passes asked for this way are at least
+	// MinGap apart, whoever asks and however often.
+	Kick   *Kicker
+	MinGap time.Duration
 }
 
-// Run audits every Interval until ctx ends.
+// Kicker asks the audit loop for a pass out of turn. Asks made while one
+// is pending are one ask.
+type Kicker struct{ c chan struct{} }
+
+// NewKicker makes a Kicker.
+func NewKicker() *Kicker { return &Kicker{c: make(chan struct{}, 1)} }
+
+// Kick asks for a pass; it never blocks.
+func (k *Kicker) Kick() {
+	select {
+	case k.c <- struct{}{}:
+	default:
+	}
+}
+
+// Run audits every Interval, and when kicked, until ctx ends.
 func (l *Loop) Run(ctx context.Context) {
 	t := time.NewTicker(l.Interval)
 	defer t.Stop()
+	var kick chan struct{}
+	if l.Kick != nil {
+		kick = l.Kick.c
+	}
+	var last time.Time
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			begin := time.Now()
-			err := l.Pass()
-			if l.Events.Pass != nil {
-				l.Events.Pass(time.Since(begin), err)
+		case <-kick:
+			if wait := l.MinGap - time.Since(last); wait > 0 {
+				select {
+				case <-ctx.Done():
+					return
+				case <-time.After(wait):
+				}
 			}
+		}
+		begin := time.Now()
+		err := l.Pass()
+		last = time.Now()
+		if l.Events.Pass != nil {
+			l.Events.Pass(last.Sub(begin), err)
 		}
 	}
 }

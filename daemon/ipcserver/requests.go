@@ -48,6 +48,7 @@ var handlers = map[ipc.Type]handler{
 	ipc.TypeDetach: (*Server).handleDetach,
 	ipc.TypeStatus: (*Server).handleStatus,
 	ipc.TypeView:   (*Server).handleView,
+	ipc.TypeShort:  (*Server).handleShort,
 }
 
 // handle answers one request. A returned error closes the connection.
@@ -81,6 +82,20 @@ func (s *Server) handleAttach(cc *conn, req ipc.Request) error {
 	cc.c.SetWriteDeadline(time.Now().Add(FrameTimeout))
 	_, _, err = cc.c.WriteMsgUnix(cc.out, oob, nil)
 	return err
+}
+
+// handleShort: the driver refused a process an allocation its quota
+// allowed (ipc.TypeShort). Anyone may say so; it only makes the audit run
+// now (bounded by the audit loop's MinGap), and the audit acts only on
+// what the driver reports.
+func (s *Server) handleShort(cc *conn, req ipc.Request) error {
+	s.opt.Log.Debug("ipc: a process was refused memory its quota allowed: auditing now",
+		"gpu", string(req.GPU), "pid", cc.cred.Pid, "uid", cc.cred.Uid)
+	if s.opt.Short != nil {
+		s.opt.Short()
+	}
+	cc.out = ipc.AppendFrame(cc.out[:0], ipc.TypeOK, nil)
+	return cc.write(cc.out)
 }
 
 func (s *Server) handleDetach(cc *conn, req ipc.Request) error {

@@ -74,6 +74,9 @@ type Options struct {
 	ConnsPerUID int
 	// Observe records one request's duration (seconds) by type; may be nil.
 	Observe func(t ipc.Type, seconds float64)
+	// Short is called for each SHORT message (a job refused memory its
+	// quota allowed): the daemon audits at once. May be nil.
+	Short func()
 }
 
 // Server is the IPC server.

@@ -40,7 +40,7 @@ const (
 	TypeError    Type = 9
 )
 
-var typeNames = [...]string{"", "ping", "pong", "attach", "attach_ok", "detach", "ok", "status", "status_ok", "error", "view", "view_ok"}
+var typeNames = [...]string{"", "ping", "pong", "attach", "attach_ok", "detach", "ok", "status", "status_ok", "error", "view", "view_ok", "short"}
 
 func (t Type) String() string {
 	if int(t) < len(typeNames) && t != 0 {
@@ -50,7 +50,7 @@ func (t Type) String() string {
 }
 
 // Valid reports whether t is a known frame type.
-func (t Type) Valid() bool { return t >= TypePing && t <= TypeViewOK }
+func (t Type) Valid() bool { return t >= TypePing && t <= TypeShort }
 
 // Error codes carried by ERROR frames.
 const (
@@ -201,6 +201,7 @@ type Request struct {
 	Token   []byte // ATTACH, STATUS (optional there)
 	Slot    uint32 // DETACH
 	View    View   // VIEW (its Session is Session)
+	GPU     []byte // SHORT: the GPU's UUID
 }
 
 // ParseRequest decodes the payload of a client→daemon frame exactly.
@@ -227,6 +228,8 @@ func ParseRequest(t Type, p []byte) (Request, error) {
 		}
 	case TypeView:
 		parseView(&d, &r)
+	case TypeShort:
+		r.GPU = d.str("gpu", 1, MaxGPUName)
 	default:
 		return r, fmt.Errorf("%w: %v is not a request", ErrMalformed, t)
 	}
@@ -250,6 +253,8 @@ func AppendRequest(dst []byte, r Request) []byte {
 		}
 	case TypeView:
 		p = appendView(r)
+	case TypeShort:
+		p = appendStr(nil, string(r.GPU))
 	}
 	return AppendFrame(dst, r.Type, p)
 }

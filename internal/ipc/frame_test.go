@@ -131,6 +131,7 @@ func TestMalformed(t *testing.T) {
 func FuzzFrame(f *testing.F) {
 	f.Add(AppendRequest(nil, Request{Type: TypePing, Ping: []byte("hi")}))
 	f.Add(AppendRequest(nil, Request{Type: TypeAttach, Session: []byte("1234"), Token: []byte("tok")}))
+	f.Add(AppendRequest(nil, Request{Type: TypeShort, GPU: []byte("GPU-0fb77ae2-cd90-4869-996b-d2ca1bdef09b")}))
 	f.Add(AppendResponse(nil, Response{Type: TypeError, Code: 2, Message: []byte("unknown session")}))
 	buf := make([]byte, HeaderSize+MaxPayload)
 	f.Fuzz(func(t *testing.T, data []byte) {
@@ -147,7 +148,7 @@ func FuzzFrame(f *testing.F) {
 				t.Fatalf("payload of %d bytes accepted", len(p))
 			}
 			if req, err := ParseRequest(typ, p); err == nil {
-				if len(req.Session) > MaxSession || len(req.Token) > MaxToken || len(req.Ping) > MaxPing {
+				if len(req.Session) > MaxSession || len(req.Token) > MaxToken || len(req.Ping) > MaxPing || len(req.GPU) > MaxGPUName {
 					t.Fatalf("request over its limits accepted: %+v", req)
 				}
 				if again := AppendRequest(nil, req); !bytes.Equal(again, orig) {

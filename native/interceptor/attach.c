@@ -408,3 +408,27 @@ int gs_failed_retry(void)
 	pthread_mutex_unlock(&init_mu);
 	return s;
 }
+
+/* ---- short ---- */
+
+/* The driver refused an allocation the quota allowed on ledger GPU g: the
+ * GPU is short of memory the scheduler promised (something holds more
+ * than its quota without going through this library). gpusliced is told
+ * (one SHORT message: it audits at once instead of at its next pass), at
+ * most every GS_SHORT_GAP_NS per process. */
+#define GS_SHORT_GAP_NS (20ll * 1000 * 1000)
+
+void gs_short(int g)
+{
+	static int64_t last;
+	if (gs.lim == NULL || g < 0 || (uint32_t)g >= gs.ngpus || sock_path[0] == '\0')
+		return;
+	int64_t now = mono_ns(), prev = __atomic_load_n(&last, __ATOMIC_RELAXED);
+	if ((prev != 0 && now - prev < GS_SHORT_GAP_NS) ||
+	    !__atomic_compare_exchange_n(&last, &prev, now, 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED))
+		return;
+	char uuid[GS_UUID_LEN];
+	memcpy(uuid, gs.lim->gpu[g].uuid, sizeof(uuid));
+	uuid[sizeof(uuid) - 1] = '\0';
+	gs_ipc_short(sock_path, uuid);
+}

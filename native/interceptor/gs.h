@@ -213,6 +213,9 @@ static inline void gs_tls_hot(void)
 
 int gs_init_slow(void);
 int gs_failed_retry(void);
+/* The driver refused an allocation the quota allowed on ledger GPU g:
+ * tell gpusliced (rate-limited; attach.c). */
+void gs_short(int g) __attribute__((cold));
 int gs_session_configured(void);
 
 /* One acquire load; the slow path runs once per process (and after fork). */

@@ -141,7 +141,7 @@ CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size, const CU
 	if (!c.active)
 		return r;
 	if (r != CUDA_SUCCESS) {
-		gs_unreserve(c.g, c.n);
+		driver_refused(&c, r);
 		return r;
 	}
 	if (GS_UNLIKELY(gs_xtab_insert(GS_XTAB_HANDLE, *handle, gs_val_pack(c.g, c.n), 1) == NULL)) {

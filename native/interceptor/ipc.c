@@ -23,6 +23,7 @@
 #define GS_IPC_MAX_PAYLOAD 4096
 #define GS_IPC_ATTACH 3
 #define GS_IPC_ATTACH_OK 4
+#define GS_IPC_SHORT 12
 #define GS_IPC_ERROR 9
 #define GS_MAX_FDS 8
 #define GS_IO_TIMEOUT_S 1
@@ -276,4 +277,34 @@ out:
 	fdset_close(&fds);
 	close(s);
 	return rv;
+}
+
+/* Sends one SHORT (the driver refused an allocation the quota allowed, on
+ * the GPU with that UUID) and closes: gpusliced answers OK, which nobody
+ * waits for. Neither the connect nor the send waits; failing is silent
+ * (the audit's next pass comes anyway). */
+void gs_ipc_short(const char *sock_path, const char *uuid)
+{
+	int s = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+	if (s < 0)
+		return;
+	struct sockaddr_un a = {.sun_family = AF_UNIX};
+	size_t plen = strlen(sock_path), ulen = strnlen(uuid, GS_UUID_LEN);
+	if (plen >= sizeof(a.sun_path) || ulen == 0) {
+		close(s);
+		return;
+	}
+	memcpy(a.sun_path, sock_path, plen + 1);
+	if (connect(s, (struct sockaddr *)&a, sizeof(a)) == 0) {
+		unsigned char req[GS_IPC_HDR + 2 + GS_UUID_LEN];
+		put32(req, GS_IPC_MAGIC);
+		put16(req + 4, GS_IPC_VERSION);
+		put16(req + 6, GS_IPC_SHORT);
+		put32(req + 8, (uint32_t)(2 + ulen));
+		put16(req + 12, (uint16_t)ulen);
+		memcpy(req + 14, uuid, ulen);
+		ssize_t n = send(s, req, GS_IPC_HDR + 2 + ulen, MSG_NOSIGNAL | MSG_DONTWAIT);
+		(void)n;
+	}
+	close(s);
 }

@@ -31,5 +31,7 @@ void gs_attach_fail(struct gs_attach_err *err, int retry, const char *fmt, ...)
 int gs_ipc_attach_send(const char *sock_path, const char *session, const char *token, int nonblock,
 		       struct gs_attach_err *err);
 int gs_ipc_attach_recv(int s, struct gs_attach_reply *rep, struct gs_attach_err *err);
+/* One SHORT message (docs/protocol.md): fire and forget. */
+void gs_ipc_short(const char *sock_path, const char *uuid);
 
 #endif

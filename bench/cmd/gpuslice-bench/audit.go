@@ -210,3 +210,79 @@ func auditDecideBench() float64 {
 	}
 	return float64(time.Since(t0).Microseconds()) / rounds
 }
+
+// shortBench times how long a job is refused memory its quota promised
+// while a neighbour that bypasses the interceptor holds more than its own
+// quota: a process of job J (a child of a stand-in slurmstepd, so that
+// gpusliced attributes it to J) holds 78 GiB of the 80 GiB GPU without the
+// interceptor, J's quota being 1 GiB; a process of another session asks
+// for 3 GiB of its 4 GiB quota and the driver refuses it. Its interceptor
+// tells gpusliced (SHORT), which audits at once. One sample: from the
+// start of the refused process (so exec and attach are counted too) to the
+// moment the bypassing process is gone and the memory is back.
+func shortBench(o options, d *daemon, n int) (p50, p99 float64, err error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	dir, err := os.MkdirTemp("", "gsbench-stepd")
+	if err != nil {
+		return 0, 0, err
+	}
+	defer os.RemoveAll(dir)
+	stepd := filepath.Join(dir, "slurmstepd")
+	bash, err := os.ReadFile("/bin/bash")
+	if err != nil {
+		return 0, 0, err
+	}
+	if err := os.WriteFile(stepd, bash, 0o755); err != nil {
+		return 0, 0, err
+	}
+	lat := make([]float64, 0, n)
+	for i := 0; i < n; i++ {
+		job := strconv.Itoa(7100 + i)
+		if _, err := d.cl.CreateSession(ctx, client.SessionRequest{ID: job, UID: uint32(os.Getuid()), QuotaBytes: 1 << 30}); err != nil {
+			return 0, 0, err
+		}
+		nb := "bench-short-" + job
+		if _, err := d.cl.CreateSession(ctx, client.SessionRequest{ID: nb, UID: uint32(os.Getuid()), QuotaBytes: 4 << 30}); err != nil {
+			return 0, 0, err
+		}
+		app := filepath.Join(o.build, "examples", "target_app")
+		bad := exec.Command(stepd, "-c", `"$@" & wait $!`, "bash", app, "--api", "driver", "--step", "1GiB", "--count", "78", "--hold", "600")
+		bad.Args[0] = "slurmstepd: [" + job + ".0]"
+		bad.Env = append(baseEnv(), "FAKECUDA_DEVICES="+d.devices, "FAKECUDA_STATE="+d.state, "LD_LIBRARY_PATH="+filepath.Join(o.build, "lib"))
+		var out bytes.Buffer
+		bad.Stdout = &out
+		if err := bad.Start(); err != nil {
+			return 0, 0, err
+		}
+		done := make(chan struct{})
+		go func() { bad.Wait(); close(done) }()
+		for start := time.Now(); bytes.Count(out.Bytes(), []byte("status=allowed")) < 78; time.Sleep(time.Millisecond) {
+			if time.Since(start) > 30*time.Second {
+				bad.Process.Kill()
+				<-done
+				return 0, 0, fmt.Errorf("the bypassing process did not take 78 GiB:\n%s", out.String())
+			}
+		}
+		t0 := time.Now()
+		ref := exec.Command(app, "--api", "driver", "--step", "3GiB", "--count", "1")
+		ref.Env = d.jobEnv(o, nb)
+		refOut, _ := ref.Output()
+		if !bytes.Contains(refOut, []byte("status=denied")) {
+			bad.Process.Kill()
+			<-done
+			return 0, 0, fmt.Errorf("the neighbour's 3 GiB was not refused by the driver:\n%s", refOut)
+		}
+		select {
+		case <-done:
+		case <-time.After(30 * time.Second):
+			bad.Process.Kill()
+			<-done
+			return 0, 0, fmt.Errorf("the bypassing process was not stopped within 30 s")
+		}
+		lat = append(lat, float64(time.Since(t0).Nanoseconds())/1e6)
+		waitDelete(ctx, d, job)
+		waitDelete(ctx, d, nb)
+	}
+	return percentile(lat, 50), percentile(lat, 99), nil
+}

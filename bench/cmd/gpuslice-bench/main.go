@@ -41,6 +41,7 @@ type options struct {
 	sessions int
 	kills    int
 	audits   int
+	shorts   int
 	auditN   int
 	// figures of issue 11 (echo.go, procs.go, scale.go)
 	ipcRounds   int
@@ -76,6 +77,7 @@ func run() int {
 	flag.IntVar(&o.sessions, "sessions", 1000, "sessions for the RSS figure")
 	flag.IntVar(&o.kills, "kills", 20, "kill -9 reclaims timed")
 	flag.IntVar(&o.audits, "audits", 10, "audited overruns timed (overrun -> process killed)")
+	flag.IntVar(&o.shorts, "shorts", 20, "neighbours refused memory their quota promised, timed (refused -> bypassing process stopped)")
 	flag.IntVar(&o.auditN, "audit-procs", 200, "processes holding memory for the audit CPU figure")
 	flag.IntVar(&o.ipcRounds, "ipc-rounds", 5, "interleaved rounds of gpusliced and echo-server pings")
 	flag.IntVar(&o.execPairs, "exec-pairs", 30, "interleaved exec-to-first-allocation pairs")
@@ -325,6 +327,12 @@ func measure(o options, r *results) error {
 			r.set("audit_cpu_pct_per_1000_procs", pct)
 		}
 		r.set("audit_decide_us_per_1000_procs", auditDecideBench())
+		if p50, p99, err := shortBench(o, d, o.shorts); err != nil {
+			r.fail("neighbour_refused_p99_ms", err)
+		} else {
+			r.set("neighbour_refused_p50_ms", p50)
+			r.set("neighbour_refused_p99_ms", p99)
+		}
 	}
 	if o.runs("scale") {
 		d.stop() // the scale daemon runs alone

@@ -141,6 +141,8 @@ var targets = []target{
 	{"create_p50_ms_10k", "session create p50 with 10,000 sessions", true, 5, " ms"},
 	{"audit_overrun_to_kill_p50_ms", "audit: overrun (quota lowered) -> process killed, p50", true, 1000, "ms"},
 	{"audit_overrun_to_kill_max_ms", "audit: overrun -> process killed, max", true, 1000, "ms"},
+	{"neighbour_refused_p50_ms", "neighbour refused promised memory (bypass) -> bypasser stopped, p50", true, 50, "ms"},
+	{"neighbour_refused_p99_ms", "neighbour refused promised memory -> bypasser stopped, p99", true, 50, "ms"},
 	{"audit_cpu_pct_per_1000_procs", "daemon CPU with the audit, scaled to 1,000 processes (fakecuda NVML)", true, 1, "% core"},
 	{"audit_decide_us_per_1000_procs", "audit pass without the NVML read, 1,000 processes", true, 2500, "µs"},
 }

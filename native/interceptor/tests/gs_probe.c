@@ -14,6 +14,13 @@
  *   vmmmap:S[:OFF]     cuMemCreate S on the current device, cuMemMap it at OFF in the
  *                      range (default: after the previous mapping), cuMemSetAccess, then
  *                      cuMemRelease the handle (the mapping keeps the memory)
+ *   vmmmapq:S[:OFF]    as vmmmap, without touching the memory from the host (a real
+ *                      GPU's memory is not host-addressable)
+ *   vmmthread:S[:N]    a new thread with no current context does what PyTorch's expandable
+ *                      segments do from a worker thread: cuMemCreate S on device N (default
+ *                      0), cuMemAddressReserve, cuMemMap, cuMemSetAccess; prints each rc;
+ *                      the mapping is kept ("vmmthreadfree" undoes it from another such
+ *                      thread: unmap, release, address free)
  *   unmap              cuMemUnmap the newest mapping
  *   unmaprange:OFF:S   cuMemUnmap S bytes at OFF in the range (may cover several mappings)
  *   addrfree           cuMemAddressFree the range (mappings left in it included)
@@ -49,18 +56,27 @@
  *   array:W:H          cuArrayCreate_v2 (float)  array3d:W:H:D cuArray3DCreate_v2
  *   mipmap:W:H:L       cuMipmappedArrayCreate
  *   fill:S             allocate S-sized blocks until one fails
+ *   host:S             cuMemAllocHost_v2 S and cuMemHostAlloc S (page-locked host memory,
+ *                      held; free/freeall release it with cuMemFreeHost)
  *   free               release the newest allocation (with its kind's call)
  *   freeall            release everything held
  *   meminfo            cuMemGetInfo_v2           totalmem:N  cuDeviceTotalMem_v2
+ *   meminfonull        cuMemGetInfo_v2 with one NULL out-parameter, then the other
+ *   querynull          every memory query with NULL out-parameters only: cuMemGetInfo_v2,
+ *                      cuDeviceTotalMem_v2 (device 0), nvmlDeviceGetMemoryInfo and _v2
+ *                      (NVML device 0); prints their rcs
  *   nvml               NVML memory info (both versions) of every device
  *   gpa:NAME:VER:FL    cuGetProcAddress_v2; prints where the address points
  *   gpa4:NAME:VER:FL   the same through cuGetProcAddress (4 arguments)
  *   rtlddefault:NAME   dlsym(RTLD_DEFAULT, NAME); prints where the address points
  *   gpaalloc:VER:FL:S  allocate S with the cuMemAlloc that cuGetProcAddress_v2 returns,
- *                      then free it with the cuMemFree it returns ("gpafree" keeps it)
+ *                      then free it with the cuMemFree it returns ("gpakeep" keeps it,
+ *                      "gpa4keep" the same through the 4-argument cuGetProcAddress)
+ *   gpaasync:VER:FL:S  cuMemAllocAsync as cuGetProcAddress_v2 returns it (NULL stream), held
  *   uuid:N             UUID of device N (cuDeviceGetUuid_v2)
  *   held               bytes held by this program
  *   pid                this process's pid
+ *   clock              CLOCK_MONOTONIC now, in nanoseconds
  *   fds                how many file descriptors are open
  *   reopen             close every descriptor past stdio, then open /dev/zero
  *   reopened           whether reopen's descriptor is still open, on /dev/zero
@@ -95,7 +111,7 @@
 #include "cuda_ext.h"
 #include "nvml.h"
 
-enum kind { K_PTR, K_ASYNC, K_VMM, K_ARRAY, K_MIPMAP };
+enum kind { K_PTR, K_ASYNC, K_VMM, K_ARRAY, K_MIPMAP, K_HOST };
 
 struct held {
 	enum kind kind;
@@ -159,6 +175,7 @@ static CUresult release(struct held *h)
 	case K_VMM: return cuMemRelease(h->handle);
 	case K_ARRAY: return cuArrayDestroy((CUarray)(uintptr_t)h->handle);
 	case K_MIPMAP: return cuMipmappedArrayDestroy((CUmipmappedArray)(uintptr_t)h->handle);
+	case K_HOST: return cuMemFreeHost((void *)(uintptr_t)h->handle);
 	}
 	return CUDA_ERROR_INVALID_VALUE;
 }
@@ -274,6 +291,49 @@ static void *cross_thread(void *v)
 	return NULL;
 }
 
+/* the vmmthread step's mapping, made and undone by threads with no current context */
+struct vmm_thread {
+	int dev, undo;
+	uint64_t n;
+	CUmemGenericAllocationHandle h;
+	CUdeviceptr base;
+	CUresult rcur, rcreate, rreserve, rmap, raccess, runmap, rrelease, rfree;
+};
+
+static struct vmm_thread vthr;
+
+static void *vmm_thread_main(void *v)
+{
+	struct vmm_thread *a = v;
+	CUcontext cur = NULL;
+	a->rcur = cuCtxGetCurrent(&cur);
+	if (cur != NULL)
+		a->rcur = CUDA_ERROR_INVALID_CONTEXT; /* must start without one */
+	if (a->undo) {
+		a->runmap = cuMemUnmap(a->base, a->n);
+		a->rrelease = cuMemRelease(a->h);
+		a->rfree = cuMemAddressFree(a->base, a->n);
+		return NULL;
+	}
+	CUmemAllocationProp prop;
+	memset(&prop, 0, sizeof(prop));
+	prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+	prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+	prop.location.id = a->dev;
+	a->rcreate = cuMemCreate(&a->h, a->n, &prop, 0);
+	a->rreserve = a->rmap = a->raccess = CUDA_ERROR_NOT_PERMITTED;
+	if (a->rcreate != CUDA_SUCCESS)
+		return NULL;
+	a->rreserve = cuMemAddressReserve(&a->base, a->n, 0, 0, 0);
+	if (a->rreserve == CUDA_SUCCESS)
+		a->rmap = cuMemMap(a->base, a->n, 0, a->h, 0);
+	if (a->rmap == CUDA_SUCCESS) {
+		CUmemAccessDesc acc = {.location = prop.location, .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
+		a->raccess = cuMemSetAccess(a->base, a->n, &acc, 1);
+	}
+	return NULL;
+}
+
 static CUresult on_device(int ordinal, CUcontext *out)
 {
 	CUdevice d;
@@ -365,7 +425,8 @@ static void step(char *arg)
 		vnext = 0;
 		r = cuMemAddressReserve(&vbase, vsize, 0, 0, 0);
 		printf("reserve rc=%d bytes=%llu\n", r, (unsigned long long)vsize);
-	} else if (strcmp(cmd, "vmmmap") == 0 && nf >= 2) {
+	} else if ((strcmp(cmd, "vmmmap") == 0 || strcmp(cmd, "vmmmapq") == 0) && nf >= 2) {
+		int touch = strcmp(cmd, "vmmmap") == 0;
 		CUdevice d = 0;
 		CUmemGenericAllocationHandle h = 0;
 		uint64_t n = parse_size(f[1]);
@@ -384,14 +445,34 @@ static void step(char *arg)
 			if (rm == CUDA_SUCCESS)
 				rm = cuMemSetAccess(vbase + off, n, &acc, 1);
 			if (rm == CUDA_SUCCESS) {
-				((unsigned char *)(uintptr_t)(vbase + off))[n - 1] = 1;
+				if (touch)
+					((unsigned char *)(uintptr_t)(vbase + off))[n - 1] = 1;
 				if (nvmaps < sizeof(vmaps) / sizeof(vmaps[0]))
 					vmaps[nvmaps++] = (struct vmap){vbase + off, n};
 				vnext = off + n;
 			}
 			rr = cuMemRelease(h);
 		}
-		printf("vmmmap rc=%d map=%d release=%d bytes=%llu\n", rc, rm, rr, (unsigned long long)n);
+		printf("%s rc=%d map=%d release=%d bytes=%llu\n", cmd, rc, rm, rr, (unsigned long long)n);
+	} else if ((strcmp(cmd, "vmmthread") == 0 && nf >= 2) || strcmp(cmd, "vmmthreadfree") == 0) {
+		pthread_t t;
+		vthr.undo = strcmp(cmd, "vmmthreadfree") == 0;
+		if (!vthr.undo) {
+			vthr.n = parse_size(f[1]);
+			vthr.dev = nf >= 3 ? atoi(f[2]) : 0;
+		}
+		if (pthread_create(&t, NULL, vmm_thread_main, &vthr) != 0) {
+			printf("%s rc=-1\n", cmd);
+		} else {
+			pthread_join(t, NULL);
+			if (vthr.undo)
+				printf("vmmthreadfree current=%d unmap=%d release=%d addrfree=%d\n", vthr.rcur,
+				       vthr.runmap, vthr.rrelease, vthr.rfree);
+			else
+				printf("vmmthread current=%d rc=%d reserve=%d map=%d access=%d bytes=%llu\n",
+				       vthr.rcur, vthr.rcreate, vthr.rreserve, vthr.rmap, vthr.raccess,
+				       (unsigned long long)vthr.n);
+		}
 	} else if (strcmp(cmd, "unmap") == 0) {
 		r = nvmaps > 0 ? unmap_range(vmaps[nvmaps - 1].ptr, vmaps[nvmaps - 1].size) : CUDA_ERROR_INVALID_VALUE;
 		printf("unmap rc=%d\n", r);
@@ -658,6 +739,16 @@ static void step(char *arg)
 			count++;
 		}
 		printf("fill rc=%d n=%u bytes=%llu\n", r, count, (unsigned long long)total);
+	} else if (strcmp(cmd, "host") == 0 && nf >= 2) {
+		uint64_t n = parse_size(f[1]);
+		void *a = NULL, *b = NULL;
+		CUresult ra = cuMemAllocHost_v2(&a, n);
+		if (ra == CUDA_SUCCESS)
+			push(K_HOST, (uint64_t)(uintptr_t)a, 0);
+		CUresult rb = cuMemHostAlloc(&b, n, CU_MEMHOSTALLOC_PORTABLE);
+		if (rb == CUDA_SUCCESS)
+			push(K_HOST, (uint64_t)(uintptr_t)b, 0);
+		printf("host allochost=%d hostalloc=%d bytes=%llu\n", ra, rb, (unsigned long long)n);
 	} else if (strcmp(cmd, "free") == 0) {
 		r = CUDA_ERROR_INVALID_VALUE;
 		if (nheld > 0) {
@@ -715,6 +806,22 @@ static void step(char *arg)
 		CUresult r1 = cuMemGetInfo_v2(NULL, &to);
 		CUresult r2 = cuMemGetInfo_v2(&fr, NULL);
 		printf("meminfonull rc1=%d rc2=%d free=%zu total=%zu\n", r1, r2, fr, to);
+	} else if (strcmp(cmd, "querynull") == 0) {
+		CUdevice d = 0;
+		CUresult r1 = cuMemGetInfo_v2(NULL, NULL);
+		CUresult r2 = cuDeviceGet(&d, 0);
+		if (r2 == CUDA_SUCCESS)
+			r2 = cuDeviceTotalMem_v2(NULL, d);
+		nvmlReturn_t n0 = nvml_ready ? NVML_SUCCESS : nvmlInit_v2(), n1 = n0, n2 = n0;
+		nvml_ready = n0 == NVML_SUCCESS;
+		nvmlDevice_t dev;
+		if (n0 == NVML_SUCCESS)
+			n0 = nvmlDeviceGetHandleByIndex_v2(0, &dev);
+		if (n0 == NVML_SUCCESS) {
+			n1 = nvmlDeviceGetMemoryInfo(dev, NULL);
+			n2 = nvmlDeviceGetMemoryInfo_v2(dev, NULL);
+		}
+		printf("querynull meminfo=%d totalmem=%d nvml=%d nvmlmem=%d nvmlmem2=%d\n", r1, r2, n0, n1, n2);
 	} else if (strcmp(cmd, "totalmem") == 0 && nf >= 2) {
 		CUdevice d;
 		size_t b = 0;
@@ -764,15 +871,23 @@ static void step(char *arg)
 		printf("rtlddefault name=%s", f[1]);
 		where("at", dlsym(RTLD_DEFAULT, f[1]));
 		printf("\n");
-	} else if ((strcmp(cmd, "gpaalloc") == 0 || strcmp(cmd, "gpakeep") == 0) && nf >= 4) {
+	} else if ((strcmp(cmd, "gpaalloc") == 0 || strcmp(cmd, "gpakeep") == 0 || strcmp(cmd, "gpa4keep") == 0) &&
+		   nf >= 4) {
 		void *pa = NULL, *pf = NULL;
 		int ver = atoi(f[1]);
 		cuuint64_t fl = strtoull(f[2], NULL, 0);
 		uint64_t n = parse_size(f[3]);
 		CUdeviceptr p = 0;
-		r = cuGetProcAddress_v2("cuMemAlloc", &pa, ver, fl, NULL);
-		if (r == CUDA_SUCCESS)
-			r = cuGetProcAddress_v2("cuMemFree", &pf, ver, fl, NULL);
+		if (strcmp(cmd, "gpa4keep") == 0) {
+			pfn_gpa4 g4 = (pfn_gpa4)dlsym(RTLD_DEFAULT, "cuGetProcAddress");
+			r = g4 ? g4("cuMemAlloc", &pa, ver, fl) : CUDA_ERROR_NOT_FOUND;
+			if (r == CUDA_SUCCESS)
+				r = g4("cuMemFree", &pf, ver, fl);
+		} else {
+			r = cuGetProcAddress_v2("cuMemAlloc", &pa, ver, fl, NULL);
+			if (r == CUDA_SUCCESS)
+				r = cuGetProcAddress_v2("cuMemFree", &pf, ver, fl, NULL);
+		}
 		CUresult ra = r, rf = r;
 		if (r == CUDA_SUCCESS) {
 			ra = ((pfn_alloc)pa)(&p, n);
@@ -782,6 +897,21 @@ static void step(char *arg)
 				push(K_PTR, p, n);
 		}
 		printf("%s rc=%d alloc=%d free=%d", cmd, r, ra, rf);
+		where("alloc_at", pa);
+		printf("\n");
+	} else if (strcmp(cmd, "gpaasync") == 0 && nf >= 4) {
+		void *pa = NULL;
+		uint64_t n = parse_size(f[3]);
+		CUdeviceptr p = 0;
+		CUresult ra;
+		r = cuGetProcAddress_v2("cuMemAllocAsync", &pa, atoi(f[1]), strtoull(f[2], NULL, 0), NULL);
+		ra = r;
+		if (r == CUDA_SUCCESS) {
+			ra = ((CUresult(*)(CUdeviceptr *, size_t, CUstream))pa)(&p, n, NULL);
+			if (ra == CUDA_SUCCESS)
+				push(K_ASYNC, p, n);
+		}
+		printf("gpaasync rc=%d alloc=%d", r, ra);
 		where("alloc_at", pa);
 		printf("\n");
 	} else if (strcmp(cmd, "uuid") == 0 && nf >= 2) {
@@ -821,6 +951,10 @@ static void step(char *arg)
 		printf("reopened ok=%d\n", ok);
 	} else if (strcmp(cmd, "pid") == 0) {
 		printf("pid pid=%d\n", (int)getpid());
+	} else if (strcmp(cmd, "clock") == 0) {
+		struct timespec ts;
+		clock_gettime(CLOCK_MONOTONIC, &ts);
+		printf("clock ns=%lld\n", (long long)ts.tv_sec * 1000000000ll + ts.tv_nsec);
 	} else if (strcmp(cmd, "pause") == 0) {
 		printf("paused\n");
 		fflush(stdout);
