@@ -116,7 +116,16 @@ func runCmd(fs *pflag.FlagSet, e *env) func([]string) error {
 		if err != nil {
 			return err
 		}
-		code := runChild(e, path, args, childEnv(os.Environ(), lib, s.ID, e.ipcSock))
+		cg, cgErr := makeRunCgroup(s.ID)
+		if cgErr != nil {
+			fmt.Fprintf(e.stderr, "gpuslice run: no cgroup for the command (%v): a process of it that drops LD_PRELOAD is not attributed to session %s\n", cgErr, s.ID)
+		}
+		code := runChild(e, path, args, childEnv(os.Environ(), lib, s.ID, e.ipcSock), cg)
+		if cg != nil {
+			if err := cg.remove(); err != nil {
+				fmt.Fprintf(e.stderr, "gpuslice run: %v\n", err)
+			}
+		}
 
 		rctx, rcancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer rcancel()
@@ -137,12 +146,16 @@ func runCmd(fs *pflag.FlagSet, e *env) func([]string) error {
 	}
 }
 
-// runChild runs the command, forwarding termination signals, and returns
-// its exit code (128+N when killed by signal N).
-func runChild(e *env, path string, args, environ []string) int {
+// runChild runs the command (in cgroup cg when there is one), forwarding
+// termination signals, and returns its exit code (128+N when killed by
+// signal N).
+func runChild(e *env, path string, args, environ []string, cg *runCgroup) int {
 	cmd := exec.Command(path, args[1:]...)
 	cmd.Args = args
 	cmd.Env = environ
+	if cg != nil {
+		cmd.SysProcAttr = &syscall.SysProcAttr{UseCgroupFD: true, CgroupFD: cg.fd}
+	}
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = e.stdin, e.stdout, e.stderr
 	sigs := make(chan os.Signal, 4)
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT)

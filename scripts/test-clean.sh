@@ -6,7 +6,8 @@
 #   - processes started by the tests: gpusliced, and slurmctld, slurmd,
 #     slurmdbd, munged, mariadbd and prometheus run from the tests'
 #     directories (never the machine's own services);
-#   - mounts under the tests' directories, the test hosts' network
+#   - gpuslice run's cgroups (gpuslice-run-*), mounts under the tests'
+#     directories, the test hosts' network
 #     namespaces, bridges and veths (gs8-*, gs13-*), their lock files;
 #   - the test users (internal/testenv/users.go: those whose comment is
 #     "gpuslice test user", and the names earlier versions used);
@@ -71,6 +72,14 @@ awk '{print $2}' /proc/mounts | grep -E '^(/tmp/(gpuslice-|gs[0-9]|gsp[0-9]|gspk
 	sort -r | while read -r m; do
 	say "unmounting $m"
 	umount -l "$m" 2>/dev/null
+done
+
+# --- gpuslice run's cgroups ------------------------------------------------
+for cg in /sys/fs/cgroup/gpuslice-run-* /sys/fs/cgroup/unified/gpuslice-run-*; do
+	[ -d "$cg" ] || continue
+	say "removing cgroup $cg"
+	while read -r pid; do kill -KILL "$pid" 2>/dev/null; done <"$cg/cgroup.procs"
+	for _ in 1 2 3 4 5 6 7 8 9 10; do rmdir "$cg" 2>/dev/null && break; sleep 0.2; done
 done
 
 # --- network namespaces, bridges, veths -------------------------------------

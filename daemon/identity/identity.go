@@ -17,6 +17,8 @@ import (
 	"syscall"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/gpuslice/gpuslice/internal/api"
 )
 
 // MaxDepth bounds the ancestry walk.
@@ -132,11 +134,17 @@ func (r Resolver) JobFrom(pid, ppid uint32) (string, How) {
 	return "", None
 }
 
-// byCgroup finds a job_<id> component in one of pid's cgroup paths whose
-// directory is owned by root: Slurm creates it, and a user cannot move a
-// process into a root-owned cgroup. A job_<id> directory a user made in a
-// subtree delegated to them (systemd user sessions) is theirs, not root's,
-// and does not count.
+// RunCgroupPrefix starts the name of the cgroup `gpuslice run` starts its
+// command in (RunCgroupPrefix + session id, made by root): the session is
+// found from it as a Slurm job is from job_<id>.
+const RunCgroupPrefix = "gpuslice-run-"
+
+// byCgroup finds a job_<id> (or gpuslice-run-<session>) component in one
+// of pid's cgroup paths whose directory is owned by root: Slurm (or
+// `gpuslice run`, as root) creates it, and a user cannot move a process
+// into a root-owned cgroup. Such a directory a user made in a subtree
+// delegated to them (systemd user sessions) is theirs, not root's, and
+// does not count.
 func (r Resolver) byCgroup(pid uint32) string {
 	b, err := readSmall(filepath.Join(r.proc(), strconv.FormatUint(uint64(pid), 10), "cgroup"))
 	if err != nil {
@@ -145,7 +153,7 @@ func (r Resolver) byCgroup(pid uint32) string {
 	for len(b) > 0 {
 		var line []byte
 		line, b, _ = bytes.Cut(b, []byte("\n"))
-		if !bytes.Contains(line, []byte("job_")) {
+		if !bytes.Contains(line, []byte("job_")) && !bytes.Contains(line, []byte(RunCgroupPrefix)) {
 			continue
 		}
 		// hierarchy-ID:controllers:path
@@ -157,9 +165,11 @@ func (r Resolver) byCgroup(pid uint32) string {
 		for i, c := range comps {
 			id, ok := strings.CutPrefix(c, "job_")
 			if !ok || !isJobID(id) {
-				continue
+				if id, ok = strings.CutPrefix(c, RunCgroupPrefix); !ok || !api.ValidSessionID(id) {
+					continue
+				}
 			}
-			dir := filepath.Join(append([]string{r.cgroup(), controllerDir(parts[1])}, comps[:i+1]...)...)
+			dir := filepath.Join(append([]string{r.cgroup(), controllerDir(r.cgroup(), parts[1])}, comps[:i+1]...)...)
 			if rootOwnedDir(dir) {
 				return id
 			}
@@ -197,15 +207,37 @@ func readSmall(path string) ([]byte, error) {
 	return buf, nil
 }
 
-// controllerDir is where a cgroup v1 hierarchy is mounted ("" for v2).
-func controllerDir(controllers string) string {
+// controllerDir is where, under root, the hierarchy of a /proc/<pid>/cgroup
+// line is mounted: a cgroup v1 hierarchy under its first controller's
+// name; the v2 hierarchy at root itself, or at root/unified on a hybrid
+// machine (v1 controllers at root, systemd's hybrid layout).
+func controllerDir(root, controllers string) string {
 	if controllers == "" {
-		return ""
+		return V2Dir(root)
 	}
 	// v1 hierarchies Slurm uses are mounted under their first controller
 	// name (memory, freezer, cpuset, ...); name=systemd under systemd.
 	c := strings.Split(controllers, ",")[0]
 	return strings.TrimPrefix(c, "name=")
+}
+
+var v2dirs sync.Map // root -> "" or "unified"
+
+// V2Dir is where under root (the cgroup mount point, /sys/fs/cgroup) the
+// cgroup v2 hierarchy is: "" when root is it, "unified" on a hybrid
+// machine. Asked once per root.
+func V2Dir(root string) string {
+	if v, ok := v2dirs.Load(root); ok {
+		return v.(string)
+	}
+	dir := ""
+	var st unix.Statfs_t
+	if unix.Statfs(root, &st) == nil && st.Type != unix.CGROUP2_SUPER_MAGIC &&
+		unix.Statfs(filepath.Join(root, "unified"), &st) == nil && st.Type == unix.CGROUP2_SUPER_MAGIC {
+		dir = "unified"
+	}
+	v2dirs.Store(root, dir)
+	return dir
 }
 
 func rootOwnedDir(dir string) bool {

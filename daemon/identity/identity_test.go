@@ -46,6 +46,10 @@ func TestJob(t *testing.T) {
 	os.MkdirAll(filepath.Join(cg, "user.slice/user-1000.slice/user@1000.service/app.slice/job_77"), 0o755)
 	os.Chown(filepath.Join(cg, "user.slice/user-1000.slice/user@1000.service/app.slice/job_77"), 1000, 1000)
 	os.MkdirAll(filepath.Join(cg, "memory/slurm/uid_1000/job_55/step_batch"), 0o755)
+	// gpuslice run's cgroup (root's), and one a user made in their subtree.
+	os.MkdirAll(filepath.Join(cg, "gpuslice-run-run-h-77"), 0o755)
+	os.MkdirAll(filepath.Join(cg, "user.slice/user-1000.slice/user@1000.service/gpuslice-run-victim"), 0o755)
+	os.Chown(filepath.Join(cg, "user.slice/user-1000.slice/user@1000.service/gpuslice-run-victim"), 1000, 1000)
 	const rootUIDs, userUIDs = "0\t0\t0\t0", "1000\t1000\t1000\t1000"
 	stepd := "/usr/sbin/slurmstepd"
 	writeTree(t, root, []fakeProc{
@@ -72,6 +76,9 @@ func TestJob(t *testing.T) {
 		// Debian's slurmstepd (alternatives: /usr/sbin/slurmstepd-wlm)
 		{pid: 900, ppid: 1, exe: "/usr/sbin/slurmstepd-wlm", uids: rootUIDs, cmdline: "slurmstepd: [1.0]", cgroup: "0::/\n"},
 		{pid: 901, ppid: 900, exe: "/bin/sleep", uids: userUIDs, cmdline: "sleep", cgroup: "0::/\n"},
+		// gpuslice run: the command, and a process that escaped its tree
+		{pid: 1000, ppid: 1, exe: "/bin/sleep", uids: userUIDs, cmdline: "sleep", cgroup: "0::/gpuslice-run-run-h-77\n"},
+		{pid: 1001, ppid: 1, exe: "/bin/sleep", uids: userUIDs, cmdline: "sleep", cgroup: "0::/user.slice/user-1000.slice/user@1000.service/gpuslice-run-victim\n"},
 		// batch step
 		{pid: 800, ppid: 1, exe: stepd + " (deleted)", uids: rootUIDs, cmdline: "slurmstepd: [1300.batch]", cgroup: "0::/\n"},
 		{pid: 801, ppid: 800, exe: "/bin/bash", uids: userUIDs, cmdline: "bash", cgroup: "0::/\n"},
@@ -92,6 +99,8 @@ func TestJob(t *testing.T) {
 		{"user-made job cgroup", 600, "", None},
 		{"cgroup v1 job", 700, "55", ByCgroup},
 		{"batch step", 801, "1300", ByStepd},
+		{"gpuslice run's cgroup", 1000, "run-h-77", ByCgroup},
+		{"user-made gpuslice-run cgroup", 1001, "", None},
 		{"Debian slurmstepd-wlm", 901, "1", ByStepd},
 		{"init", 1, "", None},
 		{"gone", 12345, "", None},
