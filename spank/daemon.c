@@ -20,6 +20,7 @@
 #define GS_IPC_STATUS_OK 8
 #define GS_IPC_ERROR 9
 #define GS_IPC_MAX_PAYLOAD 4096
+#define GS_IPC_ERR_NOT_YOURS 8
 #define GS_IPC_ERR_UNKNOWN_SESSION 2
 
 static void put16(unsigned char *p, uint16_t v)
@@ -94,7 +95,10 @@ int gs_daemon_has_session(const char *socket_path, const char *id)
 		rv = 1;
 		break;
 	case GS_IPC_ERROR:
-		if (len >= 4 && get32(payload) == GS_IPC_ERR_UNKNOWN_SESSION)
+		/* Asked as the job's user, a session that does not exist is
+		 * "not yours" (gpusliced does not tell a user whether another
+		 * user's job exists); a job's session is always its user's. */
+		if (len >= 4 && (get32(payload) == GS_IPC_ERR_UNKNOWN_SESSION || get32(payload) == GS_IPC_ERR_NOT_YOURS))
 			rv = 0;
 		break;
 	default:
