@@ -31,8 +31,8 @@ CUresult cuMemGetInfo_v2(size_t *free, size_t *total)
 	if (GS_UNLIKELY(real == NULL))
 		return CUDA_ERROR_NOT_INITIALIZED;
 	int st = gs_state();
-	if (st == GS_ST_INERT)
-		return real(free, total);
+	if (st == GS_ST_INERT || (free == NULL && total == NULL))
+		return real(free, total); /* nothing to virtualise: the driver's own answer */
 	size_t rf = 0, rt = 0;
 	CUresult r = real(&rf, &rt);
 	if (r != CUDA_SUCCESS)
@@ -59,7 +59,7 @@ CUresult cuDeviceTotalMem_v2(size_t *bytes, CUdevice dev)
 	if (GS_UNLIKELY(real == NULL))
 		return CUDA_ERROR_NOT_INITIALIZED;
 	int st = gs_state();
-	if (st == GS_ST_INERT)
+	if (st == GS_ST_INERT || bytes == NULL)
 		return real(bytes, dev);
 	size_t rt = 0;
 	CUresult r = real(&rt, dev);
