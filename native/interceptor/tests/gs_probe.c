@@ -75,6 +75,7 @@
  *   gpaasync:VER:FL:S  cuMemAllocAsync as cuGetProcAddress_v2 returns it (NULL stream), held
  *   uuid:N             UUID of device N (cuDeviceGetUuid_v2)
  *   held               bytes held by this program
+ *   sync               cuCtxSynchronize (a pool gives freed memory back to the driver)
  *   pid                this process's pid
  *   clock              CLOCK_MONOTONIC now, in nanoseconds
  *   fds                how many file descriptors are open
@@ -529,9 +530,14 @@ static void step(char *arg)
 			} else if (v == 3) {
 				r = cuCtxCreate_v3(&c, NULL, 0, 0, d);
 			} else {
-				CUctxCreateParams params;
+				/* zeroed well past the 12.x struct, should a newer
+				 * driver read fields it added */
+				union {
+					CUctxCreateParams p;
+					char pad[256];
+				} params;
 				memset(&params, 0, sizeof(params));
-				r = cuCtxCreate_v4(&c, &params, 0, d);
+				r = cuCtxCreate_v4(&c, &params.p, 0, d);
 			}
 		}
 		if (r == CUDA_SUCCESS && nmade < 64)
@@ -951,6 +957,9 @@ static void step(char *arg)
 		printf("reopened ok=%d\n", ok);
 	} else if (strcmp(cmd, "pid") == 0) {
 		printf("pid pid=%d\n", (int)getpid());
+	} else if (strcmp(cmd, "sync") == 0) {
+		r = cuCtxSynchronize();
+		printf("sync rc=%d\n", r);
 	} else if (strcmp(cmd, "clock") == 0) {
 		struct timespec ts;
 		clock_gettime(CLOCK_MONOTONIC, &ts);
