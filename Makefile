@@ -38,6 +38,7 @@ include mk/nvidia.mk
 include mk/monitoring.mk
 include mk/builddeps.mk
 include mk/docs.mk
+include mk/gpu.mk
 
 .PHONY: help build native test test-clean demo bench clean fmt vet
 
