@@ -1,0 +1,110 @@
+package realgpu
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+)
+
+const h100 = `"versions":{"gpu":"NVIDIA H100 80GB HBM3","gpu_memory_bytes":85520809984,"driver":"580.65.06","cuda_driver":"13.0","fakecuda":false,"frameworks":{"torch":"2.11.0+cu130"},"context_cost_nvml_bytes":524288000},"run":{"started":"2026-12-01T10:00:00Z"}`
+
+func line(name, verdict, extra string) string {
+	return `{"name":"` + name + `","proves":"p","verdict":"` + verdict + `"` + extra + `,` + h100 + "}\n"
+}
+
+func TestParse(t *testing.T) {
+	for _, tc := range []struct {
+		name, in string
+		n        int
+		err      string
+	}{
+		{name: "cases", in: line("a", "pass", `,"figures":{"x":1}`) + "\n" + line("b", "skip", `,"reason":"torch not installed"`), n: 2},
+		{name: "empty", in: "\n", err: "no results"},
+		{name: "not JSON", in: "name=a\n", err: "line 1"},
+		{name: "no name", in: `{"verdict":"pass"}` + "\n", err: "no case name"},
+		{name: "odd verdict", in: line("a", "ok", ""), err: `verdict "ok"`},
+		{name: "skip without reason", in: line("a", "skip", ""), err: "without its reason"},
+		{name: "fail without failures", in: line("a", "fail", ""), err: "without what failed"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := Parse(strings.NewReader(tc.in))
+			if tc.err != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.err) {
+					t.Fatalf("err %v, want %q", err, tc.err)
+				}
+				return
+			}
+			if err != nil || len(got) != tc.n {
+				t.Fatalf("got %d records, %v; want %d", len(got), err, tc.n)
+			}
+		})
+	}
+}
+
+func TestRenderRefusesFakecuda(t *testing.T) {
+	for _, tc := range []struct{ name, in string }{
+		{"flag", strings.Replace(line("a", "pass", ""), `"fakecuda":false`, `"fakecuda":true`, 1)},
+		{"name", strings.Replace(line("a", "pass", ""), "NVIDIA H100 80GB HBM3", "NVIDIA fakecuda GPU 80 GiB", 1)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			recs, err := Parse(strings.NewReader(tc.in))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var b strings.Builder
+			if err := Render(&b, recs, time.Now()); !errors.Is(err, ErrFakecuda) {
+				t.Fatalf("Render: %v, want ErrFakecuda", err)
+			}
+			if b.Len() != 0 {
+				t.Fatalf("wrote %d bytes for a fakecuda run", b.Len())
+			}
+		})
+	}
+}
+
+func TestCheckOneRun(t *testing.T) {
+	in := line("a", "pass", "") + strings.Replace(line("b", "pass", ""), "580.65.06", "575.1", 1)
+	recs, err := Parse(strings.NewReader(in))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := Check(recs); err == nil || !strings.Contains(err.Error(), "another run") {
+		t.Fatalf("Check: %v, want a refusal of mixed runs", err)
+	}
+	noDriver := strings.Replace(line("a", "pass", ""), `"driver":"580.65.06",`, "", 1)
+	recs, _ = Parse(strings.NewReader(noDriver))
+	if err := Check(recs); err == nil || !strings.Contains(err.Error(), "driver") {
+		t.Fatalf("Check: %v, want a refusal without a driver version", err)
+	}
+}
+
+func TestRender(t *testing.T) {
+	in := line("cost_alloc_free_pair", "pass", `,"figures":{"added_percent":0.4,"throughput_ratio_8threads":0.97}`) +
+		line("pytorch_caching_allocator_oom", "fail", `,"failures":["with: a | b","second"]`) +
+		line("jax_prealloc_and_oom", "skip", `,"reason":"jax not installed"`)
+	recs, err := Parse(strings.NewReader(in))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b strings.Builder
+	if err := Render(&b, recs, time.Date(2026, 12, 2, 0, 0, 0, 0, time.UTC)); err != nil {
+		t.Fatal(err)
+	}
+	out := b.String()
+	for _, want := range []string{
+		"Run of 2026-12-01 10:00 UTC on **NVIDIA H100 80GB HBM3** (79.6 GiB), NVIDIA driver 580.65.06, CUDA 13.0; generated 2026-12-02",
+		"frameworks: torch 2.11.0+cu130",
+		"a CUDA context costs 500 MiB by NVML's per-process figure, not measured by gpusliced's context probe",
+		"**1 pass, 1 fail, 1 skip.**",
+		`| [pytorch_caching_allocator_oom](#pytorch_caching_allocator_oom) | fail | p | with: a \| b (+1 more) |`,
+		"| [jax_prealloc_and_oom](#jax_prealloc_and_oom) | skip | p | jax not installed |",
+		"| added cost of an alloc+free pair (1 MiB, 1 thread) | 0.4% | ≤ 1% | meets |",
+		"| 8-thread alloc/free throughput, with / without | 0.97 | ≥ 0.99 | **misses** |",
+		"\"added_percent\": 0.4",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("page lacks %q:\n%s", want, out)
+		}
+	}
+}
