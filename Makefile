@@ -50,7 +50,7 @@ build: fakecuda interceptor ctxprobe go-build spank ## build everything into bui
 # Every suite CI runs, in order.
 TEST_SUITES := test-go test-fakecuda test-interceptor test-core test-security \
                test-slurm test-slurm-24.11 test-packages \
-               test-nvidia-runtime test-nvidia-tools test-monitoring test-docs
+               test-nvidia-runtime test-nvidia-tools test-monitoring test-docs test-gpu
 test: deps build $(TEST_SUITES) ## run every test suite (what CI runs)
 
 # What test runs can leave on a machine (a run killed half-way, a hand run
