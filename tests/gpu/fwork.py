@@ -55,8 +55,9 @@ def torch_oom(args):
                 break
     torch.cuda.synchronize()
     n_ok = len(held)
+    torch_oom_error = getattr(torch, "OutOfMemoryError", None) or torch.cuda.OutOfMemoryError
     res = {"n_ok": n_ok, "most": most, "oom": _err(oom) if oom else None,
-           "oom_is_torch_oom": isinstance(oom, torch.OutOfMemoryError) if oom else None,
+           "oom_is_torch_oom": isinstance(oom, torch_oom_error) if oom else None,
            "mem_get_info": [free, total], "reserved_full": torch.cuda.memory_reserved()}
     try:
         segs = torch.cuda.memory_snapshot()
@@ -106,6 +107,8 @@ def oom_expectations(h, c, out, quota, block, most):
         return r
     c.expect(r.get("oom") is not None, "no out-of-memory error under a %s quota (%s blocks of %s allocated)" % (
         fmt_bytes(quota), r.get("n_ok"), fmt_bytes(block)))
+    c.expect(r.get("oom") is None or r.get("oom_is_torch_oom"), "the allocation past the quota raised %s, not "
+             "torch.OutOfMemoryError" % (r.get("oom"),))
     mgi = r.get("mem_get_info") or [None, None]
     c.expect(mgi[1] == quota, "the framework sees a device of %s, the quota is %s" % (fmt_bytes(mgi[1]), fmt_bytes(quota)))
     ctx = h.ctx_cost()

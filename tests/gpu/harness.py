@@ -36,6 +36,11 @@ class Skip(Exception):
     """The case cannot run here; the message says why."""
 
 
+class FrameworkSkip(Skip):
+    """Skip: the framework the case needs is missing here, or lacks what it
+    tests (the only skip a fakecuda run allows)."""
+
+
 class CaseError(Exception):
     """The case could not go on (a process died, a line never came)."""
 
@@ -604,4 +609,4 @@ class Harness:
         import importlib.util
         for n in names:
             if importlib.util.find_spec(n) is None:
-                raise Skip("%s not installed" % n)
+                raise FrameworkSkip("%s not installed" % n)

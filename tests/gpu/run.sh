@@ -101,7 +101,7 @@ for _ in $(seq 100); do
 	sleep 0.1
 done
 
-"$python" "$here/runner.py" --bundle "$here" --tmp "$tmp" --out "$results" \
+PYTHONDONTWRITEBYTECODE=1 "$python" "$here/runner.py" --bundle "$here" --tmp "$tmp" --out "$results" \
 	--daemon-log "$tmp/gpusliced.log" --fakecuda "$fake" --cases "$cases" --budget "$budget" \
 	2>&1 | tee "$base.log" >&2
 rc=${PIPESTATUS[0]}

@@ -8,7 +8,7 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from harness import GiB, MiB, Skip, fmt_bytes, sync, worker_main  # noqa: E402
+from harness import FrameworkSkip, GiB, MiB, fmt_bytes, sync, worker_main  # noqa: E402
 
 NAME = "jax_allocators_platform_async"
 PROVES = "JAX's platform and cuda_async allocators: RESOURCE_EXHAUSTED at the quota, memory reusable"
@@ -83,7 +83,7 @@ def run(h, c):
                                                                                    fmt_bytes(quota)))
 
     if len(unsupported) == 2:
-        raise Skip("this JAX offers neither allocator: %s" % c.figures)
+        raise FrameworkSkip("this JAX offers neither allocator: %s" % c.figures)
 
 
 if __name__ == "__main__":

@@ -71,7 +71,8 @@ def work(args):
                 p.kill()
         res["ranks"] = sorted(got, key=lambda g: (g[0] is None, g[0] or 0))
     try:
-        res["nccl"] = ".".join(str(v) for v in torch.cuda.nccl.version())
+        v = torch.cuda.nccl.version()
+        res["nccl"] = ".".join(str(x) for x in v) if isinstance(v, tuple) else str(v)
     except Exception as e:
         res["nccl"] = "n/a (%s)" % e
     res.update(fwork.torch_info(torch))

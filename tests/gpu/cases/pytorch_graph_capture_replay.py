@@ -1,7 +1,8 @@
 """PyTorch CUDA graphs: capture a small computation whose intermediates
 live in the graph's private memory pool, replay it 20 times, compare with
 the same computation run eagerly. With and without the interceptor: the
-same answer; with it, what the process holds is charged as the driver
+same answer (within float tolerance; bit-identical with exactly when
+without); with it, what the process holds is charged as the driver
 counts it (graph pools included)."""
 
 import os
@@ -41,7 +42,8 @@ def work(args):
     torch.cuda.synchronize()
     eager = f()
     torch.cuda.synchronize()
-    res = {"equal": bool(torch.equal(y, eager)), "max_abs_diff": float((y - eager).abs().max()),
+    res = {"equal": bool(torch.equal(y, eager)), "close": bool(torch.allclose(y, eager, rtol=1e-5, atol=1e-3)),
+           "max_abs_diff": float((y - eager).abs().max()),
            "reserved": torch.cuda.memory_reserved()}
     sync("replayed")
     res.update(fwork.torch_info(torch))
@@ -54,10 +56,10 @@ def run(h, c):
     out = h.framework(c, __file__, [], quota)
     bare = h.worker_ok(c, out["without"], "without")
     r = h.worker_ok(c, out["with"], "with")
-    c.fig("without", {k: bare.get(k) for k in ("equal", "max_abs_diff")})
-    c.fig("with", {k: r.get(k) for k in ("equal", "max_abs_diff", "reserved")})
-    c.expect(r.get("equal") is True, "with the interceptor the replayed graph differs from eager: %s" % r.get("max_abs_diff"))
-    c.expect(bare.get("equal") == r.get("equal"), "replay equal to eager: %s without, %s with" % (
+    c.fig("without", {k: bare.get(k) for k in ("equal", "close", "max_abs_diff")})
+    c.fig("with", {k: r.get(k) for k in ("equal", "close", "max_abs_diff", "reserved")})
+    c.expect(r.get("close") is True, "with the interceptor the replayed graph differs from eager: %s" % r.get("max_abs_diff"))
+    c.expect(bare.get("equal") == r.get("equal"), "replay bit-identical to eager: %s without, %s with" % (
         bare.get("equal"), r.get("equal")))
     snap = out["with"]["syncs"].get("replayed", {})
     c.fig("with_replayed", {"ledger_used": snap.get("used"), "driver": snap.get("truth")})
