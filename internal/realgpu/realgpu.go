@@ -215,7 +215,7 @@ func Render(w io.Writer, recs []Record, now time.Time) error {
 		b.WriteString("- NVML's process list does not name this machine's pids: per-process figures were replaced by " +
 			"differences of the device's used memory, and the audit cannot attribute memory here\n")
 	}
-	b.WriteString("\nThe suite (`tests/gpu`, [its README](../tests/gpu/README.md)) runs every case's workload with " +
+	b.WriteString("\nThe suite (`tests/gpu`, described in `tests/gpu/README.md` of the source tree) runs every case's workload with " +
 		"and without the interceptor and takes the driver's own figure, NVML's per-process usage read as root " +
 		"outside the session, as the ground truth.\n\n")
 
