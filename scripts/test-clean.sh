@@ -27,7 +27,7 @@ say() { echo "test-clean: $*"; }
 
 # The tests' directories (MkdirTemp prefixes in tests/, internal/testenv,
 # daemon/ and internal/debroot).
-tmp_globs=(/tmp/gpuslice-* /tmp/gs[0-9]* /tmp/gsp[0-9]* /tmp/gspkg[0-9]* /tmp/gsuser[0-9]*
+tmp_globs=(/tmp/gpuslice-* /tmp/gsgpu.* /tmp/gs[0-9]* /tmp/gsp[0-9]* /tmp/gspkg[0-9]* /tmp/gsuser[0-9]*
 	/tmp/gssec[0-9]* /tmp/gsipc[0-9]*)
 
 # This script's own ancestors (make, .ci/run) are never touched.
