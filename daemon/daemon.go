@@ -218,6 +218,10 @@ func Run(ctx context.Context, cfg config.Config, logw io.Writer) error {
 // them.
 const shortAuditGap = 10 * time.Millisecond
 
+// shortAuditConfirm is the pause before the confirming read of a pass a
+// SHORT asked for (a tick's is min(audit_interval/5, 20ms)).
+const shortAuditConfirm = 5 * time.Millisecond
+
 // startAudit runs the audit loop (daemon/audit) until ctx ends.
 func startAudit(ctx context.Context, cfg config.Config, log *slog.Logger, mgr *session.Manager, met *metrics.Metrics,
 	gpus []gpu.GPU, wg *sync.WaitGroup, kick *audit.Kicker) error {
@@ -235,7 +239,7 @@ func startAudit(ctx context.Context, cfg config.Config, log *slog.Logger, mgr *s
 		actor = audit.Killer{Log: log, Jobs: jobs}
 	}
 	loop := &audit.Loop{Source: src, Jobs: jobs, Actor: actor, Interval: cfg.AuditInterval,
-		Confirm: min(cfg.AuditInterval/5, 20*time.Millisecond), Log: log, Kick: kick, MinGap: shortAuditGap,
+		Confirm: min(cfg.AuditInterval/5, 20*time.Millisecond), Log: log, Kick: kick, MinGap: shortAuditGap, KickConfirm: shortAuditConfirm,
 		Events: audit.Events{
 			Usage: mgr.ObserveAudit,
 			Overrun: func(o audit.Overrun, stopped []uint32) {

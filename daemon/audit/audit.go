@@ -55,9 +55,12 @@ type Loop struct {
 	Log     *slog.Logger
 	// Kick, when set, asks for a pass now (Kicker): a job was refused
 	// memory its quota allowed. Passes asked for this way are at least
-	// MinGap apart, whoever asks and however often.
-	Kick   *Kicker
-	MinGap time.Duration
+	// MinGap apart, whoever asks and however often, and confirm an
+	// overrun after KickConfirm (when shorter than Confirm): the harm is
+	// already there.
+	Kick        *Kicker
+	MinGap      time.Duration
+	KickConfirm time.Duration
 }
 
 // Kicker asks the audit loop for a pass out of turn. Asks made while one
@@ -85,6 +88,7 @@ func (l *Loop) Run(ctx context.Context) {
 	}
 	var last time.Time
 	for {
+		confirm := l.Confirm
 		select {
 		case <-ctx.Done():
 			return
@@ -97,9 +101,12 @@ func (l *Loop) Run(ctx context.Context) {
 				case <-time.After(wait):
 				}
 			}
+			if l.KickConfirm > 0 {
+				confirm = min(confirm, l.KickConfirm)
+			}
 		}
 		begin := time.Now()
-		err := l.Pass()
+		err := l.pass(confirm)
 		last = time.Now()
 		if l.Events.Pass != nil {
 			l.Events.Pass(last.Sub(begin), err)
@@ -108,7 +115,10 @@ func (l *Loop) Run(ctx context.Context) {
 }
 
 // Pass reads, decides and acts once.
-func (l *Loop) Pass() error {
+func (l *Loop) Pass() error { return l.pass(l.Confirm) }
+
+// pass is Pass with the pause before the confirming read.
+func (l *Loop) pass(confirm time.Duration) error {
 	first, err := l.Source.Read()
 	if err != nil {
 		return fmt.Errorf("audit read: %w", err)
@@ -119,7 +129,7 @@ func (l *Loop) Pass() error {
 	if len(overruns) > 0 {
 		// Confirm with a second read: only what a process holds in both
 		// counts.
-		time.Sleep(l.Confirm)
+		time.Sleep(confirm)
 		second, err := l.Source.Read()
 		if err != nil {
 			return fmt.Errorf("audit read: %w", err)
