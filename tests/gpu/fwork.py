@@ -125,3 +125,22 @@ def oom_expectations(h, c, out, quota, block, most):
         r.get("n_again"), r.get("n_ok"), r.get("again_error")))
     return r
 
+
+
+def torch_oom_case(h, c, case_file, conf, threads, block=256 * MiB):
+    """The PyTorch out-of-memory case of one allocator configuration
+    (PYTORCH_CUDA_ALLOC_CONF=conf, allocating from `threads` worker threads
+    when non-zero): blocks of `block` until the first out-of-memory under a
+    quota of a context + 2 GiB, with and without the interceptor
+    (oom_expectations)."""
+    from harness import GiB
+    h.need_module("torch")
+    quota = h.ctx_cost() + 2 * GiB
+    most = (quota // block) + 4
+    c.fig("quota_bytes", quota)
+    env = {"PYTORCH_CUDA_ALLOC_CONF": conf} if conf else {}
+    out = h.framework(c, case_file, [str(block // MiB), str(most), str(threads)], quota, env)
+    r = oom_expectations(h, c, out, quota, block, most)
+    if conf.startswith("expandable"):
+        c.expect(r.get("expandable_segments"), "no expandable segment in torch.cuda.memory_snapshot(): %s" % (
+            r.get("segments"),))

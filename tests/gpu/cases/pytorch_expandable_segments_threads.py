@@ -10,29 +10,19 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import fwork  # noqa: E402
-from harness import GiB, MiB, worker_main  # noqa: E402
+from harness import worker_main  # noqa: E402
 
 NAME = "pytorch_expandable_segments_threads"
 PROVES = "PyTorch (expandable_segments:True, allocating from worker threads with no current context (cuMemCreate/cuMemMap)): OutOfMemoryError at the quota, mem_get_info total == quota, memory reusable after empty_cache"
 ORDER = 71
 TIMEOUT = 120
 
-BLOCK = 256 * MiB
 CONF = "expandable_segments:True"
 THREADS = 4
 
 
 def run(h, c):
-    h.need_module("torch")
-    quota = h.ctx_cost() + 2 * GiB
-    most = (quota // BLOCK) + 4
-    c.fig("quota_bytes", quota)
-    env = {"PYTORCH_CUDA_ALLOC_CONF": CONF} if CONF else {}
-    out = h.framework(c, __file__, [str(BLOCK // MiB), str(most), str(THREADS)], quota, env)
-    r = fwork.oom_expectations(h, c, out, quota, BLOCK, most)
-    if CONF.startswith("expandable"):
-        c.expect(r.get("expandable_segments"), "no expandable segment in torch.cuda.memory_snapshot(): %s" % (
-            r.get("segments"),))
+    fwork.torch_oom_case(h, c, __file__, CONF, THREADS)
 
 
 if __name__ == "__main__":
