@@ -173,7 +173,7 @@ func (s *Server) Serve(ln *net.UnixListener) error {
 		s.wg.Add(1)
 		a := accepted{c: c, cred: cred}
 		if !s.pidfds {
-			a.start, _ = reclaim.StartOf(uint32(cred.Pid)) // 0 (unknown) if it has gone
+			a.start, _ = reclaim.StartTime(uint32(cred.Pid)) // 0 (unknown) if it has gone
 		}
 		select {
 		case s.next <- a:

@@ -64,7 +64,7 @@ func OpenProc(pid uint32) (fd int, p Proc, err error) {
 	return fd, p, nil
 }
 
-// pidfdExited polls pidfd fd without waiting: true once its process has
+// PidfdExited polls pidfd fd without waiting: true once its process has
 // exited (every thread of it: a zombie leader whose other threads run has
 // not).
 func PidfdExited(fd int) (bool, error) {
@@ -75,20 +75,6 @@ func PidfdExited(fd int) (bool, error) {
 			return err == nil && n > 0 && pfd[0].Revents&(unix.POLLIN|unix.POLLHUP) != 0, err
 		}
 	}
-}
-
-// StartOf reads pid's start time (clock ticks since boot, /proc/<pid>/stat).
-func StartOf(pid uint32) (uint64, error) {
-	var buf [statBufSize]byte
-	n, err := readStat(pid, buf[:])
-	if err != nil {
-		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, unix.ESRCH) {
-			return 0, ErrGone
-		}
-		return 0, err
-	}
-	p, err := parseProc(buf[:n])
-	return p.Start, err
 }
 
 func parseProc(b []byte) (Proc, error) {

@@ -56,14 +56,14 @@ GS_INLINE CUresult charge_ctx(struct charge *c, int st, uint64_t n)
 	return charge_dev(c, GS_ST_ACTIVE, dev, n);
 }
 
-/* The driver refused what c reserved: the bytes go back, and when it
- * said out-of-memory (the GPU is short of what the quota allowed) gpusliced
- * is told. */
-GS_INLINE void driver_refused(struct charge *c, CUresult r)
+/* The driver refused n bytes reserved on ledger GPU g: they go back, and
+ * when it said out-of-memory (the GPU is short of what the quota allowed)
+ * gpusliced is told. */
+GS_INLINE void driver_refused(int g, uint64_t n, CUresult r)
 {
-	gs_unreserve(c->g, c->n);
+	gs_unreserve(g, n);
 	if (r == CUDA_ERROR_OUT_OF_MEMORY)
-		gs_short(c->g);
+		gs_short(g);
 }
 
 static inline uint64_t mul_sat(uint64_t a, uint64_t b)

@@ -112,7 +112,7 @@ static CUresult array_created(struct charge *c, CUresult r, int kind, uint64_t k
 	if (!c->active)
 		return r;
 	if (r != CUDA_SUCCESS) {
-		driver_refused(c, r);
+		driver_refused(c->g, c->n, r);
 		return r;
 	}
 	struct gs_xent *old = gs_xtab_find(kind, key);

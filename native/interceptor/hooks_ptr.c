@@ -77,7 +77,7 @@ GS_INLINE int finish(struct charge *c, CUresult r, uint64_t key)
 	if (!c->active)
 		return 0;
 	if (r != CUDA_SUCCESS) {
-		driver_refused(c, r);
+		driver_refused(c->g, c->n, r);
 		return 0;
 	}
 	if (GS_LIKELY(gs_ptr_insert(key, c->g, c->n) == 0))
@@ -267,8 +267,7 @@ GS_PTR_FREE(cuMemFreeAsync_ptsz, (dptr, stream), CUstream stream)
 /* After the fast path's real cuMemAlloc_v2 failed: give the credit back. */
 static __attribute__((noinline, cold)) CUresult alloc_failed(long g, uint64_t n, CUresult r)
 {
-	struct charge c = {.active = 1, .g = (int)g, .n = n};
-	driver_refused(&c, r);
+	driver_refused((int)g, n, r);
 	return r;
 }
 

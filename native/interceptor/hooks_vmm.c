@@ -141,7 +141,7 @@ CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size, const CU
 	if (!c.active)
 		return r;
 	if (r != CUDA_SUCCESS) {
-		driver_refused(&c, r);
+		driver_refused(c.g, c.n, r);
 		return r;
 	}
 	if (GS_UNLIKELY(gs_xtab_insert(GS_XTAB_HANDLE, *handle, gs_val_pack(c.g, c.n), 1) == NULL)) {

@@ -47,6 +47,15 @@ static void put32(unsigned char *p, uint32_t v)
 	for (int i = 0; i < 4; i++)
 		p[i] = (unsigned char)(v >> (8 * i));
 }
+/* A frame's header: magic, version, type, payload length. */
+static void put_hdr(unsigned char *p, uint16_t type, uint32_t plen)
+{
+	put32(p, GS_IPC_MAGIC);
+	put16(p + 4, GS_IPC_VERSION);
+	put16(p + 6, type);
+	put32(p + 8, plen);
+}
+
 static uint16_t get16(const unsigned char *p) { return (uint16_t)(p[0] | (p[1] << 8)); }
 static uint32_t get32(const unsigned char *p)
 {
@@ -186,10 +195,7 @@ int gs_ipc_attach_send(const char *sock_path, const char *session, const char *t
 	size_t slen = strlen(session), tlen = strlen(token);
 	unsigned char req[GS_IPC_HDR + 2 + GS_SESSION_LEN + 2 + GS_MAX_TOKEN];
 	size_t plen = 2 + slen + 2 + tlen;
-	put32(req, GS_IPC_MAGIC);
-	put16(req + 4, GS_IPC_VERSION);
-	put16(req + 6, GS_IPC_ATTACH);
-	put32(req + 8, (uint32_t)plen);
+	put_hdr(req, GS_IPC_ATTACH, (uint32_t)plen);
 	put16(req + 12, (uint16_t)slen);
 	memcpy(req + 14, session, slen);
 	put16(req + 14 + slen, (uint16_t)tlen);
@@ -297,10 +303,7 @@ void gs_ipc_short(const char *sock_path, const char *uuid)
 	memcpy(a.sun_path, sock_path, plen + 1);
 	if (connect(s, (struct sockaddr *)&a, sizeof(a)) == 0) {
 		unsigned char req[GS_IPC_HDR + 2 + GS_UUID_LEN];
-		put32(req, GS_IPC_MAGIC);
-		put16(req + 4, GS_IPC_VERSION);
-		put16(req + 6, GS_IPC_SHORT);
-		put32(req + 8, (uint32_t)(2 + ulen));
+		put_hdr(req, GS_IPC_SHORT, (uint32_t)(2 + ulen));
 		put16(req + 12, (uint16_t)ulen);
 		memcpy(req + 14, uuid, ulen);
 		ssize_t n = send(s, req, GS_IPC_HDR + 2 + ulen, MSG_NOSIGNAL | MSG_DONTWAIT);
