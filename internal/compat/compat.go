@@ -4,7 +4,6 @@
 package compat
 
 import (
-	"bufio"
 	"bytes"
 	"encoding/json"
 	"errors"
@@ -14,6 +13,8 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+
+	"github.com/gpuslice/gpuslice/internal/jsonl"
 )
 
 // Row is one program's result as a test recorded it.
@@ -40,31 +41,26 @@ var ErrNoResults = errors.New("no compatibility results")
 func Parse(r io.Reader) ([]Row, error) {
 	var rows []Row
 	index := map[string]int{}
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 64*1024), 1<<20)
-	for n := 1; sc.Scan(); n++ {
-		line := bytes.TrimSpace(sc.Bytes())
-		if len(line) == 0 {
-			continue
-		}
+	err := jsonl.Each(r, 1<<20, func(n int, line []byte) error {
 		var row Row
 		dec := json.NewDecoder(bytes.NewReader(line))
 		dec.DisallowUnknownFields()
 		if err := dec.Decode(&row); err != nil {
-			return nil, fmt.Errorf("line %d: %w", n, err)
+			return fmt.Errorf("line %d: %w", n, err)
 		}
 		if strings.TrimSpace(row.Program) == "" {
-			return nil, fmt.Errorf("line %d: no program", n)
+			return fmt.Errorf("line %d: no program", n)
 		}
 		if i, ok := index[row.Program]; ok {
 			rows[i] = row
-			continue
+			return nil
 		}
 		index[row.Program] = len(rows)
 		rows = append(rows, row)
-	}
-	if err := sc.Err(); err != nil {
-		return nil, fmt.Errorf("read: %w", err)
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
 	return rows, nil
 }

@@ -5,8 +5,6 @@
 package realgpu
 
 import (
-	"bufio"
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -14,6 +12,8 @@ import (
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/gpuslice/gpuslice/internal/jsonl"
 )
 
 // Versions describe the machine a run used, as the runner found them.
@@ -64,37 +64,32 @@ var (
 // fail with its failures, skip with its reason).
 func Parse(r io.Reader) ([]Record, error) {
 	var recs []Record
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 64*1024), 16<<20)
-	for n := 1; sc.Scan(); n++ {
-		line := bytes.TrimSpace(sc.Bytes())
-		if len(line) == 0 {
-			continue
-		}
+	err := jsonl.Each(r, 16<<20, func(n int, line []byte) error {
 		var rec Record
 		if err := json.Unmarshal(line, &rec); err != nil {
-			return nil, fmt.Errorf("line %d: %w", n, err)
+			return fmt.Errorf("line %d: %w", n, err)
 		}
 		if strings.TrimSpace(rec.Name) == "" {
-			return nil, fmt.Errorf("line %d: no case name", n)
+			return fmt.Errorf("line %d: no case name", n)
 		}
 		switch rec.Verdict {
 		case "pass":
 		case "fail":
 			if len(rec.Failures) == 0 {
-				return nil, fmt.Errorf("line %d (%s): a failure without what failed", n, rec.Name)
+				return fmt.Errorf("line %d (%s): a failure without what failed", n, rec.Name)
 			}
 		case "skip":
 			if strings.TrimSpace(rec.Reason) == "" {
-				return nil, fmt.Errorf("line %d (%s): a skip without its reason", n, rec.Name)
+				return fmt.Errorf("line %d (%s): a skip without its reason", n, rec.Name)
 			}
 		default:
-			return nil, fmt.Errorf("line %d (%s): verdict %q (want pass, fail or skip)", n, rec.Name, rec.Verdict)
+			return fmt.Errorf("line %d (%s): verdict %q (want pass, fail or skip)", n, rec.Name, rec.Verdict)
 		}
 		recs = append(recs, rec)
-	}
-	if err := sc.Err(); err != nil {
-		return nil, fmt.Errorf("read: %w", err)
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
 	if len(recs) == 0 {
 		return nil, ErrNoResults
