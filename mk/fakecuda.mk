@@ -15,7 +15,7 @@ FC_HDRS   := $(wildcard native/include/*.h) $(wildcard $(FC_DIR)/*.h)
 # thread-exit handlers, the mapped node state) that must outlive a dlclose.
 FC_SOLINK := -shared $(LDFLAGS_COMMON) -Wl,--no-undefined -Wl,-Bsymbolic -Wl,-z,nodelete $(GLIBC_COMPAT_LIBS)
 
-FC_COMMON   := config state procslot
+FC_COMMON   := config state procslot devnodes
 FC_DRIVER   := init getproc ctx ctxattr alloc copy pool array vmm misc profiler graph ipcmem \
                exporttable ctxstorage integrity rtsupport modimage
 FC_CUDART   := cudart

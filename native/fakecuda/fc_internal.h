@@ -142,6 +142,26 @@ static inline bool fc_charge(unsigned phys, uint64_t bytes)
 
 void fc_sub_saturating(_Atomic uint64_t *v, uint64_t n);
 
+/* ------------------------------------------------------------------ */
+/* device nodes: FAKECUDA_DEVICE_NODES (devnodes.c)                    */
+/* ------------------------------------------------------------------ */
+enum fc_node_state {
+	FC_NODE_ABSENT = 0,    /* ENOENT (or no such GPU) */
+	FC_NODE_OK,            /* opened, or ENXIO/ENODEV: allowed, no driver behind it */
+	FC_NODE_DENIED_CGROUP, /* EPERM: a device cgroup refused the open */
+	FC_NODE_DENIED_MODE,   /* EACCES: the file's mode refused it */
+};
+struct fc_devnodes {
+	bool enabled; /* FAKECUDA_DEVICE_NODES is set */
+	enum fc_node_state ctl, uvm, gpu[FC_MAX_DEVICES];
+};
+/* Opens the nodes once per process (after fc_state_attach) and returns
+ * what it found; not enabled when FAKECUDA_DEVICE_NODES is unset. */
+const struct fc_devnodes *fc_devnodes(void);
+/* Whether physical GPU phys can be used: its node opened (always true
+ * when FAKECUDA_DEVICE_NODES is unset). */
+bool fc_devnode_gpu_usable(unsigned phys);
+
 /* Device memory each context costs (FAKECUDA_CTX_BYTES, read when the state
  * is attached; default FC_DEFAULT_CTX_BYTES). It is charged like an
  * allocation: to the device's used memory (cuMemGetInfo, NVML) and to this

@@ -19,18 +19,25 @@ static CUresult init_status = (CUresult)-1;
 
 /*
  * CUDA_VISIBLE_DEVICES as the driver reads it: comma-separated entries, each
- * a physical index or a "GPU-" UUID (a unique prefix suffices); devices are
+ * an index or a "GPU-" UUID (a unique prefix suffices); devices are
  * renumbered from 0 in the order given; the list ends at the first entry that
  * is invalid, ambiguous or a repeat. Unset = every device; "" = none.
+ * The driver enumerates only the GPUs whose device node it could open
+ * (FAKECUDA_DEVICE_NODES): indices count those, and a denied GPU's UUID
+ * matches nothing, so a job under a device cgroup sees its GPUs as 0..n-1
+ * and never reaches another.
  */
 static void compute_visible(void)
 {
-	const unsigned ndev = fc_shm->ndev;
+	unsigned ndev = 0, usable[FC_MAX_DEVICES];
+	for (unsigned i = 0; i < fc_shm->ndev; i++)
+		if (fc_devnode_gpu_usable(i))
+			usable[ndev++] = i;
 	const char *env = getenv("CUDA_VISIBLE_DEVICES");
 	fc_nvisible = 0;
 	if (env == NULL) {
 		for (unsigned i = 0; i < ndev; i++)
-			fc_visible[fc_nvisible++] = i;
+			fc_visible[fc_nvisible++] = usable[i];
 		return;
 	}
 	char buf[1024];
@@ -47,15 +54,15 @@ static void compute_visible(void)
 			char *end;
 			unsigned long v = strtoul(tok, &end, 10);
 			if (*end == 0 && v < ndev)
-				found = (int)v;
+				found = (int)usable[v];
 		} else if (strncasecmp(tok, "GPU-", 4) == 0 && n > 4) {
 			for (unsigned i = 0; i < ndev; i++) {
-				if (strncasecmp(fc_shm->dev[i].uuid, tok, n) == 0) {
+				if (strncasecmp(fc_shm->dev[usable[i]].uuid, tok, n) == 0) {
 					if (found >= 0) { /* ambiguous prefix */
 						found = -1;
 						break;
 					}
-					found = (int)i;
+					found = (int)usable[i];
 				}
 			}
 		}
@@ -82,6 +89,23 @@ __attribute__((destructor)) static void fc_driver_fini(void)
 	fc_state_release_self();
 }
 
+/* What the driver makes of its control and UVM nodes (FAKECUDA_DEVICE_NODES):
+ * without /dev/nvidiactl it reaches no GPU (CUDA_ERROR_NO_DEVICE, as with no
+ * /dev/nvidia* at all); without /dev/nvidia-uvm cuInit fails with
+ * CUDA_ERROR_UNKNOWN ("unknown error", the familiar symptom of an unloaded
+ * nvidia_uvm module or a container not given the node). */
+static CUresult nodes_status(void)
+{
+	const struct fc_devnodes *n = fc_devnodes();
+	if (!n->enabled)
+		return CUDA_SUCCESS;
+	if (n->ctl != FC_NODE_OK)
+		return CUDA_ERROR_NO_DEVICE;
+	if (n->uvm != FC_NODE_OK)
+		return CUDA_ERROR_UNKNOWN;
+	return CUDA_SUCCESS;
+}
+
 FC_API CUresult cuInit(unsigned int Flags)
 {
 	if (Flags != 0)
@@ -98,8 +122,11 @@ FC_API CUresult cuInit(unsigned int Flags)
 		} else {
 			fc_state_register_self();
 			pthread_atfork(NULL, NULL, atfork_child);
-			compute_visible();
-			init_status = fc_nvisible ? CUDA_SUCCESS : CUDA_ERROR_NO_DEVICE;
+			init_status = nodes_status();
+			if (init_status == CUDA_SUCCESS) {
+				compute_visible();
+				init_status = fc_nvisible ? CUDA_SUCCESS : CUDA_ERROR_NO_DEVICE;
+			}
 			if (init_status == CUDA_SUCCESS)
 				atomic_store_explicit(&fc_ready, 1, memory_order_release);
 		}

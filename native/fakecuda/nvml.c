@@ -23,6 +23,36 @@ static struct nvmlDevice_st handles[FC_MAX_DEVICES];
 static pthread_mutex_t nvml_lock = PTHREAD_MUTEX_INITIALIZER;
 static unsigned refcount;
 
+/* NVML opens /dev/nvidiactl and every /dev/nvidiaN at init
+ * (FAKECUDA_DEVICE_NODES, devnodes.c). Without the control node it cannot
+ * start: denied by a device cgroup, "Unknown Error" (what nvidia-smi prints
+ * in a container whose device rules were lost); denied by the file's mode,
+ * "Insufficient Permissions"; absent, the driver looks unloaded. A GPU
+ * whose own node it could not open is still counted, but its handle is
+ * refused (handle_allowed). */
+static nvmlReturn_t nodes_status(void)
+{
+	const struct fc_devnodes *n = fc_devnodes();
+	if (!n->enabled || n->ctl == FC_NODE_OK)
+		return NVML_SUCCESS;
+	switch (n->ctl) {
+	case FC_NODE_DENIED_CGROUP:
+		return NVML_ERROR_UNKNOWN;
+	case FC_NODE_DENIED_MODE:
+		return NVML_ERROR_NO_PERMISSION;
+	default:
+		return NVML_ERROR_DRIVER_NOT_LOADED;
+	}
+}
+
+static nvmlReturn_t handle_of(unsigned idx, nvmlDevice_t *device)
+{
+	if (!fc_devnode_gpu_usable(idx))
+		return NVML_ERROR_NO_PERMISSION;
+	*device = &handles[idx];
+	return NVML_SUCCESS;
+}
+
 static nvmlReturn_t init(void)
 {
 	nvmlReturn_t rv = NVML_SUCCESS;
@@ -36,6 +66,8 @@ static nvmlReturn_t init(void)
 		for (unsigned i = 0; i < FC_MAX_DEVICES; i++)
 			handles[i].idx = i;
 	}
+	if (rv == NVML_SUCCESS)
+		rv = nodes_status();
 	if (rv == NVML_SUCCESS)
 		refcount++;
 	pthread_mutex_unlock(&nvml_lock);
@@ -189,8 +221,7 @@ FC_API nvmlReturn_t nvmlDeviceGetHandleByIndex_v2(unsigned int index, nvmlDevice
 	CHECK_READY();
 	if (device == NULL || index >= fc_shm->ndev)
 		return NVML_ERROR_INVALID_ARGUMENT;
-	*device = &handles[index];
-	return NVML_SUCCESS;
+	return handle_of(index, device);
 }
 
 FC_API nvmlReturn_t nvmlDeviceGetHandleByIndex(unsigned int index, nvmlDevice_t *device)
@@ -204,10 +235,8 @@ FC_API nvmlReturn_t nvmlDeviceGetHandleByUUID(const char *uuid, nvmlDevice_t *de
 	if (uuid == NULL || device == NULL)
 		return NVML_ERROR_INVALID_ARGUMENT;
 	for (unsigned i = 0; i < fc_shm->ndev; i++)
-		if (strcasecmp(fc_shm->dev[i].uuid, uuid) == 0) {
-			*device = &handles[i];
-			return NVML_SUCCESS;
-		}
+		if (strcasecmp(fc_shm->dev[i].uuid, uuid) == 0)
+			return handle_of(i, device);
 	return NVML_ERROR_NOT_FOUND;
 }
 
@@ -220,10 +249,8 @@ FC_API nvmlReturn_t nvmlDeviceGetHandleByPciBusId_v2(const char *pciBusId, nvmlD
 	if (sscanf(pciBusId, "%x:%x:%x.%x", &dom, &bus, &d, &fn) != 4)
 		return NVML_ERROR_INVALID_ARGUMENT;
 	for (unsigned i = 0; i < fc_shm->ndev; i++)
-		if (dom == 0 && d == 0 && fn == 0 && fc_shm->dev[i].pci_bus == bus) {
-			*device = &handles[i];
-			return NVML_SUCCESS;
-		}
+		if (dom == 0 && d == 0 && fn == 0 && fc_shm->dev[i].pci_bus == bus)
+			return handle_of(i, device);
 	return NVML_ERROR_NOT_FOUND;
 }
 

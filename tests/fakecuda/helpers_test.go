@@ -31,6 +31,8 @@ type node struct {
 	// ctxBytes is FAKECUDA_CTX_BYTES; "" means 0 (most tests count bytes on
 	// tiny devices and do not want a context cost in their figures)
 	ctxBytes string
+	// attr, when set, is given to every program run (another user, a cgroup)
+	attr *syscall.SysProcAttr
 }
 
 func newNode(t *testing.T, devices string) *node {
@@ -98,6 +100,7 @@ func (n *node) run(extraEnv []string, name string, args ...string) result {
 	n.t.Helper()
 	cmd := exec.Command(n.program(name), args...)
 	cmd.Env = n.env(extraEnv...)
+	cmd.SysProcAttr = n.attr
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	err := cmd.Run()
@@ -123,6 +126,7 @@ func (n *node) start(extraEnv []string, until, name string, args ...string) *bac
 	n.t.Helper()
 	cmd := exec.Command(n.program(name), args...)
 	cmd.Env = n.env(extraEnv...)
+	cmd.SysProcAttr = n.attr
 	cmd.Stderr = os.Stderr
 	pipe, err := cmd.StdoutPipe()
 	if err != nil {
