@@ -15,11 +15,11 @@ FC_HDRS   := $(wildcard native/include/*.h) $(wildcard $(FC_DIR)/*.h)
 # thread-exit handlers, the mapped node state) that must outlive a dlclose.
 FC_SOLINK := -shared $(LDFLAGS_COMMON) -Wl,--no-undefined -Wl,-Bsymbolic -Wl,-z,nodelete $(GLIBC_COMPAT_LIBS)
 
-FC_COMMON   := config state procslot devnodes
-FC_DRIVER   := init getproc ctx ctxattr alloc copy pool array vmm misc profiler graph ipcmem \
+FC_COMMON   := config state procslot devnodes memlimit
+FC_DRIVER   := init getproc ctx ctxattr alloc copy pool array vmm misc profiler graph ipcmem limcharge \
                exporttable ctxstorage integrity rtsupport modimage
 FC_CUDART   := cudart
-FC_NVML     := nvml nvml_procs nvml_export nvml_events nvml_device
+FC_NVML     := nvml nvml_procs nvml_export nvml_events nvml_device nvml_memlimit
 
 FC_LIBS := $(LIB)/libcuda.so.1 $(LIB)/libcuda.so $(LIB)/libcudart.so.12 $(LIB)/libcudart.so \
            $(LIB)/libcudart_static.a $(LIB)/libnvidia-ml.so.1 $(LIB)/libnvidia-ml.so

@@ -287,22 +287,24 @@ CUresult fc_dev_alloc(CUcontext ctx, unsigned phys, size_t size, unsigned kind, 
 {
 	if (size == 0)
 		return CUDA_ERROR_INVALID_VALUE;
-	if (FC_UNLIKELY(!fc_charge(phys, size)))
+	fc_limtok lim;
+	if (FC_UNLIKELY(!fc_charge_lim(phys, size, &lim)))
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	struct fc_alloc *a = malloc(sizeof(*a));
 	size_t maplen = 0;
 	void *p = a ? map_get(size, &maplen) : NULL;
 	if (FC_UNLIKELY(p == NULL)) {
 		free(a);
-		fc_uncharge(phys, size);
+		fc_uncharge_lim(phys, size, lim);
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	}
 	a->pool = pool;
 	a->phys = phys;
+	a->lim = lim;
 	if (FC_UNLIKELY(record_insert(a, (uintptr_t)p, size, maplen, ctx, kind, 0) != 0)) {
 		map_put(a->ptr, maplen);
 		free(a);
-		fc_uncharge(phys, size);
+		fc_uncharge_lim(phys, size, lim);
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	}
 	if (pool)
@@ -316,7 +318,7 @@ CUresult fc_dev_free(uintptr_t ptr, unsigned kind_mask, struct fc_alloc *copy_ou
 	struct fc_alloc *a = table_remove(ptr, kind_mask);
 	if (FC_UNLIKELY(a == NULL))
 		return CUDA_ERROR_INVALID_VALUE;
-	fc_uncharge(a->phys, a->size);
+	fc_uncharge_lim(a->phys, a->size, a->lim);
 	if (a->pool)
 		fc_pool_account(a->pool, -(int64_t)a->size);
 	map_put(a->ptr, a->maplen);
@@ -355,7 +357,7 @@ void fc_free_ctx_allocs(CUcontext ctx)
 		while (victims) {
 			struct fc_alloc *a = victims;
 			victims = a->next;
-			fc_uncharge(a->phys, a->size);
+			fc_uncharge_lim(a->phys, a->size, a->lim);
 			if (a->pool)
 				fc_pool_account(a->pool, -(int64_t)a->size);
 			munmap((void *)a->ptr, a->maplen);
@@ -423,12 +425,14 @@ FC_API CUresult cuMemGetInfo_v2(size_t *free_bytes, size_t *total)
 	if (free_bytes == NULL && total == NULL)
 		return CUDA_ERROR_INVALID_VALUE;
 	(void)fc_state_sweep(); /* what dead processes held is free again, as on a real node */
-	const struct fc_shm_dev *d = &fc_shm->dev[c->phys];
-	uint64_t used = atomic_load_explicit(&d->used, memory_order_relaxed);
+	/* under a memory limit of the process's cgroup: capped to the hard
+	 * limit and the headroom under it (NVIDIA's MPS v3 partitioning guide) */
+	uint64_t t, f;
+	fc_lim_meminfo(c->phys, &t, &f);
 	if (free_bytes)
-		*free_bytes = used >= d->capacity ? 0 : (size_t)(d->capacity - used);
+		*free_bytes = (size_t)f;
 	if (total)
-		*total = (size_t)d->capacity;
+		*total = (size_t)t;
 	return CUDA_SUCCESS;
 }
 

@@ -121,6 +121,16 @@ int fc_config_load(struct fc_config *cfg)
 		return -1;
 	}
 	snprintf(cfg->state, sizeof(cfg->state), "%s", st);
+	const char *ml = getenv("FAKECUDA_MEMORY_LIMITS");
+	if (ml != NULL && *ml != 0 && strcmp(ml, "0") != 0 && strcmp(ml, "1") != 0) {
+		if (atomic_exchange(&config_reported, 1) == 0)
+			fprintf(stderr,
+				"fakecuda: invalid FAKECUDA_MEMORY_LIMITS=\"%s\": expected 1 (the driver has NVML's "
+				"memory-limit calls) or 0\n",
+				ml);
+		return -1;
+	}
+	cfg->memlimits = ml != NULL && strcmp(ml, "1") == 0;
 	return 0;
 }
 

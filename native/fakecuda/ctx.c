@@ -76,12 +76,14 @@ FC_API CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev)
 	if (primary_refs[dev] == 0 || primary[dev].magic != FC_MAGIC_CTX)
 		ctx_init(&primary[dev], dev, primary_flags[dev], true);
 	if (!primary_charged[dev]) {
-		uint64_t cost = fc_ctx_charge(fc_visible[dev]);
+		fc_limtok lim;
+		uint64_t cost = fc_ctx_charge(fc_visible[dev], &lim);
 		if (cost == UINT64_MAX) {
 			pthread_mutex_unlock(&ctx_lock);
 			return CUDA_ERROR_OUT_OF_MEMORY;
 		}
 		primary[dev].cost = cost;
+		primary[dev].lim = lim;
 		primary_charged[dev] = true;
 	}
 	primary_refs[dev]++;
@@ -94,7 +96,7 @@ FC_API CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev)
 static void primary_uncharge_locked(CUdevice dev)
 {
 	if (primary_charged[dev]) {
-		fc_ctx_uncharge(primary[dev].phys, primary[dev].cost);
+		fc_ctx_uncharge(primary[dev].phys, primary[dev].cost, primary[dev].lim);
 		primary[dev].cost = 0;
 		primary_charged[dev] = false;
 	}
@@ -195,13 +197,15 @@ FC_API CUresult cuCtxCreate_v2(CUcontext *pctx, unsigned int flags, CUdevice dev
 	struct CUctx_st *c = malloc(sizeof(*c));
 	if (c == NULL)
 		return CUDA_ERROR_OUT_OF_MEMORY;
-	uint64_t cost = fc_ctx_charge(fc_visible[dev]);
+	fc_limtok lim;
+	uint64_t cost = fc_ctx_charge(fc_visible[dev], &lim);
 	if (cost == UINT64_MAX) {
 		free(c);
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	}
 	ctx_init(c, dev, flags, false);
 	c->cost = cost;
+	c->lim = lim;
 	c->usage = 1;
 	stack[depth++] = c;
 	set_top();
@@ -253,7 +257,7 @@ FC_API CUresult cuCtxDestroy_v2(CUcontext ctx)
 		return CUDA_ERROR_INVALID_CONTEXT;
 	fc_cls_ctx_teardown(ctx);
 	fc_free_ctx_allocs(ctx);
-	fc_ctx_uncharge(ctx->phys, ctx->cost);
+	fc_ctx_uncharge(ctx->phys, ctx->cost, ctx->lim);
 	ctx->cost = 0;
 	/* drop it from this thread's stack; other threads find the magic gone */
 	int w = 0;

@@ -48,6 +48,7 @@ struct CUctx_st {
 	size_t limits[16];
 	CUfunc_cache cache;
 	uint64_t cost;    /* device memory the context holds (fc_ctx_charge) */
+	fc_limtok lim;    /* the limits its cost was charged under */
 	unsigned usage;   /* cuCtxAttach / cuCtxDetach count of a created context */
 };
 
@@ -109,6 +110,7 @@ struct fc_alloc {
 	unsigned kind;
 	unsigned flags;
 	unsigned long long id;
+	fc_limtok lim; /* the limits it was charged under (fc_charge_lim) */
 };
 
 /* Allocate device memory of `size` bytes on physical device phys for ctx (charged). */

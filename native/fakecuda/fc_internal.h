@@ -15,6 +15,8 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+struct fc_limset;
+
 #define FC_API __attribute__((visibility("default")))
 #define FC_HIDDEN __attribute__((visibility("hidden")))
 #define FC_LIKELY(x) __builtin_expect(!!(x), 1)
@@ -34,6 +36,7 @@ struct fc_config {
 	unsigned ndev;
 	uint64_t capacity[FC_MAX_DEVICES];
 	char state[128]; /* FAKECUDA_STATE */
+	bool memlimits;  /* FAKECUDA_MEMORY_LIMITS=1 */
 };
 
 /* Parses FAKECUDA_DEVICES / FAKECUDA_STATE. Returns 0, or -1 after writing
@@ -48,7 +51,7 @@ void fc_uuid_for_index(unsigned i, uint8_t bytes[16], char out[48]);
 /* node-wide state in /dev/shm (state.c)                               */
 /* ------------------------------------------------------------------ */
 #define FC_SHM_MAGIC 0x46434b53u /* "SKCF" */
-#define FC_SHM_VERSION 2u /* 2: slot_hwm, per-slot liveness lock */
+#define FC_SHM_VERSION 3u /* 2: slot_hwm, per-slot liveness lock; 3: memory limits */
 #define FC_SHM_SLOTS 8192 /* processes the fake node lists (a session serves 4,096) */
 #define FC_PID_CLAIMED 0xFFFFFFFFu
 
@@ -60,7 +63,7 @@ struct fc_shm_dev {
 	uint64_t capacity;
 	_Atomic uint64_t used; /* bytes held by all processes */
 	uint32_t pci_bus;
-	uint32_t pad0;
+	_Atomic uint32_t nlimits; /* live memory-limit entries on this device (memlimit.c) */
 	uint8_t pad[256 - 48 - 96 - 32 - 16 - 8 - 8 - 8];
 };
 
@@ -79,6 +82,31 @@ struct fc_shm_slot {
 	uint8_t pad[256 - 32 - 8 * FC_MAX_DEVICES - sizeof(pthread_mutex_t)];
 };
 
+#define FC_FEATURE_MEMLIMITS 1u /* FAKECUDA_MEMORY_LIMITS=1: NVML's memory-limit calls work */
+#define FC_LIM_ENTRIES 256 /* (device, cgroup) limits a node holds */
+#define FC_LIM_RECS 16     /* limits one process can be charged under */
+#define FC_LIM_PATH 472
+
+/* One hard/soft limit of one device for one cgroup v2 directory, which is
+ * known by its inode number (the cgroup id), not by its path. */
+struct fc_shm_limit {
+	_Atomic uint32_t gen; /* odd: live; even: free; bumped at each making and clearing */
+	uint32_t dev;
+	uint64_t cgid;
+	uint64_t soft;
+	_Atomic uint64_t hard;
+	_Atomic uint64_t used; /* bytes charged under it */
+	char path[FC_LIM_PATH];
+};
+
+/* What one process has charged under one limit entry (so a dead process's
+ * charges can be given back): entry index + 1 (0: free) and its gen. */
+struct fc_shm_limrec {
+	_Atomic uint32_t ent;
+	_Atomic uint32_t gen;
+	_Atomic uint64_t bytes;
+};
+
 struct fc_shm {
 	uint32_t magic;
 	uint32_t version;
@@ -86,10 +114,15 @@ struct fc_shm {
 	uint32_t nslots;
 	char config[512]; /* canonical device list it was created with */
 	_Atomic uint32_t slot_hwm; /* every slot at or past this index is free */
+	uint32_t features;         /* FC_FEATURE_*, fixed when the state is created */
+	_Atomic uint32_t lim_gen;  /* bumped when a limit entry is made or cleared */
 	uint32_t pad1;
-	uint8_t pad[4096 - 16 - 512 - 8];
+	pthread_mutex_t lim_lock;  /* robust, process-shared: serialises Set/clear/reap */
+	uint8_t pad[4096 - 16 - 512 - 16 - sizeof(pthread_mutex_t)];
 	struct fc_shm_dev dev[FC_MAX_DEVICES];
 	struct fc_shm_slot slot[FC_SHM_SLOTS];
+	struct fc_shm_limit limit[FC_LIM_ENTRIES];
+	struct fc_shm_limrec limrec[FC_SHM_SLOTS][FC_LIM_RECS];
 };
 
 extern struct fc_shm *fc_shm;           /* mapped state */
@@ -170,8 +203,8 @@ bool fc_devnode_gpu_usable(unsigned phys);
 extern uint64_t fc_ctx_bytes;
 /* Charge one context on physical device phys: the bytes charged (0 when
  * contexts cost nothing), or UINT64_MAX when the device has no room. */
-uint64_t fc_ctx_charge(unsigned phys);
-void fc_ctx_uncharge(unsigned phys, uint64_t bytes);
+uint64_t fc_ctx_charge(unsigned phys, const struct fc_limset **tok);
+void fc_ctx_uncharge(unsigned phys, uint64_t bytes, const struct fc_limset *tok);
 
 extern _Atomic int fc_released; /* set once this process gave everything back at exit */
 
@@ -181,6 +214,66 @@ static inline void fc_uncharge(unsigned phys, uint64_t bytes)
 		return;
 	fc_sub_saturating(&fc_slot()->used[phys], bytes);
 	fc_sub_saturating(&fc_shm->dev[phys].used, bytes);
+}
+
+/* ------------------------------------------------------------------ */
+/* memory limits per cgroup (memlimit.c: table, cgroups; limcharge.c:   */
+/* the allocator's side)                                                */
+/* ------------------------------------------------------------------ */
+#define FC_LIM_DEPTH 8 /* limits (own cgroup and ancestors) one charge can meet */
+
+/* The limit entries a process's charges on one device go to (private,
+ * immutable, never freed); remembered by what it charged, given to the uncharge. */
+struct fc_limset {
+	unsigned n;
+	struct {
+		uint32_t ent, gen;
+		struct fc_shm_limrec *rec; /* NULL when the process has no record free */
+	} e[FC_LIM_DEPTH];
+};
+typedef const struct fc_limset *fc_limtok;
+
+static inline bool fc_limits_enabled(void)
+{
+	return (fc_shm->features & FC_FEATURE_MEMLIMITS) != 0;
+}
+
+/* Index and gen of the live entries on device phys whose cgroup is this
+ * process's or an ancestor of it; returns how many (at most FC_LIM_DEPTH). */
+unsigned fc_lim_applicable(unsigned phys, uint32_t ent[FC_LIM_DEPTH], uint32_t gen[FC_LIM_DEPTH]);
+/* What a process of this cgroup sees of device phys: total capped to the
+ * smallest hard limit that applies, free to the least headroom. */
+void fc_lim_meminfo(unsigned phys, uint64_t *total, uint64_t *free_bytes);
+/* Gives back what slot index si's process charged under limits (exit, death). */
+void fc_lim_release_slot(unsigned si);
+/* Clears the entries whose cgroup directory is gone (lim_lock held). */
+void fc_lim_reap_locked(void);
+int fc_lim_lock(void);
+void fc_lim_unlock(void);
+/* The inode of a cgroup v2 directory (its cgroup id); 0 if path is not one. */
+uint64_t fc_cgroup_id(const char *path);
+
+/* The slow path of fc_charge_lim (limcharge.c, driver only). */
+bool fc_charge_limited(unsigned phys, uint64_t bytes, fc_limtok *tok);
+void fc_uncharge_limited(fc_limtok tok, uint64_t bytes);
+void fc_lim_after_fork(void);
+
+/* Reserve bytes on physical device phys, under every limit of this
+ * process's cgroups; *tok says what to give back. Without a limit on the
+ * device this costs one atomic load more than fc_charge. */
+static inline bool fc_charge_lim(unsigned phys, uint64_t bytes, fc_limtok *tok)
+{
+	*tok = NULL;
+	if (FC_LIKELY(atomic_load_explicit(&fc_shm->dev[phys].nlimits, memory_order_acquire) == 0))
+		return fc_charge(phys, bytes);
+	return fc_charge_limited(phys, bytes, tok);
+}
+
+static inline void fc_uncharge_lim(unsigned phys, uint64_t bytes, fc_limtok tok)
+{
+	if (FC_UNLIKELY(tok != NULL) && !atomic_load_explicit(&fc_released, memory_order_relaxed))
+		fc_uncharge_limited(tok, bytes);
+	fc_uncharge(phys, bytes);
 }
 
 #endif /* FC_INTERNAL_H */

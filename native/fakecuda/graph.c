@@ -58,6 +58,7 @@ struct CUgraphExec_st {
 
 static pthread_mutex_t graph_lock = PTHREAD_MUTEX_INITIALIZER;
 static uint64_t pool_used[FC_MAX_DEVICES], pool_reserved[FC_MAX_DEVICES];
+static fc_limtok pool_lim[FC_MAX_DEVICES]; /* the limits the pool's last growth was charged under */
 static uint64_t pool_used_high[FC_MAX_DEVICES], pool_reserved_high[FC_MAX_DEVICES];
 
 static bool graph_valid(CUgraph g) { return g != NULL && g->magic == FC_MAGIC_GRAPH; }
@@ -295,24 +296,27 @@ FC_API CUresult cuGraphLaunch(CUgraphExec hGraphExec, CUstream hStream)
 			want[n->phys] += n->bytes;
 	unsigned d;
 	uint64_t grown[FC_MAX_DEVICES] = {0};
+	fc_limtok lims[FC_MAX_DEVICES] = {0};
 	for (d = 0; d < FC_MAX_DEVICES; d++) {
 		if (want[d] == 0)
 			continue;
 		uint64_t free_in_pool = pool_reserved[d] - pool_used[d];
 		uint64_t grow = want[d] > free_in_pool ? want[d] - free_in_pool : 0;
-		if (grow > 0 && !fc_charge(d, grow))
+		if (grow > 0 && !fc_charge_lim(d, grow, &lims[d]))
 			break;
 		grown[d] = grow;
 	}
 	if (d < FC_MAX_DEVICES) {
 		for (unsigned k = 0; k < d; k++)
 			if (grown[k])
-				fc_uncharge(k, grown[k]);
+				fc_uncharge_lim(k, grown[k], lims[k]);
 		pthread_mutex_unlock(&graph_lock);
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	}
 	bool live = false;
 	for (d = 0; d < FC_MAX_DEVICES; d++) {
+		if (grown[d])
+			pool_lim[d] = lims[d];
 		pool_reserved[d] += grown[d];
 		pool_used[d] += want[d];
 		if (pool_reserved[d] > pool_reserved_high[d])
@@ -367,7 +371,7 @@ FC_API CUresult cuDeviceGraphMemTrim(CUdevice device)
 	pool_reserved[d] = pool_used[d];
 	pthread_mutex_unlock(&graph_lock);
 	if (unused)
-		fc_uncharge(d, unused);
+		fc_uncharge_lim(d, unused, pool_lim[d]);
 	return CUDA_SUCCESS;
 }
 

@@ -80,8 +80,10 @@ static void compute_visible(void)
 static void atfork_child(void)
 {
 	/* the child holds nothing yet; it takes a slot of its own on first use */
-	if (fc_shm != NULL)
+	if (fc_shm != NULL) {
 		fc_state_after_fork();
+		fc_lim_after_fork();
+	}
 }
 
 __attribute__((destructor)) static void fc_driver_fini(void)

@@ -308,17 +308,20 @@ FC_API nvmlReturn_t nvmlDeviceGetCudaComputeCapability(nvmlDevice_t device, int 
 }
 
 /* Memory of dead processes is reclaimed before it is reported, as the kernel
- * driver frees a process's memory when it dies. */
+ * driver frees a process's memory when it dies. Read from a process of a
+ * cgroup with a memory limit (R615), total is capped to the hard limit and
+ * free to the headroom under it. */
 static void mem_of(const struct fc_shm_dev *d, unsigned long long *total, unsigned long long *used,
 		   unsigned long long *free_bytes)
 {
 	(void)fc_state_sweep();
-	uint64_t u = atomic_load(&((struct fc_shm_dev *)d)->used);
-	if (u > d->capacity)
-		u = d->capacity;
-	*total = d->capacity;
-	*used = u;
-	*free_bytes = d->capacity - u;
+	uint64_t t, f;
+	fc_lim_meminfo((unsigned)(d - fc_shm->dev), &t, &f);
+	if (f > t)
+		f = t;
+	*total = t;
+	*used = t - f;
+	*free_bytes = f;
 }
 
 FC_API nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t *memory)

@@ -94,6 +94,7 @@ static unsigned slot_lock_word(struct fc_shm_slot *s)
 static uint64_t slot_give_back(struct fc_shm_slot *s)
 {
 	uint64_t total = 0;
+	fc_lim_release_slot((unsigned)(s - fc_shm->slot));
 	for (unsigned d = 0; d < fc_shm->ndev; d++) {
 		uint64_t u = atomic_exchange(&s->used[d], 0);
 		if (u) {
@@ -142,6 +143,7 @@ void fc_state_register_self(void)
 				continue;
 			for (unsigned d = 0; d < FC_MAX_DEVICES; d++)
 				atomic_store(&s->used[d], 0);
+			fc_lim_release_slot(i);
 			atomic_store(&s->ctxmask, 0);
 			atomic_store(&s->starttime, start);
 			if (slot_hold(s) != 0)
@@ -205,6 +207,8 @@ void fc_state_release_self(void)
 	if (s != &private_slot && atomic_load(&s->pid) != (uint32_t)getpid())
 		return;
 	atomic_store(&fc_released, 1);
+	if (s != &private_slot)
+		fc_lim_release_slot((unsigned)(s - fc_shm->slot));
 	for (unsigned d = 0; d < fc_shm->ndev; d++) {
 		uint64_t u = atomic_exchange(&s->used[d], 0);
 		if (u)

@@ -88,12 +88,26 @@ static void human_size(uint64_t b, char *out, size_t len)
 		snprintf(out, len, "%llu B", (unsigned long long)b);
 }
 
+static bool fc_limits_enabled_in(const struct fc_shm *s)
+{
+	return (s->features & FC_FEATURE_MEMLIMITS) != 0;
+}
+
 static void init_shm(struct fc_shm *s, const struct fc_config *cfg)
 {
 	s->version = FC_SHM_VERSION;
 	s->ndev = cfg->ndev;
 	s->nslots = FC_SHM_SLOTS;
 	canonical_config(cfg, s->config, sizeof(s->config));
+	s->features = cfg->memlimits ? FC_FEATURE_MEMLIMITS : 0;
+	atomic_store(&s->lim_gen, 0);
+	pthread_mutexattr_t a;
+	if (pthread_mutexattr_init(&a) == 0) {
+		(void)pthread_mutexattr_setpshared(&a, PTHREAD_PROCESS_SHARED);
+		(void)pthread_mutexattr_setrobust(&a, PTHREAD_MUTEX_ROBUST);
+		(void)pthread_mutex_init(&s->lim_lock, &a);
+		pthread_mutexattr_destroy(&a);
+	}
 	for (unsigned i = 0; i < cfg->ndev; i++) {
 		struct fc_shm_dev *d = &s->dev[i];
 		char hs[32];
@@ -129,20 +143,6 @@ static int ctx_cost_load(void)
 	}
 	fc_ctx_bytes = (uint64_t)n << shift;
 	return 0;
-}
-
-uint64_t fc_ctx_charge(unsigned phys)
-{
-	uint64_t n = fc_ctx_bytes;
-	if (n == 0)
-		return 0;
-	return fc_charge(phys, n) ? n : UINT64_MAX;
-}
-
-void fc_ctx_uncharge(unsigned phys, uint64_t bytes)
-{
-	if (bytes != 0 && bytes != UINT64_MAX)
-		fc_uncharge(phys, bytes);
 }
 
 int fc_state_attach(const struct fc_config *cfg)
@@ -205,6 +205,11 @@ int fc_state_attach(const struct fc_config *cfg)
 				"fakecuda: state %s already holds devices of %s bytes; ignoring FAKECUDA_DEVICES "
 				"(remove the state to change them)\n",
 				path, s->config);
+		if (getenv("FAKECUDA_MEMORY_LIMITS") != NULL && cfg->memlimits != fc_limits_enabled_in(s))
+			fprintf(stderr,
+				"fakecuda: state %s was made with memory limits %s; ignoring FAKECUDA_MEMORY_LIMITS "
+				"(remove the state to change it)\n",
+				path, fc_limits_enabled_in(s) ? "on" : "off");
 	}
 	fc_shm = s;
 	m = MAP_FAILED;

@@ -26,6 +26,7 @@ struct vmm_alloc {
 	CUmemAllocationProp prop;
 	int refs; /* 1 until released + 1 per mapping + 1 per retain */
 	bool imported; /* another process's memory: not charged here */
+	fc_limtok lim; /* the limits it was charged under */
 };
 
 struct resv {
@@ -73,7 +74,7 @@ static void drop_ref(struct vmm_alloc *h) /* vmm_lock held */
 		return;
 	(void)fallocate(backing_fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)h->off, (off_t)h->size);
 	if (!h->imported)
-		fc_uncharge(h->phys, h->size);
+		fc_uncharge_lim(h->phys, h->size, h->lim);
 	h->magic = FC_MAGIC_DEAD;
 	free(h);
 }
@@ -123,7 +124,7 @@ FC_API CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size, c
 	struct vmm_alloc *h = calloc(1, sizeof(*h));
 	if (h == NULL)
 		return CUDA_ERROR_OUT_OF_MEMORY;
-	if (!fc_charge(phys, size)) {
+	if (!fc_charge_lim(phys, size, &h->lim)) {
 		free(h);
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	}
@@ -131,7 +132,7 @@ FC_API CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size, c
 	r = backing_reserve(size, &h->off);
 	pthread_mutex_unlock(&vmm_lock);
 	if (r != CUDA_SUCCESS) {
-		fc_uncharge(phys, size);
+		fc_uncharge_lim(phys, size, h->lim);
 		free(h);
 		return r;
 	}

@@ -115,6 +115,24 @@ typedef struct nvmlProcessInfo_st {
 	unsigned int computeInstanceId;
 } nvmlProcessInfo_t;
 
+/* Memory limits per cgroup v2 partition (R615, CUDA 13.4); no version
+ * field. nameSpace: the full sysfs path of the cgroup directory. No limit:
+ * softLimit 0 and hardLimit NVML_DEVICE_MEMORY_LIMIT_MAX. */
+#define NVML_DEVICE_MEMORY_LIMIT_MAX (~0ULL)
+
+typedef struct {
+	const char *nameSpace;
+	unsigned long long softLimit;
+	unsigned long long hardLimit;
+} nvmlSetMemoryLimits_v1_t;
+
+typedef struct {
+	const char *nameSpace;
+	unsigned long long softLimit;
+	unsigned long long hardLimit;
+	unsigned long long currentUsed;
+} nvmlGetMemoryLimits_v1_t;
+
 /* ---- prototypes, under exported names ---- */
 nvmlReturn_t DECLDIR nvmlInit_v2(void);
 nvmlReturn_t DECLDIR nvmlInitWithFlags(unsigned int flags);
@@ -135,6 +153,8 @@ nvmlReturn_t DECLDIR nvmlDeviceGetUUID(nvmlDevice_t device, char *uuid, unsigned
 nvmlReturn_t DECLDIR nvmlDeviceGetPciInfo_v3(nvmlDevice_t device, nvmlPciInfo_t *pci);
 nvmlReturn_t DECLDIR nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t *memory);
 nvmlReturn_t DECLDIR nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvmlMemory_v2_t *memory);
+nvmlReturn_t DECLDIR nvmlDeviceSetMemoryLimits_v1(nvmlDevice_t device, nvmlSetMemoryLimits_v1_t *limits);
+nvmlReturn_t DECLDIR nvmlDeviceGetMemoryLimits_v1(nvmlDevice_t device, nvmlGetMemoryLimits_v1_t *limits);
 nvmlReturn_t DECLDIR nvmlDeviceGetCudaComputeCapability(nvmlDevice_t device, int *major, int *minor);
 nvmlReturn_t DECLDIR nvmlDeviceGetComputeRunningProcesses(nvmlDevice_t device, unsigned int *infoCount,
 							 nvmlProcessInfo_v1_t *infos);
