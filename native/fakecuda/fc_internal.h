@@ -253,8 +253,12 @@ void fc_lim_unlock(void);
 /* The inode of a cgroup v2 directory (its cgroup id); 0 if path is not one. */
 uint64_t fc_cgroup_id(const char *path);
 
-/* The slow path of fc_charge_lim (limcharge.c, driver only). */
-bool fc_charge_limited(unsigned phys, uint64_t bytes, fc_limtok *tok);
+/* The slow path of fc_charge_lim (limcharge.c, driver only): NULL when
+ * charged under no limit, FC_LIM_REFUSED when not charged, else the limits
+ * charged. A token returned by value: a local whose address escaped would
+ * cost the allocation path a stack-protector check. */
+#define FC_LIM_REFUSED ((fc_limtok)(uintptr_t)1)
+fc_limtok fc_charge_limited(unsigned phys, uint64_t bytes);
 void fc_uncharge_limited(fc_limtok tok, uint64_t bytes);
 void fc_lim_after_fork(void);
 
@@ -263,10 +267,13 @@ void fc_lim_after_fork(void);
  * device this costs one atomic load more than fc_charge. */
 static inline bool fc_charge_lim(unsigned phys, uint64_t bytes, fc_limtok *tok)
 {
-	*tok = NULL;
-	if (FC_LIKELY(atomic_load_explicit(&fc_shm->dev[phys].nlimits, memory_order_acquire) == 0))
+	if (FC_LIKELY(atomic_load_explicit(&fc_shm->dev[phys].nlimits, memory_order_acquire) == 0)) {
+		*tok = NULL;
 		return fc_charge(phys, bytes);
-	return fc_charge_limited(phys, bytes, tok);
+	}
+	fc_limtok t = fc_charge_limited(phys, bytes);
+	*tok = t == FC_LIM_REFUSED ? NULL : t;
+	return t != FC_LIM_REFUSED;
 }
 
 static inline void fc_uncharge_lim(unsigned phys, uint64_t bytes, fc_limtok tok)

@@ -127,25 +127,24 @@ static bool charge_entries(const struct fc_limset *set, uint64_t bytes)
 	return true;
 }
 
-bool fc_charge_limited(unsigned phys, uint64_t bytes, fc_limtok *tok)
+fc_limtok fc_charge_limited(unsigned phys, uint64_t bytes)
 {
 	const struct fc_limset *set = current_set(phys);
 	if (set->n == 0)
-		return fc_charge(phys, bytes);
+		return fc_charge(phys, bytes) ? NULL : FC_LIM_REFUSED;
 	if (!charge_entries(set, bytes)) {
 		/* a dead process of the cgroup may still hold some: sweep once */
 		if (fc_state_sweep_limited() == 0 || !charge_entries(set, bytes))
-			return false;
+			return FC_LIM_REFUSED;
 	}
 	if (!fc_charge(phys, bytes)) {
 		entries_uncharge(set, set->n, bytes);
-		return false;
+		return FC_LIM_REFUSED;
 	}
 	for (unsigned k = 0; k < set->n; k++)
 		if (set->e[k].rec != NULL)
 			atomic_fetch_add_explicit(&set->e[k].rec->bytes, bytes, memory_order_relaxed);
-	*tok = set;
-	return true;
+	return set;
 }
 
 void fc_uncharge_limited(fc_limtok set, uint64_t bytes)
