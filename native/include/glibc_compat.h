@@ -48,13 +48,17 @@ GS_COMPAT_SYMVER(pthread_mutexattr_destroy)
 GS_COMPAT_SYMVER(pthread_mutexattr_setpshared)
 /* robust mutexes came with glibc 2.12 */
 __asm__(".symver pthread_mutexattr_setrobust,pthread_mutexattr_setrobust@GLIBC_2.12");
+__asm__(".symver pthread_mutex_consistent,pthread_mutex_consistent@GLIBC_2.12");
 
-/* fstat: before 2.33 a header inline over __fxstat, which every glibc
- * still exports at GLIBC_2.2.5 (x86-64 stat version 1). */
+/* fstat, stat: before 2.33 header inlines over __fxstat and __xstat,
+ * which every glibc still exports at GLIBC_2.2.5 (x86-64 stat version 1). */
 #include <sys/stat.h>
 extern int __fxstat(int ver, int fd, struct stat *buf);
+extern int __xstat(int ver, const char *path, struct stat *buf);
 GS_COMPAT_SYMVER(__fxstat)
+GS_COMPAT_SYMVER(__xstat)
 #define fstat(fd, buf) __fxstat(1, (fd), (buf))
+#define stat(path, buf) __xstat(1, (path), (buf))
 
 #undef GS_COMPAT_SYMVER
 #endif
