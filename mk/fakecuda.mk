@@ -16,7 +16,7 @@ FC_HDRS   := $(wildcard native/include/*.h) $(wildcard $(FC_DIR)/*.h)
 FC_SOLINK := -shared $(LDFLAGS_COMMON) -Wl,--no-undefined -Wl,-Bsymbolic -Wl,-z,nodelete $(GLIBC_COMPAT_LIBS)
 
 FC_COMMON   := config state procslot devnodes memlimit
-FC_DRIVER   := init getproc ctx ctxattr alloc copy pool array vmm misc profiler graph ipcmem limcharge \
+FC_DRIVER   := init visible getproc ctx ctxattr alloc copy pool array vmm misc profiler graph ipcmem limcharge \
                exporttable ctxstorage integrity rtsupport modimage
 FC_CUDART   := cudart
 FC_NVML     := nvml nvml_procs nvml_export nvml_events nvml_device nvml_memlimit

@@ -26,6 +26,11 @@ extern _Atomic int fc_ready;    /* cuInit succeeded */
 extern unsigned fc_nvisible;    /* devices this process sees */
 extern unsigned fc_visible[FC_MAX_DEVICES]; /* visible ordinal -> physical index */
 
+/* At cuInit (visible.c): what the control and UVM nodes allow, and the
+ * devices the process sees (fills fc_visible / fc_nvisible). */
+CUresult fc_nodes_status(void);
+void fc_compute_visible(void);
+
 #define FC_CHECK_INIT()                                                                          \
 	do {                                                                                     \
 		if (FC_UNLIKELY(!atomic_load_explicit(&fc_ready, memory_order_acquire)))        \
