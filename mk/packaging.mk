@@ -57,6 +57,8 @@ INSTALL_SED := -e 's@^\(required\|optional\)\([[:space:]]\{1,\}\)gpuslice\.so\b@
                -e 's|/usr/bin/gpuslice|$(BINDIR)/gpuslice|g' \
                -e 's|/usr/libexec/gpuslice/|$(LIBEXECDIR)/gpuslice/|g' \
                -e 's|/usr/lib/gpuslice/|$(LIBDIR)/gpuslice/|g' \
+               -e 's|/usr/lib/gpuslice$$|$(LIBDIR)/gpuslice|' \
+               -e 's|/usr/share/gpuslice/|$(DATADIR)/gpuslice/|g' \
                -e 's|/usr/share/doc/gpuslice|$(DOCDIR)|g' \
                -e 's|/etc/gpuslice/|$(SYSCONFDIR)/gpuslice/|g' \
                -e 's|/etc/slurm/|$(SLURM_SYSCONFDIR)/|g'
@@ -77,7 +79,8 @@ define install-recipe
 	install -d -m 0755 '$(DESTDIR)$(SBINDIR)' '$(DESTDIR)$(BINDIR)' '$(DESTDIR)$(LIBDIR)/gpuslice' \
 	  '$(DESTDIR)$(LIBEXECDIR)/gpuslice' '$(DESTDIR)$(SLURM_PLUGINDIR)' '$(DESTDIR)$(SYSTEMDUNITDIR)' \
 	  '$(DESTDIR)$(DOCDIR)' '$(DESTDIR)$(MANDIR)/man1' '$(DESTDIR)$(MANDIR)/man8' \
-	  '$(DESTDIR)$(DATADIR)/gpuslice/monitoring'
+	  '$(DESTDIR)$(DATADIR)/gpuslice/monitoring' '$(DESTDIR)$(DATADIR)/gpuslice/apptainer' \
+	  '$(DESTDIR)$(SYSCONFDIR)/enroot/hooks.d'
 	install -m 0755 '$(BIN)/gpusliced' '$(DESTDIR)$(SBINDIR)/gpusliced'
 	install -m 0755 '$(BIN)/gpuslice' '$(DESTDIR)$(BINDIR)/gpuslice'
 	install -m 0755 '$(BIN)/gpuslice-prolog' '$(BIN)/gpuslice-epilog' '$(BIN)/gpuslice-ctxprobe' '$(DESTDIR)$(LIBEXECDIR)/gpuslice/'
@@ -90,6 +93,11 @@ define install-recipe
 	install -m 0644 etc/monitoring/gpuslice-alerts.yml etc/monitoring/gpuslice-dashboard.json \
 	  '$(DESTDIR)$(DATADIR)/gpuslice/monitoring/'
 	install -m 0644 etc/slurm/job_submit.lua '$(DESTDIR)$(DATADIR)/gpuslice/job_submit.lua'
+	sed $(INSTALL_SED) etc/enroot/50-gpuslice.sh >'$(DESTDIR)$(SYSCONFDIR)/enroot/hooks.d/50-gpuslice.sh'
+	chmod 0755 '$(DESTDIR)$(SYSCONFDIR)/enroot/hooks.d/50-gpuslice.sh'
+	sed $(INSTALL_SED) etc/apptainer/gpuslice.conf >'$(DESTDIR)$(DATADIR)/gpuslice/apptainer/gpuslice.conf'
+	sed $(INSTALL_SED) etc/apptainer/gpuslice.preload >'$(DESTDIR)$(DATADIR)/gpuslice/apptainer/ld.so.preload'
+	chmod 0644 '$(DESTDIR)$(DATADIR)/gpuslice/apptainer/gpuslice.conf' '$(DESTDIR)$(DATADIR)/gpuslice/apptainer/ld.so.preload'
 	install -m 0644 docs/man/gpuslice.1 '$(DESTDIR)$(MANDIR)/man1/gpuslice.1'
 	install -m 0644 docs/man/gpusliced.8 '$(DESTDIR)$(MANDIR)/man8/gpusliced.8'
 	$(call install-conf,etc/gpusliced.yaml,$(SYSCONFDIR)/gpuslice/gpusliced.yaml)
