@@ -39,6 +39,7 @@ include mk/monitoring.mk
 include mk/builddeps.mk
 include mk/docs.mk
 include mk/gpu.mk
+include mk/containers.mk
 
 .PHONY: help build native test test-clean demo bench clean fmt vet
 
@@ -50,7 +51,8 @@ build: fakecuda interceptor ctxprobe go-build spank ## build everything into bui
 # Every suite CI runs, in order.
 TEST_SUITES := test-go test-fakecuda test-interceptor test-core test-security \
                test-slurm test-slurm-24.11 test-packages \
-               test-nvidia-runtime test-nvidia-tools test-monitoring test-docs test-gpu
+               test-nvidia-runtime test-nvidia-tools test-monitoring test-docs test-gpu \
+               test-containers
 test: deps build $(TEST_SUITES) ## run every test suite (what CI runs)
 
 # What test runs can leave on a machine (a run killed half-way, a hand run

@@ -3,7 +3,8 @@
 DEB_PKGS := gcc make libc6-dev pkg-config libslurm-dev slurmd slurmctld slurm-client munge \
             rpm lintian prometheus systemd passwd procps \
             lua5.1 slurmdbd mariadb-server iproute2 tmux debootstrap ffmpeg \
-            python3 python3-numpy python3-pytools python3-platformdirs valgrind
+            python3 python3-numpy python3-pytools python3-platformdirs valgrind \
+            squashfs-tools squashfuse fuse-overlayfs fuse3 libbsd-dev makeself libseccomp-dev zstd
 
 .PHONY: deps
 deps: ## install build/test dependencies (apt-get as root, go mod download)

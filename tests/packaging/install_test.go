@@ -52,6 +52,9 @@ func TestMakeInstall(t *testing.T) {
 		"/usr/local/share/gpuslice/monitoring/gpuslice-alerts.yml":     0o644,
 		"/usr/local/share/gpuslice/monitoring/gpuslice-dashboard.json": 0o644,
 		"/usr/local/share/gpuslice/job_submit.lua":                     0o644,
+		"/usr/local/etc/enroot/hooks.d/50-gpuslice.sh":                 0o755,
+		"/usr/local/share/gpuslice/apptainer/gpuslice.conf":            0o644,
+		"/usr/local/share/gpuslice/apptainer/ld.so.preload":            0o644,
 		"/usr/local/share/doc/gpuslice/slurm.conf.fragment":            0o644,
 		"/usr/local/share/man/man1/gpuslice.1":                         0o644,
 		"/usr/local/share/man/man8/gpusliced.8":                        0o644,
@@ -100,12 +103,16 @@ func TestMakeInstall(t *testing.T) {
 			"usr/local/etc/gpuslice/gpusliced.yaml",
 			"usr/local/etc/slurm/plugstack.conf.d/gpuslice.conf",
 			"usr/local/share/doc/gpuslice/slurm.conf.fragment",
+			"usr/local/etc/enroot/hooks.d/50-gpuslice.sh",
+			"usr/local/share/gpuslice/apptainer/gpuslice.conf",
+			"usr/local/share/gpuslice/apptainer/ld.so.preload",
 		} {
 			// Hide the rewritten /usr/local/etc/... so that /etc/... below
 			// only matches paths that were left alone.
 			s := strings.ReplaceAll(readFile(t, filepath.Join(destdir, f)), "/usr/local/etc/", "@/")
 			for _, packaged := range []string{"/usr/sbin/gpusliced", "/usr/lib/gpuslice/", "/usr/libexec/gpuslice/",
-				"/etc/gpuslice/", "/etc/slurm/", debPluginDir + "/", "/usr/lib64/slurm/"} {
+				"/etc/gpuslice/", "/etc/slurm/", debPluginDir + "/", "/usr/lib64/slurm/", "= /usr/lib/gpuslice\n",
+				"/usr/share/gpuslice/"} {
 				if strings.Contains(s, packaged) {
 					t.Errorf("%s still names the packaged path %s", f, packaged)
 				}

@@ -264,6 +264,9 @@ func gpusliceFiles(format string) []entry {
 		{"/usr/share/man/man8/gpusliced.8.gz", 0o644},
 		{"/usr/share/gpuslice/monitoring/gpuslice-alerts.yml", 0o644},
 		{"/usr/share/gpuslice/monitoring/gpuslice-dashboard.json", 0o644},
+		{"/etc/enroot/hooks.d/50-gpuslice.sh", 0o755},
+		{"/usr/share/gpuslice/apptainer/gpuslice.conf", 0o644},
+		{"/usr/share/gpuslice/apptainer/ld.so.preload", 0o644},
 	}
 	for _, page := range docPages() {
 		files = append(files, entry{"/usr/share/doc/gpuslice/" + page, 0o644})
@@ -288,6 +291,7 @@ func gpusliceFiles(format string) []entry {
 		entry{"/usr/share/licenses/gpuslice", 0o755},
 		entry{"/usr/share/gpuslice", 0o755},
 		entry{"/usr/share/gpuslice/monitoring", 0o755},
+		entry{"/usr/share/gpuslice/apptainer", 0o755},
 	)
 }
 

@@ -1,0 +1,131 @@
+# containers: the container runtimes the container suite (tests/containers)
+# runs jobs in, built under build/containers from their public sources at
+# pinned commits, and the image it runs: enroot (NVIDIA/enroot), pyxis
+# (NVIDIA/pyxis, against this machine's Slurm headers, libslurm-dev) and
+# Apptainer (apptainer/apptainer, Go modules through the module proxy; no
+# Debian 12 package exists), and a Debian 11 (glibc 2.31) squashfs image.
+#
+# Sources: GitHub is not reachable from the build machines. Each tree comes
+# from build/cache/containers/NAME-COMMIT.tar.gz (CONTAINERS_CACHE), made
+# the first time from a bare git mirror of the repository under
+# CONTAINERS_MIRROR (default /work/.mirror/OWNER+NAME/repo, where the
+# development machines keep fetched repositories). With neither, the
+# runtime is not built: build/containers/NAME/UNAVAILABLE says why, `make
+# containers` prints it and the suite's tests of that runtime skip with it.
+# Each built runtime's build/containers/NAME/COMMIT names the commit.
+#
+# Build-time packages (make deps): squashfs-tools (mksquashfs, unsquashfs),
+# libbsd-dev (enroot's helpers on glibc), makeself (enroot's self-extracting
+# bundles), libseccomp-dev, squashfuse, fuse2fs... see CONTAINERS_DEB_PKGS.
+CT             := $(BUILD)/containers
+CONTAINERS_CACHE  ?= $(BUILD)/cache/containers
+CONTAINERS_MIRROR ?= /work/.mirror
+# Pinned commits: enroot's main after v4.1.2, pyxis v0.24.0, Apptainer v1.5.3.
+ENROOT_COMMIT    := 8ea147d337da60cb1c557140f3a85cdf0d620968
+PYXIS_COMMIT     := 107519944221822ea1dace4db8e7234b2eaa4cd5
+APPTAINER_COMMIT := 6a76317a87c4eae10f52c7805965756a919291d7
+APPTAINER_VERSION:= 1.5.3
+CT_SRC         := $(ROOT)/scripts/container-src.sh
+# The image: Debian 11's root (debootstrap, cached as a tarball in
+# CONTAINERS_CACHE) with the suite's CUDA program built for its glibc.
+CT_IMAGE       := $(CT)/images/bullseye.sqsh
+CT_PROBE       := $(CT)/probe/gs_probe
+OLDGLIBC_LIBDIR:= $(OLDGLIBC)/root/lib/x86_64-linux-gnu
+OLDGLIBC_USRDIR:= $(OLDGLIBC)/root/usr/lib/x86_64-linux-gnu
+
+.PHONY: containers enroot pyxis apptainer container-image test-containers
+
+containers: enroot pyxis apptainer container-image ## build enroot, pyxis, Apptainer (pinned commits, cached sources) and the Debian 11 test image under build/containers
+
+enroot: $(CT)/enroot/.stamp
+pyxis: $(CT)/pyxis/.stamp
+apptainer: $(CT)/apptainer/.stamp
+container-image: $(CT_IMAGE)
+
+# ct_source NAME COMMIT OWNER+REPO: unpack the source into $(CT)/src/NAME,
+# or record why it cannot be had (UNAVAILABLE) and stop the recipe there
+# without failing the build.
+define ct_source
+	@rm -f $(CT)/$(1)/UNAVAILABLE
+	@mkdir -p $(CT)/$(1)
+	@rc=0; $(CT_SRC) $(1) $(2) $(CONTAINERS_MIRROR)/$(3)/repo $(CONTAINERS_CACHE) $(CT)/src/$(1) 2>$(CT)/$(1)/why || rc=$$?; \
+	if [ $$rc = 3 ]; then mv $(CT)/$(1)/why $(CT)/$(1)/UNAVAILABLE; \
+	  echo "containers: $(1) not built: $$(cat $(CT)/$(1)/UNAVAILABLE)" >&2; \
+	elif [ $$rc != 0 ]; then cat $(CT)/$(1)/why >&2; exit $$rc; else rm -f $(CT)/$(1)/why; fi
+endef
+
+# enroot: its helpers are built on glibc (FORCE_GLIBC) instead of musl: the
+# musl, kernel-headers and makeself submodules live on GitHub and other
+# hosts; the system's kernel headers, Debian's libbsd (strlcpy, which glibc
+# 2.36 lacks) and Debian's makeself stand in. Installed with its
+# configuration under build/containers/enroot (etc/enroot/hooks.d...).
+$(CT)/enroot/.stamp: mk/containers.mk $(CT_SRC)
+	$(call ct_source,enroot,$(ENROOT_COMMIT),NVIDIA+enroot)
+	@[ -f $(CT)/enroot/UNAVAILABLE ] || { \
+	  set -e; s=$(CT)/src/enroot; \
+	  mkdir -p $$s/deps/linux-headers $$s/deps/makeself && touch $$s/deps/linux-headers/.stamp $$s/deps/makeself/.stamp; \
+	  install -D -m 0755 /usr/bin/makeself $$s/deps/dist/makeself/bin/enroot-makeself; \
+	  echo "enroot: building $(ENROOT_COMMIT)"; \
+	  CFLAGS="-D_GNU_SOURCE -include bsd/string.h" LDFLAGS="-Wl,--no-as-needed -l:libbsd.so -Wl,--as-needed" \
+	    $(MAKE) -s -C $$s FORCE_GLIBC=1 prefix=$(CT)/enroot all install >$(CT)/enroot/build.log 2>&1 || { tail -n 30 $(CT)/enroot/build.log >&2; exit 1; }; \
+	  echo $(ENROOT_COMMIT) > $(CT)/enroot/COMMIT; touch $@; }
+
+# pyxis: the SPANK plugin, against /usr/include/slurm (Slurm 22.05).
+$(CT)/pyxis/.stamp: mk/containers.mk $(CT_SRC) $(BUILD_HEADERS)
+	$(call ct_source,pyxis,$(PYXIS_COMMIT),NVIDIA+pyxis)
+	@[ -f $(CT)/pyxis/UNAVAILABLE ] || { \
+	  set -e; echo "pyxis: building $(PYXIS_COMMIT)"; \
+	  $(MAKE) -s -C $(CT)/src/pyxis prefix=$(CT)/pyxis libdir=$(CT)/pyxis/lib all install >$(CT)/pyxis/build.log 2>&1 || { tail -n 30 $(CT)/pyxis/build.log >&2; exit 1; }; \
+	  echo $(PYXIS_COMMIT) > $(CT)/pyxis/COMMIT; touch $@; }
+
+# Apptainer: without the setuid starter (the suite runs it as root),
+# network plugins, libsubid and seccomp. Its Go modules come through the
+# module proxy into the module cache. Installed under build/containers/
+# apptainer (etc/apptainer/apptainer.conf...). Its build runs `go clean
+# -cache`: it gets a Go build cache of its own, removed afterwards. The
+# build takes ~5 minutes on 2 cores, so the installed tree is kept in
+# CONTAINERS_CACHE too, keyed by commit and install path (point
+# CONTAINERS_CACHE outside build/ to keep it across clones and cleans).
+APPTAINER_TARBALL = $(CONTAINERS_CACHE)/apptainer-$(APPTAINER_COMMIT)-$(shell echo $(CT)/apptainer | sha256sum | cut -c1-12).tar.zst
+$(CT)/apptainer/.stamp: mk/containers.mk $(CT_SRC)
+	@if [ -f $(APPTAINER_TARBALL) ]; then \
+	  echo "apptainer: unpacking $(APPTAINER_TARBALL)"; rm -rf $(CT)/apptainer && mkdir -p $(CT)/apptainer && \
+	  tar --zstd -xpf $(APPTAINER_TARBALL) -C $(CT)/apptainer && touch $@; fi
+	@[ -f $@ ] || $(MAKE) -s --no-print-directory apptainer-build
+
+.PHONY: apptainer-build
+apptainer-build:
+	$(call ct_source,apptainer,$(APPTAINER_COMMIT),apptainer+apptainer)
+	@[ -f $(CT)/apptainer/UNAVAILABLE ] || { \
+	  set -e; s=$(CT)/src/apptainer; echo $(APPTAINER_VERSION) > $$s/VERSION; \
+	  echo "apptainer: building $(APPTAINER_COMMIT) (about 5 minutes on 2 cores)"; \
+	  { cd $$s && export GOCACHE=$$s/.gocache && \
+	    ./mconfig --without-suid --without-network --without-libsubid --without-seccomp \
+	      -b $$s/builddir --prefix=$(CT)/apptainer && $(MAKE) -C $$s/builddir && $(MAKE) -C $$s/builddir install; } \
+	    >$(CT)/apptainer/build.log 2>&1 || { tail -n 30 $(CT)/apptainer/build.log >&2; exit 1; }; \
+	  rm -rf $$s/builddir $$s/.gocache; echo $(APPTAINER_COMMIT) > $(CT)/apptainer/COMMIT; \
+	  mkdir -p $(CONTAINERS_CACHE); \
+	  tar --zstd -cpf $(APPTAINER_TARBALL).tmp -C $(CT)/apptainer --exclude=./build.log . && mv $(APPTAINER_TARBALL).tmp $(APPTAINER_TARBALL); \
+	  touch $(CT)/apptainer/.stamp; }
+
+# The suite's CUDA program, built against Debian 11's glibc 2.31 (make
+# old-glibc) so that it runs on the image's own libc; it finds fakecuda's
+# libcuda.so.1 and libnvidia-ml.so.1 wherever the container's loader looks.
+$(CT_PROBE): $(GS_DIR)/tests/gs_probe.c $(wildcard $(ROOT)/native/include/*.h) $(OLDGLIBC)/.stamp | fakecuda-libs
+	@mkdir -p $(@D)
+	$(CC) --sysroot=$(OLDGLIBC)/root -B$(OLDGLIBC_USRDIR)/ -L$(OLDGLIBC_USRDIR) -L$(OLDGLIBC_LIBDIR) \
+	  -isystem $(OLDGLIBC)/root/usr/include -O2 -g $(CWARN) -D_GNU_SOURCE -pthread -I$(ROOT)/native/include \
+	  -o $@ $< -L$(LIB) -Wl,-rpath-link,$(OLDGLIBC_LIBDIR) -lcuda -lnvidia-ml -l:libdl.so.2 -l:libpthread.so.0
+
+# The image. When the archive is unreachable it is not made and
+# build/containers/images/UNREACHABLE says why (the suite skips with it).
+$(CT_IMAGE): scripts/container-image.sh $(CT_PROBE)
+	@rc=0; $(ROOT)/scripts/container-image.sh build $@ $(CONTAINERS_CACHE) $(CT_PROBE) || rc=$$?; \
+	if [ $$rc = 3 ]; then echo "container-image: Debian archive unreachable; the container suite will skip" >&2; \
+	elif [ $$rc != 0 ]; then exit $$rc; fi
+
+# The suite: real gpusliced, interceptor and fakecuda; jobs (stand-ins for
+# slurmstepd, as tests/security) run enroot start and apptainer exec of the
+# image. As root; a runtime that could not be built skips with its reason.
+test-containers: containers fakecuda-libs interceptor go-build ## container suite: enroot and Apptainer jobs held to their quota (root)
+	GPUSLICE_BUILD_DIR=$(BUILD) $(GO) test -count=1 -timeout 10m ./tests/containers/...

@@ -1,0 +1,176 @@
+package containers
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/gpuslice/gpuslice/internal/testenv"
+	"github.com/gpuslice/gpuslice/tests/interceptor/probe"
+)
+
+// fakecudaHook is the test's stand-in for enroot's 98-nvidia.sh: where
+// nvidia-container-cli would mount the driver's libraries and pass the
+// device settings on, it binds fakecuda's libraries into the image's
+// library directory and passes fakecuda's settings. /dev/shm (fakecuda's
+// device state) is bound by enroot's own 10-system.fstab.
+const fakecudaHook = `#! /usr/bin/env bash
+set -euo pipefail
+for lib in ${FAKECUDA_TEST_LIBS}; do
+    printf '%s /usr/lib/x86_64-linux-gnu/%s none x-create=file,bind,ro,nosuid,nodev,private\n' "${lib}" "$(basename "${lib}")" >> "${ENROOT_MOUNTS}"
+done
+printf 'FAKECUDA_DEVICES=%s\nFAKECUDA_STATE=%s\nFAKECUDA_CTX_BYTES=%s\n' \
+    "${FAKECUDA_DEVICES}" "${FAKECUDA_STATE}" "${FAKECUDA_CTX_BYTES}" >> "${ENROOT_ENVIRON}"
+`
+
+// enroot is one node's enroot: its system configuration (the build's
+// hooks, mounts and environment files, gpuslice's hook as shipped, the
+// fakecuda driver hook) and private data, cache and runtime directories.
+type enroot struct {
+	bin    string // enroot's bin directory
+	sys    string // ENROOT_SYSCONF_PATH
+	user   string // ENROOT_CONFIG_PATH (the job user's own configuration)
+	data   string
+	lib    string // the interceptor, as installed
+	daemon *testenv.Daemon
+}
+
+func newEnroot(t *testing.T, d *testenv.Daemon) *enroot {
+	t.Helper()
+	dir := runtimeDir(t, "enroot")
+	top := t.TempDir()
+	e := &enroot{bin: filepath.Join(dir, "bin"), sys: filepath.Join(top, "etc"), user: filepath.Join(top, "user"),
+		data: filepath.Join(top, "data"), lib: stagedLib(t), daemon: d}
+	for _, sub := range []string{"hooks.d", "mounts.d", "environ.d"} {
+		from := filepath.Join(dir, "etc", "enroot", sub)
+		ents, err := os.ReadDir(from)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, ent := range ents {
+			copyFile(t, filepath.Join(from, ent.Name()), filepath.Join(mkdir(t, filepath.Join(e.sys, sub)), ent.Name()), 0o755)
+		}
+	}
+	copyFile(t, filepath.Join(testenv.RepoRoot(t), "etc", "enroot", "50-gpuslice.sh"),
+		filepath.Join(e.sys, "hooks.d", "50-gpuslice.sh"), 0o755)
+	writeFile(t, filepath.Join(e.sys, "hooks.d", "97-fakecuda.sh"), fakecudaHook, 0o755)
+	mkdir(t, filepath.Join(e.user, "hooks.d"))
+	return e
+}
+
+func mkdir(t *testing.T, dir string) string {
+	t.Helper()
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// env is the environment enroot start runs with in job's step.
+func (e *enroot) env(t *testing.T, job string) []string {
+	t.Helper()
+	env := jobEnv(e.daemon, e.lib, job)
+	path := "PATH=" + e.bin + ":/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+	for i, kv := range env {
+		if strings.HasPrefix(kv, "PATH=") {
+			env[i] = path
+			path = ""
+		}
+	}
+	if path != "" {
+		env = append(env, path)
+	}
+	return append(env,
+		"ENROOT_SYSCONF_PATH="+e.sys, "ENROOT_CONFIG_PATH="+e.user,
+		"ENROOT_DATA_PATH="+filepath.Join(e.data, "data"), "ENROOT_CACHE_PATH="+filepath.Join(e.data, "cache"),
+		"ENROOT_RUNTIME_PATH="+filepath.Join(e.data, "run"), "ENROOT_TEMP_PATH="+filepath.Join(e.data, "tmp"),
+		"ENROOT_ALLOW_SUPERUSER=yes",
+		// Where the packages' hook finds the interceptor (its default is
+		// the package's /usr/lib/gpuslice/libgpuslice.so).
+		"GPUSLICE_LIB="+e.lib,
+		"FAKECUDA_TEST_LIBS="+strings.Join(fakecudaLibs(t), " "))
+}
+
+// start runs `enroot start IMAGE argv...` in job's step.
+func (e *enroot) start(t *testing.T, job string, argv ...string) *probe.Proc {
+	t.Helper()
+	return stepd(t, job, e.env(t, job), append([]string{"enroot", "start", image(t)}, argv...)...)
+}
+
+// A job's program in an enroot container (a Debian 11 image, glibc 2.31)
+// is held to the job's quota as on the host: the interceptor is loaded
+// from the path the hook bound, its queries show the quota, an allocation
+// past it fails with CUDA_ERROR_OUT_OF_MEMORY; when the job ends its
+// memory returns and the session is released.
+func TestEnrootJobHeldToQuota(t *testing.T) {
+	d := daemon(t)
+	e := newEnroot(t, d)
+	job := newJob(t, d, 256*MiB)
+	p := e.start(t, job, probeInImage, "pid", "dev:0", "meminfo", "nvml", "alloc:200M", "alloc:100M", "pause")
+	p.Expect("paused")
+	r := p.Result()
+	checkHeld(t, r, 256*MiB)
+	checkOldGlibc(t, r.Find(t, "pid", 0).Get("pid"), e.lib)
+	if u := used(t, d, job); u != 200*MiB {
+		t.Errorf("session holds %d while the container holds 200 MiB", u)
+	}
+	endJob(t, d, job, p, 200*MiB)
+}
+
+// A process in the container that gets rid of the interceptor and takes
+// more than the job's quota is stopped by gpusliced's audit (the driver's
+// per-process figure, the process's job from its ancestry), whatever way
+// it got rid of it; the job's process within the quota keeps running.
+func TestEnrootBypassStopped(t *testing.T) {
+	cases := []struct {
+		name string
+		// userHook, when set, is a hook of the job's user
+		// (~/.config/enroot/hooks.d), run after the system's.
+		userHook string
+		argv     []string
+	}{
+		{name: "unset LD_PRELOAD",
+			argv: []string{"env", "-u", "LD_PRELOAD", probeInImage}},
+		{name: "user hook drops LD_PRELOAD",
+			userHook: "#! /bin/sh\nsed -i '/^LD_PRELOAD=/d' \"$ENROOT_ENVIRON\"\n",
+			argv:     []string{probeInImage}},
+		{name: "own loader and environment",
+			argv: []string{"sh", "-c", `exec env -i FAKECUDA_DEVICES="$FAKECUDA_DEVICES" FAKECUDA_STATE="$FAKECUDA_STATE" ` +
+				`FAKECUDA_CTX_BYTES="$FAKECUDA_CTX_BYTES" /lib64/ld-linux-x86-64.so.2 --inhibit-cache ` +
+				`--library-path /usr/lib/x86_64-linux-gnu ` + probeInImage + ` "$@"`, "sh"}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			d := daemon(t)
+			e := newEnroot(t, d)
+			job := newJob(t, d, 256*MiB)
+			good := e.start(t, job, probeInImage, "dev:0", "alloc:64M", "pause")
+			good.Expect("paused")
+			if c.userHook != "" {
+				writeFile(t, filepath.Join(e.user, "hooks.d", "90-mine.sh"), c.userHook, 0o755)
+			}
+			bad := e.start(t, job, append(c.argv, "pid", "dev:0", "meminfo", "alloc:512M", "pause")...)
+			bad.Expect("paused")
+			// It really ran without the interceptor: it saw the whole GPU
+			// and got 512 MiB.
+			r := bad.Result()
+			if m := r.Find(t, "meminfo", 0); m.Uint(t, "total") == 256*MiB {
+				t.Fatalf("the bypassing process still had the interceptor: %s", m.Line)
+			}
+			if a := r.Find(t, "alloc", 0); a.Get("rc") != "0" {
+				t.Fatalf("the bypassing allocation failed: %s", a.Line)
+			}
+			expectStopped(t, d, bad, good)
+			if u := used(t, d, job); u != 64*MiB {
+				t.Errorf("session holds %d after the audit, want the good process's 64 MiB", u)
+			}
+			// The report's peak is what the driver showed the job holding
+			// (both processes), and it says what the audit did.
+			rep := endJob(t, d, job, good, 576*MiB)
+			if rep.AuditKilled < 1 {
+				t.Errorf("the report does not count the audit's kill: %+v", rep)
+			}
+		})
+	}
+}
