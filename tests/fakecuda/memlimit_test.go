@@ -220,9 +220,16 @@ func TestMemoryLimitErrors(t *testing.T) {
 	n := newNode(t, "1GiB")
 	cg := newCgroup(t, "")
 	r := runIn(t, n, "", "set", "0", t.TempDir(), "0", "1MiB", "get", "0", "/nonexistent/cgroup",
-		"set", "0", cg, "2MiB", "1MiB")
+		"set", "0", cg, "2MiB", "1MiB", "nulls", "0")
 	wantResults(t, "not a cgroup / soft over hard", r, "set", nvmlNotFound, "2")
 	wantResults(t, "not a cgroup", r, "get", nvmlNotFound)
+	if ev := r.one(t, "nulls"); ev["set"] != "2" || ev["get"] != "2" || ev["set_ns"] != "2" || ev["get_ns"] != "2" {
+		t.Fatalf("NULL limits or nameSpace: %v, want NVML_ERROR_INVALID_ARGUMENT (2) from each", ev)
+	}
+	// a driver without the calls says so before it looks at the arguments
+	if ev := newNode(t, "1GiB").run(nil, "fc_memlimit", "nulls", "0").ok(t).one(t, "nulls"); ev["set"] != nvmlNotSupported {
+		t.Fatalf("NULL limits on a state without limits: %v", ev)
+	}
 
 	u := testenv.User(t, testenv.TestUser1)
 	n.attr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: u.UID, Gid: u.GID}}

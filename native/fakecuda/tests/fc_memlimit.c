@@ -5,6 +5,7 @@
  *   fc_memlimit STEP...
  *     set DEV PATH SOFT HARD   nvmlDeviceSetMemoryLimits_v1 (HARD "max": NVML_DEVICE_MEMORY_LIMIT_MAX)
  *     get DEV PATH             nvmlDeviceGetMemoryLimits_v1
+ *     nulls DEV                both calls with a NULL struct, then a NULL nameSpace
  *     alloc ORD SIZE           cuMemAlloc on CUDA ordinal ORD (kept until freeall)
  *     freeall                  cuMemFree of every allocation made
  *     meminfo DEV              NVML's memory info (v1 and v2) and, with a context, cuMemGetInfo
@@ -12,6 +13,7 @@
  *
  *   event=set result=0
  *   event=get result=0 soft=... hard=... used=...
+ *   event=nulls set=2 get=2 set_ns=2 get_ns=2
  *   event=alloc result=0|2
  *   event=meminfo total=... free=... used=... total_v2=... free_v2=... cu_total=... cu_free=...
  *   event=hold
@@ -88,6 +90,15 @@ int main(int argc, char **argv)
 			printf("event=get result=%d soft=%llu hard=%llu used=%llu\n", (int)r, l.softLimit, l.hardLimit,
 			       l.currentUsed);
 			i += 2;
+		} else if (strcmp(op, "nulls") == 0 && i + 1 < argc) {
+			nvmlReturn_t (*set)(nvmlDevice_t, nvmlSetMemoryLimits_v1_t *) = sym("nvmlDeviceSetMemoryLimits_v1");
+			nvmlReturn_t (*get)(nvmlDevice_t, nvmlGetMemoryLimits_v1_t *) = sym("nvmlDeviceGetMemoryLimits_v1");
+			nvmlDevice_t d = handle(argv[i + 1]);
+			nvmlSetMemoryLimits_v1_t sl = {NULL, 0, 1};
+			nvmlGetMemoryLimits_v1_t gl = {NULL, 0, 0, 0};
+			printf("event=nulls set=%d get=%d set_ns=%d get_ns=%d\n", (int)set(d, NULL), (int)get(d, NULL),
+			       (int)set(d, &sl), (int)get(d, &gl));
+			i += 1;
 		} else if (strcmp(op, "alloc") == 0 && i + 2 < argc) {
 			CUcontext c;
 			if (!ctx && ex_driver_setup(atoi(argv[i + 1]), &c))
