@@ -13,6 +13,7 @@
  */
 #include "fc_internal.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -51,13 +52,33 @@ void fc_lim_unlock(void)
 	pthread_mutex_unlock(&fc_shm->lim_lock);
 }
 
+/* Whether an entry's cgroup is gone: its path is now another cgroup (made
+ * again), or is absent from a cgroup v2 directory that is there. A path
+ * that cannot be resolved at all is another mount namespace's view (a
+ * process of a cgroup namespace with its own cgroup2 mount): not a verdict. */
+static bool entry_dead(const struct fc_shm_limit *e)
+{
+	struct stat st;
+	if (stat(e->path, &st) == 0)
+		return fc_cgroup_id(e->path) != e->cgid;
+	if (errno != ENOENT)
+		return false;
+	char parent[FC_LIM_PATH];
+	snprintf(parent, sizeof(parent), "%s", e->path);
+	char *slash = strrchr(parent, '/');
+	if (slash == NULL || slash == parent)
+		return false;
+	*slash = 0;
+	return fc_cgroup_id(parent) != 0;
+}
+
 void fc_lim_reap_locked(void)
 {
 	bool changed = false;
 	for (unsigned i = 0; i < FC_LIM_ENTRIES; i++) {
 		struct fc_shm_limit *e = &fc_shm->limit[i];
 		uint32_t g = atomic_load(&e->gen);
-		if (!(g & 1) || fc_cgroup_id(e->path) == e->cgid)
+		if (!(g & 1) || !entry_dead(e))
 			continue;
 		atomic_store(&e->gen, g + 1); /* the cgroup is gone: its limit with it */
 		atomic_fetch_sub(&fc_shm->dev[e->dev].nlimits, 1);
@@ -69,64 +90,105 @@ void fc_lim_reap_locked(void)
 
 /* ---- this process's cgroup ---- */
 
-/* The cgroup2 mount's point and root (/proc/self/mountinfo); 0 or -1. */
-static int cgroup2_mount(char *point, size_t plen, char *root, size_t rlen)
+/* This process's cgroup v2 path ("0::" of /proc/self/cgroup, relative to
+ * its cgroup namespace's root); 0 or -1. */
+static int self_cgroup_path(char *out, size_t len)
 {
-	FILE *f = fopen("/proc/self/mountinfo", "re");
-	if (f == NULL)
-		return -1;
-	char line[4096];
-	int rv = -1;
-	while (fgets(line, sizeof(line), f) != NULL) {
-		/* id parent maj:min root point opts [optional...] - fstype source superopts */
-		char *dash = strstr(line, " - ");
-		if (dash == NULL || strncmp(dash + 3, "cgroup2 ", 8) != 0)
-			continue;
-		char r[1024], p[1024];
-		if (sscanf(line, "%*s %*s %*s %1023s %1023s", r, p) != 2)
-			continue;
-		snprintf(point, plen, "%s", p);
-		snprintf(root, rlen, "%s", r);
-		rv = 0;
-		break;
-	}
-	fclose(f);
-	return rv;
-}
-
-/* The directory of this process's cgroup v2; 0 or -1. */
-static int self_cgroup_dir(char *out, size_t len, size_t *mountlen)
-{
-	static char point[1024], root[1024];
-	static _Atomic int mount_known;
-	if (!atomic_load(&mount_known)) {
-		if (cgroup2_mount(point, sizeof(point), root, sizeof(root)) != 0)
-			return -1;
-		atomic_store(&mount_known, 1);
-	}
 	FILE *f = fopen("/proc/self/cgroup", "re");
 	if (f == NULL)
 		return -1;
 	char line[4096];
 	int rv = -1;
-	while (fgets(line, sizeof(line), f) != NULL) {
+	while (rv != 0 && fgets(line, sizeof(line), f) != NULL) {
 		if (strncmp(line, "0::", 3) != 0)
 			continue;
-		char *path = line + 3;
-		path[strcspn(path, "\n")] = 0;
-		size_t rl = strlen(root);
-		if (rl > 1 && strncmp(path, root, rl) == 0)
-			path += rl; /* relative to the mount's root */
-		if (strcmp(path, "/") == 0)
-			path = "";
-		if ((size_t)snprintf(out, len, "%s%s", point, path) < len) {
-			*mountlen = strlen(point);
+		line[strcspn(line, "\n")] = 0;
+		if ((size_t)snprintf(out, len, "%s", line + 3) < len)
 			rv = 0;
-		}
-		break;
 	}
 	fclose(f);
 	return rv;
+}
+
+static bool procs_has(const char *dir, pid_t pid)
+{
+	char path[4200], line[32];
+	snprintf(path, sizeof(path), "%s/cgroup.procs", dir);
+	FILE *f = fopen(path, "re");
+	if (f == NULL)
+		return false;
+	bool found = false;
+	while (!found && fgets(line, sizeof(line), f) != NULL)
+		found = atoi(line) == (int)pid;
+	fclose(f);
+	return found;
+}
+
+/* The directory under dir (len bytes used) whose cgroup.procs lists pid. */
+static bool find_pid(char *dir, size_t cap, pid_t pid, int depth, int *budget)
+{
+	if (procs_has(dir, pid))
+		return true;
+	DIR *d = depth < 32 ? opendir(dir) : NULL;
+	if (d == NULL)
+		return false;
+	size_t l = strlen(dir);
+	struct dirent *e;
+	bool found = false;
+	while (!found && --*budget > 0 && (e = readdir(d)) != NULL) {
+		if (e->d_type != DT_DIR || e->d_name[0] == '.')
+			continue;
+		if ((size_t)snprintf(dir + l, cap - l, "/%s", e->d_name) >= cap - l)
+			continue;
+		found = find_pid(dir, cap, pid, depth + 1, budget);
+		if (!found)
+			dir[l] = 0;
+	}
+	closedir(d);
+	return found;
+}
+
+/* The directory of this process's cgroup v2 and the length of the mount
+ * point it is under; 0 or -1. The cgroup2 mount used is the last listed in
+ * /proc/self/mountinfo whose root holds the process's cgroup (a namespace's
+ * own mount, root "/", is listed after the mounts it shadows); when only a
+ * mount of an ancestor of the namespace's root is there (root "/.."), the
+ * process's directory is found by its pid in cgroup.procs. */
+static int self_cgroup_dir(char *out, size_t len, size_t *mountlen)
+{
+	char cg[4096], line[4096], point[1024] = "", any[1024] = "", root[1024] = "";
+	if (self_cgroup_path(cg, sizeof(cg)) != 0)
+		return -1;
+	FILE *f = fopen("/proc/self/mountinfo", "re");
+	if (f == NULL)
+		return -1;
+	while (fgets(line, sizeof(line), f) != NULL) {
+		/* id parent maj:min root point opts [optional...] - fstype source superopts */
+		char *dash = strstr(line, " - ");
+		char r[1024], p[1024];
+		if (dash == NULL || strncmp(dash + 3, "cgroup2 ", 8) != 0 ||
+		    sscanf(line, "%*s %*s %*s %1023s %1023s", r, p) != 2)
+			continue;
+		snprintf(any, sizeof(any), "%s", p);
+		size_t rl = strlen(r);
+		if (strcmp(r, "/") == 0 || (strncmp(cg, r, rl) == 0 && (cg[rl] == '/' || cg[rl] == 0))) {
+			snprintf(point, sizeof(point), "%s", p);
+			snprintf(root, sizeof(root), "%s", r);
+		}
+	}
+	fclose(f);
+	if (point[0] != 0) {
+		const char *rel = strcmp(root, "/") == 0 ? cg : cg + strlen(root);
+		if (strcmp(rel, "/") == 0)
+			rel = "";
+		*mountlen = strlen(point);
+		return (size_t)snprintf(out, len, "%s%s", point, rel) < len ? 0 : -1;
+	}
+	if (any[0] == 0 || (size_t)snprintf(out, len, "%s", any) >= len)
+		return -1;
+	*mountlen = strlen(any);
+	int budget = 100000;
+	return find_pid(out, len, getpid(), 0, &budget) ? 0 : -1;
 }
 
 unsigned fc_lim_applicable(unsigned phys, uint32_t ent[FC_LIM_DEPTH], uint32_t gen[FC_LIM_DEPTH])

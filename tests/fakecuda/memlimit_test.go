@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -236,4 +237,40 @@ func TestMemoryLimitErrors(t *testing.T) {
 	r = n.run([]string{"FAKECUDA_MEMORY_LIMITS=1"}, "fc_memlimit", "set", "0", cg, "0", "1MiB", "get", "0", cg).ok(t)
 	wantResults(t, "not root", r, "set", nvmlNoPermission)
 	wantResults(t, "reading needs no privilege", r, "get", "0")
+}
+
+// A process of a cgroup namespace sees its cgroup as "/": fakecuda finds its
+// directory through the namespace's own cgroup2 mount (as slurmd's nodes
+// in the Slurm suite have) or, with only the host's mount (root "/.."), by
+// its pid in cgroup.procs; a limit set from outside holds it either way.
+func TestMemoryLimitCgroupNamespace(t *testing.T) {
+	if _, err := exec.LookPath("unshare"); err != nil {
+		t.Skip("no unshare")
+	}
+	n := newNode(t, "1GiB")
+	job := newCgroup(t, newCgroup(t, ""))
+	runIn(t, n, "", "set", "0", job, "0", "50MiB")
+	probe := n.program("fc_memlimit") + " alloc 0 40MiB alloc 0 20MiB meminfo 0"
+	for name, script := range map[string]string{
+		"own mount":  "mount -t cgroup2 cgroup2 /sys/fs/cgroup && exec " + probe,
+		"host mount": "exec " + probe,
+	} {
+		fd, err := syscall.Open(job, syscall.O_RDONLY|syscall.O_DIRECTORY|syscall.O_CLOEXEC, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cmd := exec.Command("unshare", "--cgroup", "--mount", "sh", "-c", script)
+		cmd.Env = n.env("FAKECUDA_MEMORY_LIMITS=1")
+		cmd.SysProcAttr = &syscall.SysProcAttr{UseCgroupFD: true, CgroupFD: fd}
+		out, err := cmd.CombinedOutput()
+		syscall.Close(fd)
+		if err != nil {
+			t.Fatalf("%s: %v\n%s", name, err, out)
+		}
+		r := result{stdout: string(out), events: parseEvents(string(out))}
+		wantResults(t, name, r, "alloc", "0", cudaOOM)
+		if m := r.one(t, "meminfo"); m["total"] != mib(50) || m["free"] != mib(10) {
+			t.Errorf("%s: meminfo %v, want total 50 MiB, free 10 MiB", name, m)
+		}
+	}
 }
