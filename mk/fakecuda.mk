@@ -56,6 +56,11 @@ $(FC_GEN)/.nvml-stamp: $(FC_DIR)/nvml-entry-points.txt $(FC_DIR)/gen-nvml.awk
 
 $(FC_GEN)/nvml_stubs.c $(FC_GEN)/libnvidia-ml.map: $(FC_GEN)/.nvml-stamp ;
 
+# ---- modelled GPU time: the timeline (both libraries), streams and events, NVML utilisation ----
+FC_COMMON += timeline timeline_query
+FC_DRIVER += stream
+FC_NVML   += nvml_util
+
 # ---- objects ----
 $(FC_OBJ)/%.o: $(FC_DIR)/%.c $(FC_HDRS) $(FC_GEN)/.stamp $(FC_GEN)/.nvml-stamp
 	@mkdir -p $(@D)

@@ -4,6 +4,7 @@
  * and stacks contexts).
  */
 #include "drv.h"
+#include "timeline.h"
 
 FC_API CUresult cuCtxGetDevice(CUdevice *device)
 {
@@ -55,7 +56,10 @@ FC_API CUresult cuCtxGetId(CUcontext ctx, unsigned long long *ctxId)
 FC_API CUresult cuCtxSynchronize(void)
 {
 	CUcontext c;
-	return fc_require_ctx(&c); /* all work is synchronous */
+	CUresult r = fc_require_ctx(&c);
+	if (r == CUDA_SUCCESS)
+		fc_tl_wait(c->phys, fc_tl_last(c->phys)); /* everything the process queued on the GPU */
+	return r;
 }
 
 FC_API CUresult cuCtxGetApiVersion(CUcontext ctx, unsigned int *version)

@@ -23,6 +23,7 @@
  * devices in one graph beyond the bookkeeping, cuGraphUpload's reservation.
  */
 #include "drv.h"
+#include "timeline.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -338,7 +339,7 @@ FC_API CUresult cuGraphLaunch(CUgraphExec hGraphExec, CUstream hStream)
 	}
 	e->live = live;
 	pthread_mutex_unlock(&graph_lock);
-	return CUDA_SUCCESS;
+	return fc_stream_submit(hStream, fc_tl_graph_ns()); /* the graph's work, on the modelled GPU */
 }
 FC_PT_WRAP(CUresult, cuGraphLaunch, _ptsz, (CUgraphExec hGraphExec, CUstream hStream), (hGraphExec, hStream))
 

@@ -1,32 +1,17 @@
 /*
- * Streams, events, modules and launches. Everything is synchronous: work
- * "enqueued" on a stream has completed when the call returns, host callbacks
- * run at once, and kernels are accepted without running any code.
+ * Modules, functions and launches. Modules hold no code; a launch is
+ * validated and queued on the modelled GPU's timeline (timeline.c) for the
+ * time its shape or FAKECUDA_LAUNCH_PARAM_NS gives.
  */
 #include "drv.h"
 #include "modimage.h"
+#include "timeline.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
-
-struct CUstream_st {
-	uint32_t magic;
-	CUcontext ctx;
-	unsigned flags;
-	int priority;
-	unsigned long long id;
-};
-
-struct CUevent_st {
-	uint32_t magic;
-	CUcontext ctx;
-	unsigned flags;
-	bool recorded;
-	struct timespec when;
-};
 
 struct CUmod_st {
 	uint32_t magic;
@@ -41,246 +26,6 @@ struct CUfunc_st {
 	int attrs[CU_FUNC_ATTRIBUTE_MAX];
 	CUfunc_cache cache;
 };
-
-static _Atomic unsigned long long next_stream_id = 3; /* 0..2: null, legacy, per-thread */
-
-CUcontext fc_stream_ctx(CUstream s, CUresult *err)
-{
-	if (s == NULL || s == CU_STREAM_LEGACY || s == CU_STREAM_PER_THREAD) {
-		CUcontext c = fc_tls_ctx;
-		if (!fc_ctx_valid(c)) {
-			*err = CUDA_ERROR_INVALID_CONTEXT;
-			return NULL;
-		}
-		return c;
-	}
-	if (s->magic != FC_MAGIC_STREAM || !fc_ctx_valid(s->ctx)) {
-		*err = CUDA_ERROR_INVALID_HANDLE;
-		return NULL;
-	}
-	return s->ctx;
-}
-
-/* ---- streams ---- */
-FC_API CUresult cuStreamCreateWithPriority(CUstream *phStream, unsigned int flags, int priority)
-{
-	FC_REQUIRE_CTX(c);
-	if (phStream == NULL || (flags & ~(unsigned)CU_STREAM_NON_BLOCKING))
-		return CUDA_ERROR_INVALID_VALUE;
-	struct CUstream_st *s = calloc(1, sizeof(*s));
-	if (s == NULL)
-		return CUDA_ERROR_OUT_OF_MEMORY;
-	s->ctx = c;
-	s->flags = flags;
-	s->priority = priority < -5 ? -5 : priority > 0 ? 0 : priority;
-	s->id = atomic_fetch_add(&next_stream_id, 1);
-	s->magic = FC_MAGIC_STREAM;
-	*phStream = s;
-	return CUDA_SUCCESS;
-}
-
-FC_API CUresult cuStreamCreate(CUstream *phStream, unsigned int Flags)
-{
-	return cuStreamCreateWithPriority(phStream, Flags, 0);
-}
-
-FC_API CUresult cuStreamDestroy_v2(CUstream hStream)
-{
-	FC_CHECK_INIT();
-	if (hStream == NULL || hStream == CU_STREAM_LEGACY || hStream == CU_STREAM_PER_THREAD ||
-	    hStream->magic != FC_MAGIC_STREAM)
-		return CUDA_ERROR_INVALID_HANDLE;
-	hStream->magic = FC_MAGIC_DEAD; /* kept readable: a stale handle reads as invalid */
-	return CUDA_SUCCESS;
-}
-
-FC_API CUresult cuStreamDestroy(CUstream hStream)
-{
-	return cuStreamDestroy_v2(hStream);
-}
-
-#define STREAM_OP(s)                                      \
-	FC_CHECK_INIT();                                  \
-	CUresult err_ = CUDA_SUCCESS;                     \
-	CUcontext sctx_ = fc_stream_ctx((s), &err_);      \
-	if (sctx_ == NULL)                                \
-		return err_;                              \
-	(void)sctx_
-
-FC_API CUresult cuStreamSynchronize(CUstream hStream)
-{
-	STREAM_OP(hStream);
-	return CUDA_SUCCESS;
-}
-
-FC_API CUresult cuStreamQuery(CUstream hStream)
-{
-	STREAM_OP(hStream);
-	return CUDA_SUCCESS;
-}
-
-static bool event_valid(CUevent e)
-{
-	return e != NULL && e->magic == FC_MAGIC_EVENT;
-}
-
-FC_API CUresult cuStreamWaitEvent(CUstream hStream, CUevent hEvent, unsigned int Flags)
-{
-	STREAM_OP(hStream);
-	if (!event_valid(hEvent))
-		return CUDA_ERROR_INVALID_HANDLE;
-	if (Flags & ~(unsigned)CU_EVENT_WAIT_EXTERNAL)
-		return CUDA_ERROR_INVALID_VALUE;
-	return CUDA_SUCCESS;
-}
-
-FC_API CUresult cuStreamGetFlags(CUstream hStream, unsigned int *flags)
-{
-	STREAM_OP(hStream);
-	if (flags == NULL)
-		return CUDA_ERROR_INVALID_VALUE;
-	*flags = (hStream && hStream != CU_STREAM_LEGACY && hStream != CU_STREAM_PER_THREAD) ? hStream->flags : 0;
-	return CUDA_SUCCESS;
-}
-
-FC_API CUresult cuStreamGetPriority(CUstream hStream, int *priority)
-{
-	STREAM_OP(hStream);
-	if (priority == NULL)
-		return CUDA_ERROR_INVALID_VALUE;
-	*priority = (hStream && hStream != CU_STREAM_LEGACY && hStream != CU_STREAM_PER_THREAD) ? hStream->priority : 0;
-	return CUDA_SUCCESS;
-}
-
-FC_API CUresult cuStreamGetCtx(CUstream hStream, CUcontext *pctx)
-{
-	STREAM_OP(hStream);
-	if (pctx == NULL)
-		return CUDA_ERROR_INVALID_VALUE;
-	*pctx = sctx_;
-	return CUDA_SUCCESS;
-}
-
-FC_API CUresult cuStreamGetId(CUstream hStream, unsigned long long *streamId)
-{
-	STREAM_OP(hStream);
-	if (streamId == NULL)
-		return CUDA_ERROR_INVALID_VALUE;
-	if (hStream == NULL || hStream == CU_STREAM_LEGACY)
-		*streamId = 1;
-	else if (hStream == CU_STREAM_PER_THREAD)
-		*streamId = 2;
-	else
-		*streamId = hStream->id;
-	return CUDA_SUCCESS;
-}
-
-FC_API CUresult cuStreamAddCallback(CUstream hStream, CUstreamCallback callback, void *userData, unsigned int flags)
-{
-	STREAM_OP(hStream);
-	if (callback == NULL || flags != 0)
-		return CUDA_ERROR_INVALID_VALUE;
-	callback(hStream, CUDA_SUCCESS, userData);
-	return CUDA_SUCCESS;
-}
-
-FC_API CUresult cuLaunchHostFunc(CUstream hStream, CUhostFn fn, void *userData)
-{
-	STREAM_OP(hStream);
-	if (fn == NULL)
-		return CUDA_ERROR_INVALID_VALUE;
-	fn(userData);
-	return CUDA_SUCCESS;
-}
-
-FC_PT_WRAP(CUresult, cuStreamSynchronize, _ptsz, (CUstream s), (s))
-FC_PT_WRAP(CUresult, cuStreamQuery, _ptsz, (CUstream s), (s))
-FC_PT_WRAP(CUresult, cuStreamWaitEvent, _ptsz, (CUstream s, CUevent e, unsigned int f), (s, e, f))
-FC_PT_WRAP(CUresult, cuStreamGetFlags, _ptsz, (CUstream s, unsigned int *f), (s, f))
-FC_PT_WRAP(CUresult, cuStreamGetPriority, _ptsz, (CUstream s, int *p), (s, p))
-FC_PT_WRAP(CUresult, cuStreamGetCtx, _ptsz, (CUstream s, CUcontext *c), (s, c))
-FC_PT_WRAP(CUresult, cuStreamGetId, _ptsz, (CUstream s, unsigned long long *i), (s, i))
-FC_PT_WRAP(CUresult, cuStreamAddCallback, _ptsz, (CUstream s, CUstreamCallback cb, void *u, unsigned int f),
-	   (s, cb, u, f))
-FC_PT_WRAP(CUresult, cuLaunchHostFunc, _ptsz, (CUstream s, CUhostFn fn, void *u), (s, fn, u))
-
-/* ---- events ---- */
-FC_API CUresult cuEventCreate(CUevent *phEvent, unsigned int Flags)
-{
-	FC_REQUIRE_CTX(c);
-	if (phEvent == NULL ||
-	    (Flags & ~(unsigned)(CU_EVENT_BLOCKING_SYNC | CU_EVENT_DISABLE_TIMING | CU_EVENT_INTERPROCESS)) ||
-	    ((Flags & CU_EVENT_INTERPROCESS) && !(Flags & CU_EVENT_DISABLE_TIMING)))
-		return CUDA_ERROR_INVALID_VALUE;
-	struct CUevent_st *e = calloc(1, sizeof(*e));
-	if (e == NULL)
-		return CUDA_ERROR_OUT_OF_MEMORY;
-	e->ctx = c;
-	e->flags = Flags;
-	e->magic = FC_MAGIC_EVENT;
-	*phEvent = e;
-	return CUDA_SUCCESS;
-}
-
-FC_API CUresult cuEventRecordWithFlags(CUevent hEvent, CUstream hStream, unsigned int flags)
-{
-	STREAM_OP(hStream);
-	if (!event_valid(hEvent))
-		return CUDA_ERROR_INVALID_HANDLE;
-	if (flags & ~(unsigned)CU_EVENT_RECORD_EXTERNAL)
-		return CUDA_ERROR_INVALID_VALUE;
-	clock_gettime(CLOCK_MONOTONIC, &hEvent->when);
-	hEvent->recorded = true;
-	return CUDA_SUCCESS;
-}
-
-FC_API CUresult cuEventRecord(CUevent hEvent, CUstream hStream)
-{
-	return cuEventRecordWithFlags(hEvent, hStream, 0);
-}
-
-FC_PT_WRAP(CUresult, cuEventRecord, _ptsz, (CUevent e, CUstream s), (e, s))
-FC_PT_WRAP(CUresult, cuEventRecordWithFlags, _ptsz, (CUevent e, CUstream s, unsigned int f), (e, s, f))
-
-FC_API CUresult cuEventQuery(CUevent hEvent)
-{
-	FC_CHECK_INIT();
-	return event_valid(hEvent) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
-}
-
-FC_API CUresult cuEventSynchronize(CUevent hEvent)
-{
-	FC_CHECK_INIT();
-	return event_valid(hEvent) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
-}
-
-FC_API CUresult cuEventDestroy_v2(CUevent hEvent)
-{
-	FC_CHECK_INIT();
-	if (!event_valid(hEvent))
-		return CUDA_ERROR_INVALID_HANDLE;
-	hEvent->magic = FC_MAGIC_DEAD;
-	return CUDA_SUCCESS;
-}
-
-FC_API CUresult cuEventDestroy(CUevent hEvent)
-{
-	return cuEventDestroy_v2(hEvent);
-}
-
-FC_API CUresult cuEventElapsedTime(float *pMilliseconds, CUevent hStart, CUevent hEnd)
-{
-	FC_CHECK_INIT();
-	if (pMilliseconds == NULL)
-		return CUDA_ERROR_INVALID_VALUE;
-	if (!event_valid(hStart) || !event_valid(hEnd) || ((hStart->flags | hEnd->flags) & CU_EVENT_DISABLE_TIMING) ||
-	    !hStart->recorded || !hEnd->recorded)
-		return CUDA_ERROR_INVALID_HANDLE;
-	double ms = (double)(hEnd->when.tv_sec - hStart->when.tv_sec) * 1e3 +
-		    (double)(hEnd->when.tv_nsec - hStart->when.tv_nsec) / 1e6;
-	*pMilliseconds = (float)ms;
-	return CUDA_SUCCESS;
-}
 
 /* ---- modules and functions ---- */
 static CUresult new_module(CUmodule *module, const void *image)
@@ -424,9 +169,9 @@ FC_API CUresult cuFuncSetCacheConfig(CUfunction hfunc, CUfunc_cache config)
 }
 
 static CUresult launch_check(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
-			     unsigned bz, unsigned shmem, CUstream s)
+			     unsigned bz, unsigned shmem)
 {
-	STREAM_OP(s);
+	FC_CHECK_INIT();
 	if (!func_valid(f))
 		return CUDA_ERROR_INVALID_HANDLE;
 	if (!gx || !gy || !gz || !bx || !by || !bz || (unsigned long long)bx * by * bz > 1024 || bz > 64 ||
@@ -437,14 +182,24 @@ static CUresult launch_check(CUfunction f, unsigned gx, unsigned gy, unsigned gz
 	return CUDA_SUCCESS;
 }
 
+/* Validates a launch and queues it on its stream for its modelled time. */
+static CUresult launch(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
+		       unsigned shmem, CUstream s, void **extra)
+{
+	CUresult r = launch_check(f, gx, gy, gz, bx, by, bz, shmem);
+	if (r == CUDA_SUCCESS)
+		r = fc_stream_submit(s, fc_tl_kernel_ns(gx, gy, gz, bx, by, bz, extra));
+	return r;
+}
+
 FC_API CUresult cuLaunchKernel(CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ,
 			       unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ,
 			       unsigned int sharedMemBytes, CUstream hStream, void **kernelParams, void **extra)
 {
 	if (kernelParams != NULL && extra != NULL)
 		return CUDA_ERROR_INVALID_VALUE;
-	return launch_check(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes,
-			    hStream);
+	return launch(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream,
+		      extra);
 }
 
 FC_API CUresult cuLaunchCooperativeKernel(CUfunction f, unsigned int gridDimX, unsigned int gridDimY,
@@ -453,8 +208,16 @@ FC_API CUresult cuLaunchCooperativeKernel(CUfunction f, unsigned int gridDimX, u
 					  void **kernelParams)
 {
 	(void)kernelParams;
-	return launch_check(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes,
-			    hStream);
+	return launch(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream,
+		      NULL);
+}
+
+FC_API CUresult cuLaunchKernelEx(const CUlaunchConfig *config, CUfunction f, void **kernelParams, void **extra)
+{
+	if (config == NULL || (kernelParams != NULL && extra != NULL) || (config->numAttrs && config->attrs == NULL))
+		return CUDA_ERROR_INVALID_VALUE;
+	return launch(f, config->gridDimX, config->gridDimY, config->gridDimZ, config->blockDimX, config->blockDimY,
+		      config->blockDimZ, config->sharedMemBytes, config->hStream, extra);
 }
 
 FC_PT_WRAP(CUresult, cuLaunchKernel, _ptsz,
@@ -465,3 +228,5 @@ FC_PT_WRAP(CUresult, cuLaunchCooperativeKernel, _ptsz,
 	   (CUfunction f, unsigned int a, unsigned int b, unsigned int c, unsigned int d, unsigned int e,
 	    unsigned int g, unsigned int h, CUstream s, void **p),
 	   (f, a, b, c, d, e, g, h, s, p))
+FC_PT_WRAP(CUresult, cuLaunchKernelEx, _ptsz, (const CUlaunchConfig *c, CUfunction f, void **p, void **x),
+	   (c, f, p, x))

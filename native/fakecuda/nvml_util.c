@@ -1,0 +1,61 @@
+/*
+ * NVML utilisation from the modelled GPU time (timeline.c):
+ * nvmlDeviceGetUtilizationRates (the device's busy percent over the last
+ * full 100 ms sample period) and nvmlDeviceGetProcessUtilization (one
+ * sample per process and period in which it ran: its percent of that
+ * period, stamped with the period's end in CLOCK_REALTIME microseconds).
+ */
+#include "nvml_fc.h"
+#include "timeline.h"
+
+#include <stdlib.h>
+
+FC_API nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t device, nvmlUtilization_t *utilization)
+{
+	if (!fc_nvml_ready())
+		return NVML_ERROR_UNINITIALIZED;
+	if (fc_nvml_dev(device) == NULL || utilization == NULL)
+		return NVML_ERROR_INVALID_ARGUMENT;
+	unsigned pct = 0;
+	if (fc_tl_device_util(fc_nvml_index(device), &pct) != 0)
+		return NVML_ERROR_UNKNOWN;
+	utilization->gpu = pct;
+	utilization->memory = 0; /* memory bandwidth is not modelled */
+	return NVML_SUCCESS;
+}
+
+/* As NVML: with utilization NULL (or *count too small) *count is set to the
+ * samples there are and NVML_ERROR_INSUFFICIENT_SIZE returned; no sample
+ * newer than lastSeenTimeStamp gives NVML_ERROR_NOT_FOUND. */
+FC_API nvmlReturn_t nvmlDeviceGetProcessUtilization(nvmlDevice_t device, nvmlProcessUtilizationSample_t *utilization,
+						    unsigned int *processSamplesCount,
+						    unsigned long long lastSeenTimeStamp)
+{
+	if (!fc_nvml_ready())
+		return NVML_ERROR_UNINITIALIZED;
+	if (fc_nvml_dev(device) == NULL || processSamplesCount == NULL)
+		return NVML_ERROR_INVALID_ARGUMENT;
+	unsigned cap = utilization != NULL ? *processSamplesCount : 0;
+	struct fc_tl_sample *buf = cap ? calloc(cap, sizeof(*buf)) : NULL;
+	if (cap && buf == NULL)
+		return NVML_ERROR_MEMORY;
+	unsigned n = fc_tl_process_samples(fc_nvml_index(device), lastSeenTimeStamp, buf, cap);
+	nvmlReturn_t rv = NVML_SUCCESS;
+	if (n == 0) {
+		rv = NVML_ERROR_NOT_FOUND;
+	} else if (n > cap) {
+		rv = NVML_ERROR_INSUFFICIENT_SIZE;
+	} else {
+		for (unsigned i = 0; i < n; i++) {
+			utilization[i].pid = buf[i].pid;
+			utilization[i].timeStamp = buf[i].time_us;
+			utilization[i].smUtil = buf[i].sm_pct;
+			utilization[i].memUtil = 0;
+			utilization[i].encUtil = 0;
+			utilization[i].decUtil = 0;
+		}
+	}
+	*processSamplesCount = n;
+	free(buf);
+	return rv;
+}

@@ -1,0 +1,85 @@
+/*
+ * What the timeline answers beyond the schedule: how long a launch takes
+ * (its knob, FAKECUDA_KERNEL_NS, or its grid) and NVML's utilisation
+ * figures, read from the sample periods timeline.c closes.
+ */
+#include "timeline_int.h"
+#include "cuda_ext.h"
+#include "fakecuda_time.h"
+
+#include <pthread.h>
+
+static uint64_t kernel_ns_env, wave_ns_env;
+static pthread_once_t knob_once = PTHREAD_ONCE_INIT;
+
+static void knobs_load(void)
+{
+	kernel_ns_env = fc_tl_env_ns("FAKECUDA_KERNEL_NS", 0);
+	wave_ns_env = fc_tl_env_ns("FAKECUDA_WAVE_NS", FC_TL_DEFAULT_WAVE_NS);
+}
+
+uint64_t fc_tl_kernel_ns(unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz, void **extra)
+{
+	for (unsigned i = 0; extra != NULL && i < 64 && extra[i] != CU_LAUNCH_PARAM_END; i += 2)
+		if (extra[i] == FAKECUDA_LAUNCH_PARAM_NS && extra[i + 1] != NULL)
+			return *(const unsigned long long *)extra[i + 1];
+	pthread_once(&knob_once, knobs_load);
+	if (kernel_ns_env)
+		return kernel_ns_env;
+	uint64_t threads = (uint64_t)bx * by * bz;
+	uint64_t resident = threads ? 2048 / threads : 1; /* blocks one SM holds: 2048 threads, at most 32 */
+	if (resident > 32)
+		resident = 32;
+	if (resident == 0)
+		resident = 1;
+	uint64_t per_wave = 108 * resident;
+	uint64_t blocks = (uint64_t)gx * gy * gz;
+	return (blocks + per_wave - 1) / per_wave * wave_ns_env;
+}
+
+uint64_t fc_tl_graph_ns(void)
+{
+	pthread_once(&knob_once, knobs_load);
+	return kernel_ns_env ? kernel_ns_env : wave_ns_env;
+}
+
+int fc_tl_device_util(unsigned phys, unsigned *gpu_pct)
+{
+	struct tl_dev *d = fc_tl_lock(phys);
+	if (d == NULL)
+		return -1;
+	fc_tl_advance_now(d);
+	*gpu_pct = d->last_pct;
+	fc_tl_unlock(d);
+	return 0;
+}
+
+unsigned fc_tl_process_samples(unsigned phys, uint64_t last_seen_us, struct fc_tl_sample *out, unsigned max)
+{
+	struct tl_dev *d = fc_tl_lock(phys);
+	if (d == NULL)
+		return 0;
+	fc_tl_advance_now(d);
+	unsigned n = 0;
+	for (unsigned i = 0; i < TL_CTX; i++) {
+		struct tl_ctx *c = &d->ctx[i];
+		uint32_t pid = atomic_load_explicit(&c->pid, memory_order_relaxed);
+		if (pid == 0)
+			continue;
+		uint32_t first = c->nsamp > TL_SAMPLES ? c->nsamp - TL_SAMPLES : 0;
+		for (uint32_t k = first; k < c->nsamp; k++) {
+			if (c->samp[k % TL_SAMPLES].t_us <= last_seen_us)
+				continue;
+			if (n < max) {
+				out[n].pid = pid;
+				out[n].time_us = c->samp[k % TL_SAMPLES].t_us;
+				out[n].sm_pct = (uint32_t)((c->samp[k % TL_SAMPLES].busy_ns * 100 + FC_TL_SAMPLE_NS / 2) /
+							   FC_TL_SAMPLE_NS);
+			}
+			n++;
+		}
+	}
+	fc_tl_unlock(d);
+	return n;
+}
+
