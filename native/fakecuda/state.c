@@ -149,8 +149,19 @@ int fc_state_attach(const struct fc_config *cfg)
 {
 	if (ctx_cost_load() != 0)
 		return -1;
+	/* FAKECUDA_STATE_DIR: where the state is seen from a process whose
+	 * /dev/shm is not the node's (a container with a /dev of its own, the
+	 * node's /dev/shm bound elsewhere), as the real driver's device nodes
+	 * are bound into containers. */
+	const char *dir = getenv("FAKECUDA_STATE_DIR");
+	if (dir == NULL || dir[0] == '\0')
+		dir = "/dev/shm";
 	char path[256];
-	snprintf(path, sizeof(path), "/dev/shm/fakecuda-%s", cfg->state);
+	if (dir[0] != '/' ||
+	    (size_t)snprintf(path, sizeof(path), "%s/fakecuda-%s", dir, cfg->state) >= sizeof(path)) {
+		fprintf(stderr, "fakecuda: invalid FAKECUDA_STATE_DIR=\"%s\": expected an absolute path\n", dir);
+		return -1;
+	}
 	/* open an existing state without O_CREAT: with fs.protected_regular, O_CREAT
 	 * on another user's file in sticky /dev/shm fails even for root */
 	int fd = -1;
