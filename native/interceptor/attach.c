@@ -27,6 +27,7 @@
 #include <unistd.h>
 
 #include "gs.h"
+#include "gate.h"
 #include "ipc.h"
 
 #define GS_DEFAULT_SOCK "/run/gpuslice/ipc.sock"
@@ -356,6 +357,7 @@ int gs_init_slow(void)
 		tries++;
 		if (attach_once(&err) == 0) {
 			s = GS_ST_ACTIVE;
+			gs_gate_attach(sock_path);
 			gs_debug("attached to session '%s' at %s: slot %u, %u GPU(s), %lld us, %d tr%s",
 				 session_env, sock_path, gs.slot_index, gs.ngpus,
 				 (long long)(mono_ns() - t0) / 1000, tries, tries == 1 ? "y" : "ies");
@@ -396,6 +398,7 @@ int gs_failed_retry(void)
 		struct gs_attach_err err = {.msg = "", .retry = 0};
 		if (attach_once(&err) == 0) {
 			s = GS_ST_ACTIVE;
+			gs_gate_attach(sock_path);
 			gs_log("attached to session '%s' at %s after an earlier failure; GPU allocations "
 			       "are admitted again",
 			       session_env, sock_path);

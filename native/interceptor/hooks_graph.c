@@ -21,6 +21,7 @@
  * closed: a node or an instantiation that cannot be recorded is refused.
  */
 #include "charge.h"
+#include "gate.h"
 
 #define GS_GRAPH_MIXED 1ull
 #define GS_GRAPH_GRANULE (2ull << 20) /* allocation nodes on more than one device */
@@ -233,6 +234,7 @@ static int reserve_growth(CUdevice dev, uint64_t bytes)
 		gs_pfn_##sym real = GS_REAL(sym);                                     \
 		if (GS_UNLIKELY(real == NULL))                                        \
 			return CUDA_ERROR_NOT_INITIALIZED;                            \
+		gs_gate(); /* the launch gate: a graph's kernels are GPU time */      \
 		if (gs_state() != GS_ST_ACTIVE)                                       \
 			return real(hGraphExec, hStream);                             \
 		pthread_mutex_lock(&graph_mu);                                        \
