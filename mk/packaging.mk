@@ -56,8 +56,7 @@ INSTALL_SED := -e 's@^\(required\|optional\)\([[:space:]]\{1,\}\)gpuslice\.so\b@
                -e 's|/usr/sbin/gpusliced|$(SBINDIR)/gpusliced|g' \
                -e 's|/usr/bin/gpuslice|$(BINDIR)/gpuslice|g' \
                -e 's|/usr/libexec/gpuslice/|$(LIBEXECDIR)/gpuslice/|g' \
-               -e 's|/usr/lib/gpuslice/|$(LIBDIR)/gpuslice/|g' \
-               -e 's|/usr/lib/gpuslice$$|$(LIBDIR)/gpuslice|' \
+               -e 's|/usr/lib/gpuslice\b|$(LIBDIR)/gpuslice|g' \
                -e 's|/usr/share/gpuslice/|$(DATADIR)/gpuslice/|g' \
                -e 's|/usr/share/doc/gpuslice|$(DOCDIR)|g' \
                -e 's|/etc/gpuslice/|$(SYSCONFDIR)/gpuslice/|g' \
@@ -98,6 +97,8 @@ define install-recipe
 	sed $(INSTALL_SED) etc/apptainer/gpuslice.conf >'$(DESTDIR)$(DATADIR)/gpuslice/apptainer/gpuslice.conf'
 	sed $(INSTALL_SED) etc/apptainer/gpuslice.preload >'$(DESTDIR)$(DATADIR)/gpuslice/apptainer/ld.so.preload'
 	chmod 0644 '$(DESTDIR)$(DATADIR)/gpuslice/apptainer/gpuslice.conf' '$(DESTDIR)$(DATADIR)/gpuslice/apptainer/ld.so.preload'
+	sed $(INSTALL_SED) etc/apptainer/taskprolog.sh >'$(DESTDIR)$(DATADIR)/gpuslice/apptainer/taskprolog.sh'
+	chmod 0755 '$(DESTDIR)$(DATADIR)/gpuslice/apptainer/taskprolog.sh'
 	install -m 0644 docs/man/gpuslice.1 '$(DESTDIR)$(MANDIR)/man1/gpuslice.1'
 	install -m 0644 docs/man/gpusliced.8 '$(DESTDIR)$(MANDIR)/man8/gpusliced.8'
 	$(call install-conf,etc/gpusliced.yaml,$(SYSCONFDIR)/gpuslice/gpusliced.yaml)

@@ -12,8 +12,9 @@
 // nvidia-container-cli (enroot's 98-nvidia hook) or --nv bring the real
 // driver: fakecuda's libcuda.so.1 and libnvidia-ml.so.1 bound into the
 // image's library directory, and its "device" (the node-wide state file in
-// /dev/shm) bound where a container without the host's /dev/shm
-// (--contain) would not see it.
+// /dev/shm) reachable inside: enroot binds the node's /dev/shm itself;
+// Apptainer's --contain makes a /dev of its own, so the node's /dev/shm is
+// bound elsewhere and named with FAKECUDA_STATE_DIR.
 package containers
 
 import (
@@ -116,13 +117,20 @@ func used(t *testing.T, d *testenv.Daemon, id string) uint64 {
 // stagedLib copies the interceptor into a directory of its own, as the
 // packages install it (/usr/lib/gpuslice/libgpuslice.so): the container
 // configurations bind that directory, not all of build/lib (which holds
-// fakecuda too).
+// fakecuda too). It is under build/, not /tmp, which Apptainer's --contain
+// replaces with an empty directory (as it would not /usr/lib/gpuslice).
 func stagedLib(t *testing.T) string {
 	t.Helper()
-	dir := filepath.Join(t.TempDir(), "gpuslice")
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	top := filepath.Join(testenv.BuildDir(t), "containers", "stage")
+	if err := os.MkdirAll(top, 0o755); err != nil {
 		t.Fatal(err)
 	}
+	dir, err := os.MkdirTemp(top, "lib-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	os.Chmod(dir, 0o755)
 	lib := filepath.Join(dir, "libgpuslice.so")
 	copyFile(t, probe.Lib(t), lib, 0o644)
 	return lib
@@ -193,9 +201,6 @@ func fakecudaLibs(t *testing.T) []string {
 	t.Helper()
 	return []string{testenv.Artifact(t, "lib/libcuda.so.1"), testenv.Artifact(t, "lib/libnvidia-ml.so.1")}
 }
-
-// stateFile is fakecuda's node-wide state: the stand-in for /dev/nvidia*.
-func stateFile(d *testenv.Daemon) string { return "/dev/shm/fakecuda-" + d.State }
 
 // checkHeld checks what a probe that ran "dev:0 meminfo nvml alloc:A
 // alloc:B" in a session of quota q printed: both queries show q, the

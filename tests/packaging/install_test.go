@@ -55,6 +55,7 @@ func TestMakeInstall(t *testing.T) {
 		"/usr/local/etc/enroot/hooks.d/50-gpuslice.sh":                 0o755,
 		"/usr/local/share/gpuslice/apptainer/gpuslice.conf":            0o644,
 		"/usr/local/share/gpuslice/apptainer/ld.so.preload":            0o644,
+		"/usr/local/share/gpuslice/apptainer/taskprolog.sh":            0o755,
 		"/usr/local/share/doc/gpuslice/slurm.conf.fragment":            0o644,
 		"/usr/local/share/man/man1/gpuslice.1":                         0o644,
 		"/usr/local/share/man/man8/gpusliced.8":                        0o644,
@@ -106,12 +107,13 @@ func TestMakeInstall(t *testing.T) {
 			"usr/local/etc/enroot/hooks.d/50-gpuslice.sh",
 			"usr/local/share/gpuslice/apptainer/gpuslice.conf",
 			"usr/local/share/gpuslice/apptainer/ld.so.preload",
+			"usr/local/share/gpuslice/apptainer/taskprolog.sh",
 		} {
 			// Hide the rewritten /usr/local/etc/... so that /etc/... below
 			// only matches paths that were left alone.
 			s := strings.ReplaceAll(readFile(t, filepath.Join(destdir, f)), "/usr/local/etc/", "@/")
 			for _, packaged := range []string{"/usr/sbin/gpusliced", "/usr/lib/gpuslice/", "/usr/libexec/gpuslice/",
-				"/etc/gpuslice/", "/etc/slurm/", debPluginDir + "/", "/usr/lib64/slurm/", "= /usr/lib/gpuslice\n",
+				"/etc/gpuslice/", "/etc/slurm/", debPluginDir + "/", "/usr/lib64/slurm/", "= /usr/lib/gpuslice\n", "/usr/lib/gpuslice:",
 				"/usr/share/gpuslice/"} {
 				if strings.Contains(s, packaged) {
 					t.Errorf("%s still names the packaged path %s", f, packaged)

@@ -267,6 +267,7 @@ func gpusliceFiles(format string) []entry {
 		{"/etc/enroot/hooks.d/50-gpuslice.sh", 0o755},
 		{"/usr/share/gpuslice/apptainer/gpuslice.conf", 0o644},
 		{"/usr/share/gpuslice/apptainer/ld.so.preload", 0o644},
+		{"/usr/share/gpuslice/apptainer/taskprolog.sh", 0o755},
 	}
 	for _, page := range docPages() {
 		files = append(files, entry{"/usr/share/doc/gpuslice/" + page, 0o644})
