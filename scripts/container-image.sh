@@ -59,6 +59,9 @@ build() {
 	fi
 	[ -x "$work/lib/x86_64-linux-gnu/libc.so.6" ] || [ -e "$work/lib/x86_64-linux-gnu/libc.so.6" ] ||
 		die "no libc in the $SUITE root"
+	# No device nodes: container images carry none (the runtime gives the
+	# container its /dev), and a user cannot unpack them (enroot create).
+	find "$work/dev" -mindepth 1 -delete
 	for p in "$@"; do
 		install -m 0755 "$p" "$work/usr/local/bin/"
 	done

@@ -1,9 +1,12 @@
 package containers
 
 import (
+	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/gpuslice/gpuslice/internal/testenv"
@@ -39,7 +42,13 @@ type enroot struct {
 func newEnroot(t *testing.T, d *testenv.Daemon) *enroot {
 	t.Helper()
 	dir := runtimeDir(t, "enroot")
-	top := t.TempDir()
+	// Readable by the job's user too (t.TempDir's parent is not).
+	top, err := os.MkdirTemp("/tmp", "gsct-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(top) })
+	os.Chmod(top, 0o755)
 	e := &enroot{bin: filepath.Join(dir, "bin"), sys: filepath.Join(top, "etc"), user: filepath.Join(top, "user"),
 		data: filepath.Join(top, "data"), lib: stagedLib(t), daemon: d}
 	for _, sub := range []string{"hooks.d", "mounts.d", "environ.d"} {
@@ -173,4 +182,53 @@ func TestEnrootBypassStopped(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A job of an ordinary user: enroot runs the container in a user namespace
+// (the user is root inside, the host sees the user), as it does under
+// pyxis. The image is made a container root with `enroot create` first
+// (unsquashfs), as pyxis does: starting the squashfs itself mounts it
+// with squashfuse, which needs /dev/fuse, root's alone on this machine.
+// gpusliced sees the user's uid through the namespace and the container's
+// program is held to the job's quota.
+func TestEnrootUserJobHeldToQuota(t *testing.T) {
+	d := daemon(t)
+	e := newEnroot(t, d)
+	u := testenv.User(t, testenv.TestUser1)
+	home := filepath.Join(filepath.Dir(e.data), "home")
+	if err := os.Mkdir(home, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chown(home, int(u.UID), int(u.GID)); err != nil {
+		t.Fatal(err)
+	}
+	e.data = home
+	job := newJobOf(t, d, u.UID, 256*MiB)
+	// The test accounts' shell is nologin, which enroot would run the
+	// command through as a login shell.
+	env := append(e.env(t, job), "HOME="+home, "ENROOT_LOGIN_SHELL=false")
+	setpriv := []string{"setpriv", fmt.Sprintf("--reuid=%d", u.UID), fmt.Sprintf("--regid=%d", u.GID), "--clear-groups"}
+	create := exec.Command(setpriv[0], append(setpriv[1:], "enroot", "create", "-n", "bullseye", image(t))...)
+	create.Env = env
+	if out, err := create.CombinedOutput(); err != nil {
+		t.Fatalf("enroot create as %s: %v\n%s", u.Name, err, out)
+	}
+	p := stepd(t, job, env, append(setpriv, "enroot", "start", "bullseye",
+		probeInImage, "pid", "dev:0", "meminfo", "nvml", "alloc:200M", "alloc:100M", "pause")...)
+	p.Expect("paused")
+	r := p.Result()
+	checkHeld(t, r, 256*MiB)
+	pid := r.Find(t, "pid", 0).Get("pid")
+	checkOldGlibc(t, pid, e.lib)
+	st, err := os.Stat("/proc/" + pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if uid := st.Sys().(*syscall.Stat_t).Uid; uid != u.UID {
+		t.Errorf("the container's process runs as uid %d on the host, want %s's %d", uid, u.Name, u.UID)
+	}
+	if used(t, d, job) != 200*MiB {
+		t.Errorf("session holds %d while the container holds 200 MiB", used(t, d, job))
+	}
+	endJob(t, d, job, p, 200*MiB)
 }

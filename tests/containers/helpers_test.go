@@ -97,8 +97,14 @@ func daemon(t *testing.T) *testenv.Daemon {
 // quota on every GPU and returns its id.
 func newJob(t *testing.T, d *testenv.Daemon, quota uint64) string {
 	t.Helper()
+	return newJobOf(t, d, 0, quota)
+}
+
+// newJobOf is newJob for the user uid.
+func newJobOf(t *testing.T, d *testenv.Daemon, uid uint32, quota uint64) string {
+	t.Helper()
 	id := fmt.Sprintf("%d%03d", os.Getpid()%100000, seq.Add(1))
-	if _, err := d.Client().CreateSession(ctx(t), client.SessionRequest{ID: id, UID: 0, QuotaBytes: quota}); err != nil {
+	if _, err := d.Client().CreateSession(ctx(t), client.SessionRequest{ID: id, UID: uid, QuotaBytes: quota}); err != nil {
 		t.Fatalf("create session %s: %v", id, err)
 	}
 	return id
