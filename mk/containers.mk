@@ -127,5 +127,5 @@ $(CT_IMAGE): scripts/container-image.sh $(CT_PROBE)
 # The suite: real gpusliced, interceptor and fakecuda; jobs (stand-ins for
 # slurmstepd, as tests/security) run enroot start and apptainer exec of the
 # image. As root; a runtime that could not be built skips with its reason.
-test-containers: containers fakecuda-libs interceptor go-build ## container suite: enroot and Apptainer jobs held to their quota (root)
+test-containers: containers fakecuda-libs interceptor go-build spank ## container suite: enroot and Apptainer jobs held to their quota (root)
 	GPUSLICE_BUILD_DIR=$(BUILD) $(GO) test -count=1 -timeout 10m ./tests/containers/...
