@@ -14,9 +14,12 @@
 # containers` prints it and the suite's tests of that runtime skip with it.
 # Each built runtime's build/containers/NAME/COMMIT names the commit.
 #
-# Build-time packages (make deps): squashfs-tools (mksquashfs, unsquashfs),
+# Packages (make deps, mk/deps.mk): squashfs-tools (mksquashfs, unsquashfs),
 # libbsd-dev (enroot's helpers on glibc), makeself (enroot's self-extracting
-# bundles), libseccomp-dev, squashfuse, fuse2fs... see CONTAINERS_DEB_PKGS.
+# bundles), squashfuse and fuse-overlayfs (enroot starting a squashfs
+# image), libseccomp-dev, zstd; debootstrap for the image. Debian 11 is
+# still served by deb.debian.org (checked November 2026); when it moves to
+# archive.debian.org, set IMAGE_MIRROR (scripts/container-image.sh).
 CT             := $(BUILD)/containers
 CONTAINERS_CACHE  ?= $(BUILD)/cache/containers
 CONTAINERS_MIRROR ?= /work/.mirror
