@@ -113,10 +113,12 @@ func Run(ctx context.Context, cfg config.Config, logw io.Writer) error {
 	defer closeUnix(adminLn, cfg.AdminSocket)
 
 	met := metrics.New(gpus)
+	share := openComputePage(cfg, log)
 	mgr, err := session.New(session.Options{
 		LedgerDir: ledgerDir, Slots: cfg.LedgerSlots, Overcommit: cfg.Overcommit,
 		DefaultTTL: cfg.DefaultTTL, HistoryRetention: cfg.HistoryRetention, Log: log,
-		Identity: identity.Resolver{Cache: identity.NewCache()}.JobFrom,
+		Identity:      identity.Resolver{Cache: identity.NewCache()}.JobFrom,
+		ComputeAssign: share.assign,
 	}, gpus, st, met.Events())
 	if err != nil {
 		return err
@@ -185,6 +187,7 @@ func Run(ctx context.Context, cfg config.Config, logw io.Writer) error {
 	if err := startAudit(ctx, cfg, log, mgr, met, gpus, &wg, kick); err != nil {
 		log.Warn("audit disabled: the driver's per-process figures cannot be read", "err", err)
 	}
+	share.start(ctx, cfg, log, mgr, gpus, &wg)
 
 	log.Info("gpusliced started", "version", version.Version, "ipc", cfg.IPCSocket, "admin", cfg.AdminSocket,
 		"listen", cfg.Listen, "gpus", len(gpus), "config", cfg.File, "overcommit", cfg.Overcommit,

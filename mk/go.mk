@@ -50,3 +50,10 @@ readme-bench: $(BENCH_BIN) ## rewrite README's performance table from bench/resu
 
 .PHONY: go-force
 go-force:
+
+# The GPU time share end to end (tests/compute): real gpusliced, the
+# interceptor's launch gate and fakecuda's time-sliced GPU; ~75 s, measured
+# shares over 10 s windows of modelled GPU time.
+.PHONY: test-compute
+test-compute: go-build fakecuda interceptor ## GPU time share: measured shares vs weights, caps, giant kernels, killed jobs
+	GPUSLICE_BUILD_DIR=$(BUILD) $(GO) test -count=1 -timeout 5m ./tests/compute/...

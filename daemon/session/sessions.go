@@ -22,6 +22,9 @@ func (m *Manager) Create(req api.SessionRequest) (api.Session, bool, error) {
 	if err != nil {
 		return api.Session{}, false, err
 	}
+	if err := req.Compute.Validate(); err != nil {
+		return api.Session{}, false, err
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.waitProbesLocked(limits) // before anything is looked at: it may let go of m.mu
@@ -44,7 +47,7 @@ func (m *Manager) Create(req api.SessionRequest) (api.Session, bool, error) {
 		ttl = time.Duration(req.TTLSeconds) * time.Second
 	}
 	rec := store.Record{ID: req.ID, UID: req.UID, Created: now, Updated: now, TTL: ttl,
-		Expires: now.Add(ttl), GPUs: m.orderedUUIDs(limits), Limits: limits}
+		Expires: now.Add(ttl), GPUs: m.orderedUUIDs(limits), Limits: limits, Compute: req.Compute}
 	lg, idx := m.ledgerGPUs(rec)
 	led, err := ledger.Create(m.opt.LedgerDir, rec.ID, lg, m.opt.Slots)
 	if err != nil {
@@ -59,6 +62,9 @@ func (m *Manager) Create(req api.SessionRequest) (api.Session, bool, error) {
 	s := &Session{rec: rec, uid: rec.UID, led: led, gidx: idx, images: map[int]uint64{}, auditPeak: make([]uint64, len(idx)), seenPeak: make([]uint64, len(idx)), fig: newFigures(len(idx))}
 	m.sessions[rec.ID] = s
 	m.commitLocked(limits, +1)
+	if m.opt.ComputeAssign != nil && rec.Compute.Shared() {
+		m.opt.ComputeAssign(rec.ID) // its gates find their slot from the first attach
+	}
 	if m.ev.Created != nil {
 		m.ev.Created()
 	}

@@ -35,7 +35,8 @@ type Record struct {
 	Expires time.Time         `json:"expires"`
 	GPUs    []string          `json:"gpus"` // UUIDs, inventory order
 	Limits  map[string]uint64 `json:"limits"`
-	Peak    map[string]uint64 `json:"peak,omitempty"` // last known peak (kept across lost ledgers)
+	Peak    map[string]uint64 `json:"peak,omitempty"`    // last known peak (kept across lost ledgers)
+	Compute *api.Compute      `json:"compute,omitempty"` // GPU time share; nil: none
 }
 
 // Store is the open database.

@@ -78,6 +78,7 @@ type SessionRequest struct {
 	GPUs       []string          `json:"gpus,omitempty"`
 	Quotas     map[string]uint64 `json:"quotas,omitempty"`
 	TTLSeconds int64             `json:"ttl_seconds,omitempty"`
+	Compute    *Compute          `json:"compute,omitempty"` // GPU time share (compute.go)
 }
 
 // PatchRequest changes a session's quotas and/or TTL live. QuotaBytes sets

@@ -1,0 +1,173 @@
+package compute
+
+import (
+	"context"
+	"log/slog"
+	"time"
+
+	"github.com/gpuslice/gpuslice/internal/api"
+)
+
+// Session is what the controller needs of one live session with a share.
+type Session struct {
+	ID     string
+	GPUs   []int    // inventory index of each ledger GPU (-1: not on this node)
+	Limits []uint64 // its memory quota on each ledger GPU
+	Spec   api.Compute
+	Pids   []uint32 // its attached processes
+}
+
+// Sessions lists the live sessions that have a share, and says which job
+// a pid that never attached runs in (from the kernel).
+type Sessions interface {
+	ComputeSessions() []Session
+	JobOf(pid uint32) string
+}
+
+// Source measures GPU time: per GPU index and pid, the ns since its last call.
+type Source interface {
+	Busy() (map[int]map[uint32]float64, error)
+}
+
+// Controller runs the passes: measure, decide, publish.
+type Controller struct {
+	Page     *Page
+	Source   Source
+	Sessions Sessions
+	Physical []uint64 // each GPU's memory (proportional shares)
+	Interval time.Duration
+	Log      *slog.Logger
+	// Passes, when set, is told of each pass's decisions (tests, metrics).
+	Passes func(gpu int, entries map[string]Entry)
+
+	state map[int]map[string]*Entry
+	last  time.Time
+}
+
+// Run passes every Interval until ctx ends.
+func (c *Controller) Run(ctx context.Context) {
+	t := time.NewTicker(c.Interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case now := <-t.C:
+			c.Pass(now)
+		}
+	}
+}
+
+// ShareOf is a session's weight and cap on a GPU of physical bytes where
+// its quota is limit.
+func ShareOf(spec api.Compute, limit, physical uint64) Share {
+	s := Share{Cap: float64(spec.MaxPercent) / 100}
+	switch spec.Mode {
+	case api.ComputePercent:
+		s.Weight = float64(spec.Percent)
+	case api.ComputeProportional:
+		if physical > 0 {
+			s.Weight = 100 * float64(min(limit, physical)) / float64(physical)
+		}
+	}
+	return s
+}
+
+// Pass is one round: the GPU time each session used since the last pass,
+// the decision per GPU, the throttle words.
+func (c *Controller) Pass(now time.Time) {
+	dt := float64(c.Interval)
+	if !c.last.IsZero() {
+		dt = float64(now.Sub(c.last))
+	}
+	c.last = now
+	if c.state == nil {
+		c.state = map[int]map[string]*Entry{}
+	}
+	sessions := c.Sessions.ComputeSessions()
+	live := map[string]bool{}
+	byPid := map[uint32]string{}
+	ledgerIdx := map[string]map[int]int{} // session -> inventory GPU -> ledger index
+	for _, s := range sessions {
+		live[s.ID] = true
+		c.Page.Assign(s.ID)
+		for _, p := range s.Pids {
+			byPid[p] = s.ID
+		}
+		ledgerIdx[s.ID] = map[int]int{}
+		for li, g := range s.GPUs {
+			if g < 0 || g >= len(c.Physical) {
+				continue
+			}
+			ledgerIdx[s.ID][g] = li
+			st := c.state[g]
+			if st == nil {
+				st = map[string]*Entry{}
+				c.state[g] = st
+			}
+			e := st[s.ID]
+			if e == nil {
+				e = &Entry{}
+				st[s.ID] = e
+			}
+			e.Share = ShareOf(s.Spec, s.Limits[li], c.Physical[g])
+			e.Used = 0
+			if len(s.Pids) == 0 {
+				e.Held = false // its processes are gone: it wants nothing, its share is free
+			}
+		}
+	}
+	for _, id := range c.Page.Assigned() {
+		if !live[id] {
+			c.Page.Release(id)
+		}
+	}
+	busy, err := c.Source.Busy()
+	if err != nil {
+		c.Log.Warn("compute share: cannot measure GPU time", "err", err)
+		busy = nil
+	}
+	others := map[int]float64{}
+	for g, procs := range busy {
+		for pid, ns := range procs {
+			id, ok := byPid[pid]
+			if !ok {
+				id = c.Sessions.JobOf(pid)
+			}
+			if e := c.state[g][id]; e != nil && id != "" {
+				e.Used += ns
+			} else {
+				others[g] += ns
+			}
+		}
+	}
+	bits := map[string]uint64{}
+	for g, st := range c.state {
+		ids := make([]string, 0, len(st))
+		es := make([]Entry, 0, len(st))
+		for id, e := range st {
+			if !live[id] {
+				delete(st, id) // released: its share goes at once
+				continue
+			}
+			ids = append(ids, id)
+			es = append(es, *e)
+		}
+		Step(es, dt, others[g])
+		seen := map[string]Entry{}
+		for i, id := range ids {
+			*st[id] = es[i]
+			seen[id] = es[i]
+			if es[i].Held {
+				bits[id] |= 1 << uint(ledgerIdx[id][g])
+			}
+		}
+		if c.Passes != nil {
+			c.Passes(g, seen)
+		}
+	}
+	for id := range live {
+		c.Page.SetThrottle(id, bits[id])
+	}
+	c.Page.Beat()
+}

@@ -1,0 +1,77 @@
+package compute
+
+import (
+	"fmt"
+
+	"github.com/NVIDIA/go-nvml/pkg/dl"
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
+)
+
+// NVMLBusy measures GPU time per process from the driver:
+// nvmlDeviceGetProcessUtilization's samples (each a process's percent of
+// one sample period) since the last read.
+type NVMLBusy struct {
+	lib    nvml.Interface
+	devs   []nvml.Device
+	seen   []uint64 // newest sample timestamp read, per GPU (us)
+	Period float64  // the driver's sample period, ns
+}
+
+// OpenNVMLBusy loads NVML (libPath, else the default lookup) for n GPUs.
+func OpenNVMLBusy(libPath string, n int) (*NVMLBusy, error) {
+	where := "libnvidia-ml.so.1"
+	if libPath != "" {
+		where = libPath
+	}
+	l := dl.New(where, dl.RTLD_LAZY|dl.RTLD_LOCAL)
+	if err := l.Open(); err != nil {
+		return nil, fmt.Errorf("load NVML: %w", err)
+	}
+	err := l.Lookup("nvmlDeviceGetProcessUtilization")
+	l.Close()
+	if err != nil {
+		return nil, fmt.Errorf("NVML %s has no per-process utilisation: %w", where, err)
+	}
+	lib := nvml.New()
+	if libPath != "" {
+		lib = nvml.New(nvml.WithLibraryPath(libPath))
+	}
+	if ret := lib.Init(); ret != nvml.SUCCESS {
+		return nil, fmt.Errorf("NVML init: %s", lib.ErrorString(ret))
+	}
+	b := &NVMLBusy{lib: lib, seen: make([]uint64, n), Period: 100e6}
+	for i := 0; i < n; i++ {
+		dev, ret := lib.DeviceGetHandleByIndex(i)
+		if ret != nvml.SUCCESS {
+			lib.Shutdown()
+			return nil, fmt.Errorf("NVML device %d: %s", i, lib.ErrorString(ret))
+		}
+		b.devs = append(b.devs, dev)
+	}
+	return b, nil
+}
+
+// Busy returns, per GPU index and pid, the ns of GPU time in the samples
+// that appeared since the last call.
+func (b *NVMLBusy) Busy() (map[int]map[uint32]float64, error) {
+	out := map[int]map[uint32]float64{}
+	for i, dev := range b.devs {
+		samples, ret := dev.GetProcessUtilization(b.seen[i])
+		if ret == nvml.ERROR_NOT_FOUND || ret == nvml.ERROR_INSUFFICIENT_SIZE { // none, or more arrived meanwhile: next pass
+			continue
+		}
+		if ret != nvml.SUCCESS {
+			return nil, fmt.Errorf("NVML device %d process utilisation: %s", i, b.lib.ErrorString(ret))
+		}
+		m := map[uint32]float64{}
+		for _, s := range samples {
+			m[s.Pid] += float64(s.SmUtil) / 100 * b.Period
+			b.seen[i] = max(b.seen[i], s.TimeStamp)
+		}
+		out[i] = m
+	}
+	return out, nil
+}
+
+// Close unloads NVML.
+func (b *NVMLBusy) Close() { b.lib.Shutdown() }

@@ -1,0 +1,65 @@
+package daemon
+
+import (
+	"context"
+	"log/slog"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/gpuslice/gpuslice/daemon/compute"
+	"github.com/gpuslice/gpuslice/daemon/config"
+	"github.com/gpuslice/gpuslice/daemon/gpu"
+	"github.com/gpuslice/gpuslice/daemon/session"
+)
+
+// computeInterval is how often GPU time is measured and the throttle
+// words rewritten: one NVML sample period.
+const computeInterval = 100 * time.Millisecond
+
+// computeShare holds the compute page (nil when it could not be made:
+// launches are then never gated).
+type computeShare struct{ page *compute.Page }
+
+// openComputePage maps the compute page beside the IPC socket, where the
+// interceptor looks for it (docs/daemon.md, "Compute share").
+func openComputePage(cfg config.Config, log *slog.Logger) *computeShare {
+	p, err := compute.OpenPage(filepath.Join(filepath.Dir(cfg.IPCSocket), "compute"))
+	if err != nil {
+		log.Warn("compute share disabled: no compute page", "err", err)
+		return &computeShare{}
+	}
+	return &computeShare{page: p}
+}
+
+// assign is session.Options.ComputeAssign.
+func (c *computeShare) assign(id string) {
+	if c.page != nil && !c.page.Assign(id) {
+		slog.Default().Warn("compute share: no slot on the compute page; launches not gated", "session", id)
+	}
+}
+
+// start runs the controller until ctx ends.
+func (c *computeShare) start(ctx context.Context, cfg config.Config, log *slog.Logger, mgr *session.Manager,
+	gpus []gpu.GPU, wg *sync.WaitGroup) {
+	if c.page == nil {
+		return
+	}
+	src, err := compute.OpenNVMLBusy(cfg.NVMLLibrary, len(gpus))
+	if err != nil {
+		log.Warn("compute share disabled: the driver's per-process utilisation cannot be read", "err", err)
+		return
+	}
+	phys := make([]uint64, len(gpus))
+	for i, g := range gpus {
+		phys[i] = g.Physical
+	}
+	ctl := &compute.Controller{Page: c.page, Source: src, Sessions: mgr, Physical: phys,
+		Interval: computeInterval, Log: log}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		defer src.Close()
+		ctl.Run(ctx)
+	}()
+}

@@ -1,0 +1,69 @@
+/*
+ * fc_utilwatch: what NVML says each process got of GPU 0 over a window:
+ * polls nvmlDeviceGetProcessUtilization and adds up every new sample
+ * (percent of a 100 ms period) per pid.
+ *
+ *   fc_utilwatch SECONDS     prints event=busy pid=P ms=M per process,
+ *                            then event=window ms=<sample periods seen x 100>
+ */
+#include "common.h"
+#include "nvml.h"
+
+#include <dlfcn.h>
+
+#define MAXP 256
+
+int main(int argc, char **argv)
+{
+	setvbuf(stdout, NULL, _IOLBF, 0);
+	double secs = argc > 1 ? atof(argv[1]) : 10;
+	void *h = dlopen("libnvidia-ml.so.1", RTLD_NOW);
+	if (h == NULL)
+		return 2;
+	nvmlReturn_t (*init)(void) = (nvmlReturn_t(*)(void))dlsym(h, "nvmlInit_v2");
+	nvmlReturn_t (*get)(unsigned, nvmlDevice_t *) =
+		(nvmlReturn_t(*)(unsigned, nvmlDevice_t *))dlsym(h, "nvmlDeviceGetHandleByIndex_v2");
+	nvmlReturn_t (*procs)(nvmlDevice_t, nvmlProcessUtilizationSample_t *, unsigned *, unsigned long long) =
+		(nvmlReturn_t(*)(nvmlDevice_t, nvmlProcessUtilizationSample_t *, unsigned *,
+				 unsigned long long))dlsym(h, "nvmlDeviceGetProcessUtilization");
+	nvmlDevice_t d;
+	if (!init || !get || !procs || init() != NVML_SUCCESS || get(0, &d) != NVML_SUCCESS)
+		return 2;
+	/* start after the samples that exist now */
+	unsigned long long seen = 0;
+	nvmlProcessUtilizationSample_t s[MAXP];
+	unsigned n = MAXP;
+	if (procs(d, s, &n, 0) == NVML_SUCCESS)
+		for (unsigned i = 0; i < n; i++)
+			seen = s[i].timeStamp > seen ? s[i].timeStamp : seen;
+	unsigned pid[MAXP] = {0};
+	double ms[MAXP] = {0};
+	unsigned np = 0;
+	unsigned long long first = 0, last = 0;
+	struct timespec ts = {0, 50000000};
+	for (int k = 0; k < (int)(secs * 20); k++) {
+		nanosleep(&ts, NULL);
+		n = MAXP;
+		if (procs(d, s, &n, seen) != NVML_SUCCESS)
+			continue;
+		unsigned long long top = seen;
+		for (unsigned i = 0; i < n; i++) {
+			unsigned j;
+			for (j = 0; j < np && pid[j] != s[i].pid; j++)
+				;
+			if (j == np && np < MAXP)
+				pid[np++] = s[i].pid;
+			if (j < MAXP)
+				ms[j] += s[i].smUtil; /* percent of 100 ms = ms */
+			top = s[i].timeStamp > top ? s[i].timeStamp : top;
+			if (first == 0 || s[i].timeStamp < first)
+				first = s[i].timeStamp;
+		}
+		seen = top;
+		last = top;
+	}
+	for (unsigned j = 0; j < np; j++)
+		printf("event=busy pid=%u ms=%.0f\n", pid[j], ms[j]);
+	printf("event=window ms=%.0f\n", first ? (double)(last - first) / 1000 + 100 : 0);
+	return 0;
+}

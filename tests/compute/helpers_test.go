@@ -1,0 +1,148 @@
+// Package compute proves the GPU time share end to end: the real gpusliced,
+// the interceptor's launch gate and fakecuda's time-sliced GPU
+// (docs/fakecuda.md, "GPU time"; docs/daemon.md, "Compute share"). Jobs
+// launch kernels back to back; what each got is what NVML reports per
+// process over a window, as an admin would read it. Shares are measured
+// in the model's GPU time, so they do not depend on how busy the CPUs are.
+package compute
+
+import (
+	"bufio"
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/gpuslice/gpuslice/internal/api"
+	"github.com/gpuslice/gpuslice/internal/client"
+	"github.com/gpuslice/gpuslice/internal/testenv"
+)
+
+// window is what a share is measured over: NVML samples for 10 s of GPU time.
+const window = "10"
+
+func startDaemon(t *testing.T) *testenv.Daemon {
+	d := testenv.StartDaemon(t, testenv.DaemonOptions{Devices: "80GiB"})
+	t.Cleanup(func() { os.Remove("/dev/shm/fakecuda-" + d.State + "@timeline") })
+	return d
+}
+
+// session makes a session of quota bytes with the given share.
+func session(t *testing.T, d *testenv.Daemon, id string, quota uint64, c *api.Compute) {
+	t.Helper()
+	_, err := d.Client().CreateSession(context.Background(), client.SessionRequest{ID: id, UID: 0, QuotaBytes: quota, Compute: c})
+	if err != nil {
+		t.Fatalf("create session %s: %v", id, err)
+	}
+}
+
+func percent(p, max int) *api.Compute {
+	return &api.Compute{Mode: api.ComputePercent, Percent: p, MaxPercent: max}
+}
+
+func program(t *testing.T, name string) string {
+	p := filepath.Join(testenv.BuildDir(t), "tests", "fakecuda", name)
+	if _, err := os.Stat(p); err != nil {
+		t.Fatalf("%s is not built (make fakecuda): %v", name, err)
+	}
+	return p
+}
+
+// job is a process of a session launching 2 ms kernels, 8 queued ahead.
+type job struct {
+	cmd *exec.Cmd
+	pid int
+}
+
+func launch(t *testing.T, d *testenv.Daemon, id string, args ...string) *job {
+	t.Helper()
+	if len(args) == 0 {
+		args = []string{"2", "8"}
+	}
+	cmd := exec.Command(program(t, "fc_launcher"), args...)
+	cmd.Env = append(d.Env(), "LD_PRELOAD="+filepath.Join(testenv.BuildDir(t), "lib", "libgpuslice.so"),
+		"GPUSLICE_SESSION="+id)
+	cmd.Stderr = os.Stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	j := &job{cmd: cmd, pid: cmd.Process.Pid}
+	t.Cleanup(j.kill)
+	sc := bufio.NewScanner(out)
+	for sc.Scan() {
+		if strings.HasPrefix(sc.Text(), "event=ready") {
+			go func() {
+				for sc.Scan() {
+				}
+			}()
+			return j
+		}
+		t.Logf("%s: %s", id, sc.Text())
+	}
+	t.Fatalf("job of session %s ended before launching", id)
+	return nil
+}
+
+func (j *job) kill() {
+	if j.cmd.ProcessState == nil {
+		j.cmd.Process.Signal(syscall.SIGKILL)
+		j.cmd.Wait()
+	}
+}
+
+// measure is what NVML reports of GPU 0 over secs seconds: ms per pid and
+// the window's length in ms.
+func measure(t *testing.T, d *testenv.Daemon, secs string) (map[int]float64, float64) {
+	t.Helper()
+	cmd := exec.Command(program(t, "fc_utilwatch"), secs)
+	cmd.Env = d.Env()
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("fc_utilwatch: %v", err)
+	}
+	busy := map[int]float64{}
+	var win float64
+	for _, l := range strings.Split(string(out), "\n") {
+		kv := map[string]string{}
+		for _, f := range strings.Fields(l) {
+			k, v, _ := strings.Cut(f, "=")
+			kv[k] = v
+		}
+		ms, _ := strconv.ParseFloat(kv["ms"], 64)
+		switch kv["event"] {
+		case "busy":
+			pid, _ := strconv.Atoi(kv["pid"])
+			busy[pid] = ms
+		case "window":
+			win = ms
+		}
+	}
+	return busy, win
+}
+
+// shares are the jobs' fractions of the GPU's busy time over the window.
+func shares(busy map[int]float64, jobs ...*job) []float64 {
+	var total float64
+	for _, ms := range busy {
+		total += ms
+	}
+	out := make([]float64, len(jobs))
+	for i, j := range jobs {
+		if total > 0 {
+			out[i] = 100 * busy[j.pid] / total
+		}
+	}
+	return out
+}
+
+// settle lets the controller see every job before the window opens.
+func settle() { time.Sleep(time.Second) }

@@ -1,0 +1,102 @@
+package compute
+
+import (
+	"fmt"
+	"math"
+	"testing"
+)
+
+// Sessions contending for one GPU get their weights' shares of its time,
+// within 5 points over a 10 s window.
+func TestSharesFollowWeights(t *testing.T) {
+	for _, weights := range [][]int{{25, 75}, {20, 30, 50}} {
+		t.Run(fmt.Sprint(weights), func(t *testing.T) {
+			d := startDaemon(t)
+			var jobs []*job
+			for i, w := range weights {
+				id := fmt.Sprintf("w%d", i)
+				session(t, d, id, 8<<30, percent(w, 0))
+				jobs = append(jobs, launch(t, d, id))
+			}
+			settle()
+			busy, win := measure(t, d, window)
+			got := shares(busy, jobs...)
+			t.Logf("weights %v: measured shares %.1f (window %.0f ms)", weights, got, win)
+			for i, w := range weights {
+				if math.Abs(got[i]-float64(w)) > 5 {
+					t.Errorf("session with weight %d got %.1f%% of the GPU (all: %.1f)", w, got[i], got)
+				}
+			}
+		})
+	}
+}
+
+// Alone, a session gets the whole GPU whatever its weight (the shares are
+// work-conserving); with a cap of 30 % it gets no more than that.
+func TestLoneSessionAndCap(t *testing.T) {
+	d := startDaemon(t)
+	session(t, d, "lone", 8<<30, percent(10, 0))
+	j := launch(t, d, "lone")
+	settle()
+	busy, win := measure(t, d, window)
+	got := 100 * busy[j.pid] / win
+	t.Logf("lone session with weight 10: %.1f%% of the GPU's time", got)
+	if got < 95 {
+		t.Errorf("a lone session got %.1f%% of the GPU; want >= 95", got)
+	}
+	j.kill()
+
+	session(t, d, "capped", 8<<30, percent(50, 30))
+	c := launch(t, d, "capped")
+	settle()
+	busy, win = measure(t, d, window)
+	got = 100 * busy[c.pid] / win
+	t.Logf("lone session capped at 30%%: %.1f%% of the GPU's time", got)
+	if got > 31 || got < 25 {
+		t.Errorf("a session capped at 30%% got %.1f%% of the GPU alone", got)
+	}
+}
+
+// The gate cannot stop a kernel that is running: a session that launches
+// one giant kernel (1 s, beside a neighbour launching back to back) takes
+// half the GPU while it runs, and is then held until it has paid the time
+// back. Over the window it is at most one controller pass (100 ms, the
+// decision's time slice) beyond its share.
+func TestGiantKernelPaidBack(t *testing.T) {
+	d := startDaemon(t)
+	session(t, d, "small", 8<<30, percent(25, 0))
+	session(t, d, "big", 8<<30, percent(75, 0))
+	b := launch(t, d, "big")
+	settle()
+	s := launch(t, d, "small", "2", "8", "1000")
+	busy, win := measure(t, d, window)
+	var total float64
+	for _, ms := range busy {
+		total += ms
+	}
+	over := busy[s.pid] - 0.25*total
+	t.Logf("giant kernel: session of share 25 got %.0f ms of %.0f (%.1f%%), %.0f ms beyond its share; neighbour %.0f ms; window %.0f ms",
+		busy[s.pid], total, 100*busy[s.pid]/total, over, busy[b.pid], win)
+	if over > 100 {
+		t.Errorf("one giant kernel took %.0f ms beyond its session's share over 10 s; want <= 100 (one pass)", over)
+	}
+}
+
+// A session whose process is killed mid-kernel leaves its share at once:
+// its neighbour has the GPU from the next sample on.
+func TestKilledSessionFreesShare(t *testing.T) {
+	d := startDaemon(t)
+	session(t, d, "stays", 8<<30, percent(25, 0))
+	session(t, d, "killed", 8<<30, percent(75, 0))
+	a := launch(t, d, "stays")
+	k := launch(t, d, "killed", "50", "8") // 50 ms kernels: killed mid-kernel
+	settle()
+	before, _ := measure(t, d, "2")
+	k.kill()
+	after, win := measure(t, d, "2")
+	got := 100 * after[a.pid] / win
+	t.Logf("before the kill: %.1f%% of the busy time; after: %.1f%% of the GPU over %.0f ms", shares(before, a, k)[0], got, win)
+	if got < 95 {
+		t.Errorf("after its neighbour was killed a session got %.1f%% of the GPU; want >= 95", got)
+	}
+}
