@@ -34,6 +34,8 @@ type Job struct {
 	// GPUs are the job's GPUs as gres reports them (NVML indices or UUIDs);
 	// empty means every GPU of the node.
 	GPUs []string
+	// Compute is its GPU time share (compute.go); nil: none.
+	Compute *api.Compute
 }
 
 // ErrNoJob is returned when the environment does not describe a job.
@@ -62,6 +64,7 @@ func JobFromEnv(getenv func(string) string, defaultBytes uint64) (Job, error) {
 		return Job{}, fmt.Errorf("SLURM_JOB_UID %q: not a uid", uid)
 	}
 	j.UID = uint32(u)
+	j.Compute = ComputeFromEnv(getenv)
 
 	j.QuotaBytes = defaultBytes
 	if q := strings.TrimSpace(getenv(EnvQuota)); q != "" {

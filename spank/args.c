@@ -49,7 +49,7 @@ int gs_args_parse(struct gs_config *cfg, int ac, char **av, char *err, size_t er
 		const char *val;
 
 		if (!eq) {
-			snprintf(err, errlen, "plugstack.conf argument '%s': expected key=value (keys: lib, socket, default, max, refused, nogpu)", arg);
+			snprintf(err, errlen, "plugstack.conf argument '%s': expected key=value (keys: lib, socket, default, max, refused, nogpu, compute, compute_cap)", arg);
 			return -1;
 		}
 		klen = (size_t)(eq - arg);
@@ -69,6 +69,17 @@ int gs_args_parse(struct gs_config *cfg, int ac, char **av, char *err, size_t er
 		} else if (klen == 7 && strncmp(arg, "refused", 7) == 0) {
 			if (copy_path("refused", val, cfg->refused, sizeof(cfg->refused), err, errlen) < 0)
 				return -1;
+		} else if (klen == 7 && strncmp(arg, "compute", 7) == 0) {
+			if (strcmp(val, "proportional") != 0 && strcmp(val, "off") != 0) {
+				snprintf(err, errlen, "plugstack.conf argument compute=%s: expected proportional or off", val);
+				return -1;
+			}
+			snprintf(cfg->compute, sizeof(cfg->compute), "%s", val);
+		} else if (klen == 11 && strncmp(arg, "compute_cap", 11) == 0) {
+			if (val[0] != '\0' && gs_parse_percent(val, &cfg->compute_cap) < 0) {
+				snprintf(err, errlen, "plugstack.conf argument compute_cap=%s: expected a percent from 1 to 100", val);
+				return -1;
+			}
 		} else if (klen == 5 && strncmp(arg, "nogpu", 5) == 0) {
 			if (strcmp(val, "hide") == 0) {
 				cfg->nogpu_allow = false;
@@ -79,7 +90,7 @@ int gs_args_parse(struct gs_config *cfg, int ac, char **av, char *err, size_t er
 				return -1;
 			}
 		} else {
-			snprintf(err, errlen, "unknown plugstack.conf argument '%.*s' (keys: lib, socket, default, max, refused, nogpu)",
+			snprintf(err, errlen, "unknown plugstack.conf argument '%.*s' (keys: lib, socket, default, max, refused, nogpu, compute, compute_cap)",
 				 (int)klen, arg);
 			return -1;
 		}

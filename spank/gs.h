@@ -58,11 +58,26 @@ struct gs_config {
 	uint64_t max_bytes;   /* max=: largest accepted --gpu-mem; 0 = no limit */
 	char refused[4096];   /* refused=: where the Prolog leaves a refused job's reason */
 	bool nogpu_allow;     /* nogpu=allow: jobs without a GPU keep seeing every GPU */
+	char compute[16];     /* compute=: share of jobs without --gpu-compute: "proportional", "off" or "" */
+	int compute_cap;      /* compute_cap=: ceiling of jobs without --gpu-compute-max, percent; 0 none */
 };
 
 extern struct gs_config gs_config;
 
 int gs_args_parse(struct gs_config *cfg, int ac, char **av, char *err, size_t errlen);
+
+/* --gpu-compute, --gpu-compute-max (compute.c): GPU_COMPUTE=<percent |
+ * proportional | off> and GPU_COMPUTE_MAX=<percent> for the Prolog. */
+#define GS_COMPUTE_CONTROL_VAR "GPU_COMPUTE"
+#define GS_COMPUTE_MAX_CONTROL_VAR "GPU_COMPUTE_MAX"
+int gs_compute_register(spank_t sp);
+/* A percent 1..100; 0 or -1. */
+int gs_parse_percent(const char *s, int *out);
+/* Validates the options given (slurm_error and -1 on a bad one). */
+int gs_compute_check(void);
+/* Passes the share and ceiling (the options, else compute= / compute_cap=). */
+int gs_compute_publish(spank_t sp);
+void gs_compute_cleanup(void);
 
 /* --gpu-mem (option.c). */
 int gs_option_register(spank_t sp);

@@ -50,7 +50,7 @@ int gs_option_register(spank_t sp)
 			return -1;
 		}
 	}
-	return 0;
+	return gs_compute_register(sp);
 }
 
 const char *gs_option_value(void)
@@ -81,6 +81,7 @@ void gs_option_cleanup(void)
 {
 	free(opt_value);
 	opt_value = NULL;
+	gs_compute_cleanup();
 }
 
 int gs_submit_quota(uint64_t *bytes)
@@ -89,6 +90,8 @@ int gs_submit_quota(uint64_t *bytes)
 	const char *v = gs_option_value();
 
 	*bytes = 0;
+	if (gs_compute_check() < 0)
+		return -1;
 	if (!v) {
 		*bytes = gs_config.default_bytes;
 		return 0;
@@ -103,7 +106,8 @@ int gs_submit_quota(uint64_t *bytes)
 int gs_submit_forget_inherited(spank_t sp)
 {
 	static const char *const env[] = {GS_JOB_ENV_VAR, GS_DEFAULT_ENV_VAR, GS_OPTION_ENV_VAR};
-	static const char *const ctl[] = {GS_JOB_CONTROL_VAR, GS_DEFAULT_CONTROL_VAR, GS_OPTION_CONTROL_VAR};
+	static const char *const ctl[] = {GS_JOB_CONTROL_VAR, GS_DEFAULT_CONTROL_VAR, GS_OPTION_CONTROL_VAR,
+					  GS_COMPUTE_CONTROL_VAR, GS_COMPUTE_MAX_CONTROL_VAR};
 	size_t i;
 	int rc;
 
@@ -148,5 +152,5 @@ int gs_submit_publish(spank_t sp, uint64_t bytes)
 	}
 	gs_format_size(bytes, human, sizeof(human));
 	gs_verbose("GPU memory quota %s per GPU%s", human, gs_option_value() ? "" : " (default=)");
-	return 0;
+	return gs_compute_publish(sp);
 }

@@ -88,6 +88,31 @@ function gpuslice.gpu_mem_is_default(env)
 	return false
 end
 
+-- GPU_COMPUTE (a percent 1-100, "proportional" or "off") and
+-- GPU_COMPUTE_MAX (a percent 1-100) from spank_job_env, as the plugin set
+-- them from --gpu-compute / --gpu-compute-max or plugstack.conf. Returns
+-- nil when both are valid or absent, else the message for the user.
+-- Shares are enforced on the node, not scheduled: nothing to translate.
+function gpuslice.gpu_compute_error(env)
+	if env == nil then
+		return nil
+	end
+	for _, kv in pairs(env) do
+		if type(kv) == "string" then
+			local name, v = string.match(kv, "^(GPU_COMPUTE[_MAX]*)=(.*)$")
+			if name == "GPU_COMPUTE" or name == "GPU_COMPUTE_MAX" then
+				local n = string.match(v, "^%d+$") and tonumber(v)
+				local word = name == "GPU_COMPUTE" and (v == "proportional" or v == "off")
+				if not word and (n == nil or n < 1 or n > 100) then
+					local opt = name == "GPU_COMPUTE" and "--gpu-compute" or "--gpu-compute-max"
+					return "gpuslice: invalid " .. opt .. " '" .. v .. "': expected a percent of the GPU from 1 to 100"
+				end
+			end
+		end
+	end
+	return nil
+end
+
 -- MiB asked for a byte count, rounded up.
 function gpuslice.mib_ceil(bytes)
 	return math.ceil(bytes / MiB)
@@ -414,6 +439,11 @@ function slurm_job_submit(job_desc, part_list, submit_uid)
 	local mem, err = gpuslice.gpu_mem_from_env(job_desc.spank_job_env)
 	if err ~= nil then
 		slurm.log_user("gpuslice: " .. err)
+		return slurm.ERROR
+	end
+	local cerr = gpuslice.gpu_compute_error(job_desc.spank_job_env)
+	if cerr ~= nil then
+		slurm.log_user(cerr)
 		return slurm.ERROR
 	end
 	local conf = gpuslice.load_conf()
