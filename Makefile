@@ -7,6 +7,8 @@ BUILD   ?= $(ROOT)/build
 BIN     := $(BUILD)/bin
 LIB     := $(BUILD)/lib
 EXAMPLES:= $(BUILD)/examples
+# The Slurm suites' cgroup view for hybrid hosts (mk/spank.mk).
+SLURM_V2VIEW := $(BUILD)/tests/slurm/libv2view.so
 VERSION ?= $(shell packaging/version.sh 2>/dev/null || echo 0.0.0)
 ifeq ($(VERSION),)
 VERSION := 0.0.0

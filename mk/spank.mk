@@ -24,13 +24,27 @@ $(BIN)/gpuslice-prolog $(BIN)/gpuslice-epilog: $(BIN)/gpuslice-%: $(PROLOG_GO)
 
 # The Prolog/Epilog tests run a real gpusliced (fakecuda's NVML); the
 # job_submit.lua tests run its pure functions with lua5.1 (the Lua Slurm
-# 22.05 links); the end-to-end suite (two slurmd hosts in network
-# namespaces, ~2.5 min on 2 cores) needs every component and root (it
-# skips otherwise).
-test-slurm: spank go-build fakecuda interceptor ctxprobe ## Prolog/Epilog, plugin and job_submit.lua unit tests; two-node end-to-end suite on a real Slurm (root)
+# 22.05 links); the end-to-end suite (two slurmd hosts in network, UTS,
+# mount and cgroup namespaces, tracking jobs with cgroup v2; then a few
+# scenarios again on a cluster without cgroups) needs every component and
+# root (it skips otherwise).
+# libv2view.so: preloaded into the test cluster's slurmd on a host that
+# mounts cgroup v1 hierarchies beside cgroup v2 (tests/slurm/v2view).
+$(SLURM_V2VIEW): tests/slurm/v2view/v2view.c
+	@mkdir -p $(@D)
+	$(CC) -O2 -g $(CWARN) -D_GNU_SOURCE -fPIC -shared -o $@ $<
+
+test-slurm: spank go-build fakecuda interceptor ctxprobe $(SLURM_V2VIEW) ## Prolog/Epilog, plugin and job_submit.lua unit tests; two-node end-to-end suite on a real Slurm (root)
 	GPUSLICE_BUILD_DIR=$(BUILD) $(GO) test -count=1 -timeout 5m ./prolog/... ./spank/...
 	lua5.1 tests/slurm/lua/job_submit_test.lua etc/slurm/job_submit.lua
 	GPUSLICE_BUILD_DIR=$(BUILD) $(GO) test -count=1 -timeout 20m ./tests/slurm/...
+	GPUSLICE_SLURM_TRACKING=linuxproc GPUSLICE_BUILD_DIR=$(BUILD) $(GO) test -count=1 -timeout 10m \
+		-run '$(SLURM_LINUXPROC_TESTS)' ./tests/slurm/...
+
+# The cluster without cgroups (proctrack/linuxproc, task/none), for sites
+# that have none: the quota, the escapes the environment allows, and the
+# one linuxproc leaves open (tests/slurm/tracking_test.go).
+SLURM_LINUXPROC_TESTS := TestSrunQuota|TestSbatchSharedQuota|TestEnvBypassUnderSlurm|TestUnpreloadedTaskAuditedUnderSlurm|TestDoubleForkEscape
 
 # ---- The plugin for Slurm 24.11 (Debian 13) -----------------------------------
 # Built from the same sources inside the Debian 13 root (mk/trixie.mk) with

@@ -44,5 +44,5 @@ trixie-clean: ## remove the Debian 13 root (the cache in TRIXIE_CACHE stays)
 # so the two may run at once. Needs root; skips when the archive is
 # unreachable.
 .PHONY: test-slurm-24.11
-test-slurm-24.11: trixie-root spank-24.11 spank go-build fakecuda interceptor ctxprobe ## the end-to-end suite on Slurm 24.11 in the Debian 13 root (root)
+test-slurm-24.11: trixie-root spank-24.11 spank go-build fakecuda interceptor ctxprobe $(SLURM_V2VIEW) ## the end-to-end suite on Slurm 24.11 in the Debian 13 root (root)
 	GPUSLICE_SLURM_RELEASE=24.11 GPUSLICE_BUILD_DIR=$(BUILD) $(GO) test -count=1 -timeout 20m ./tests/slurm/

@@ -6,7 +6,8 @@
 #   - processes started by the tests: gpusliced, and slurmctld, slurmd,
 #     slurmdbd, munged, mariadbd and prometheus run from the tests'
 #     directories (never the machine's own services);
-#   - gpuslice run's cgroups (gpuslice-run-*), mounts under the tests'
+#   - gpuslice run's cgroups (gpuslice-run-*), the Slurm test hosts'
+#     cgroup v2 subtrees (gs8-*, gs13-*), mounts under the tests'
 #     directories, the test hosts' network
 #     namespaces, bridges and veths (gs8-*, gs13-*), their lock files;
 #   - the test users (internal/testenv/users.go: those whose comment is
@@ -80,6 +81,20 @@ for cg in /sys/fs/cgroup/gpuslice-run-* /sys/fs/cgroup/unified/gpuslice-run-*; d
 	say "removing cgroup $cg"
 	while read -r pid; do kill -KILL "$pid" 2>/dev/null; done <"$cg/cgroup.procs"
 	for _ in 1 2 3 4 5 6 7 8 9 10; do rmdir "$cg" 2>/dev/null && break; sleep 0.2; done
+done
+
+# --- the Slurm test hosts' cgroup subtrees ----------------------------------
+# Each holds a node's slurmd, steps and jobs: kill them all, then remove
+# the directories deepest first.
+for cg in /sys/fs/cgroup/gs8-* /sys/fs/cgroup/gs13-* /sys/fs/cgroup/unified/gs8-* /sys/fs/cgroup/unified/gs13-*; do
+	[ -d "$cg" ] || continue
+	say "removing cgroup tree $cg"
+	echo 1 >"$cg/cgroup.kill" 2>/dev/null
+	for _ in 1 2 3 4 5 6 7 8 9 10; do
+		find "$cg" -depth -type d -exec rmdir {} + 2>/dev/null
+		[ -d "$cg" ] || break
+		sleep 0.2
+	done
 done
 
 # --- network namespaces, bridges, veths -------------------------------------

@@ -99,6 +99,9 @@ type node struct {
 	c      *cluster
 	dir    string // its private files: <cluster>/nodes/<name>
 	holder int    // pid of the process holding its namespaces
+	// cg is its cgroup v2 subtree as the host sees it; "" without
+	// cgroups (cgroup_test.go).
+	cg string
 	// admSock is its gpusliced admin socket as seen from the host.
 	admSock string
 }
@@ -324,8 +327,12 @@ func startCluster(c *cluster, opts ClusterOptions) error {
 	c.ipcSock = c.path("gpuslice", "run", "ipc.sock")
 	c.admSock = c.path("gpuslice", "run", "admin.sock")
 	c.fakeEnv = []string{"FAKECUDA_STATE=" + c.state, "LD_LIBRARY_PATH=" + filepath.Join(c.build, "lib"),
-		"FAKECUDA_CTX_BYTES=0"} // the cases count allocations only, not context memory
+		"FAKECUDA_CTX_BYTES=0", // the cases count allocations only, not context memory
+		"FAKECUDA_DEVICE_NODES=" + c.path("dev")}
 
+	if err := c.makeDevices(); err != nil {
+		return err
+	}
 	if err := c.startMunge(); err != nil {
 		return err
 	}
@@ -346,9 +353,6 @@ func startCluster(c *cluster, opts ClusterOptions) error {
 			return fmt.Errorf("node %s: %w", n.Name, err)
 		}
 	}
-	if err := c.makeDevices(); err != nil {
-		return err
-	}
 	if err := c.prepareAccounting(); err != nil {
 		return err
 	}
@@ -362,7 +366,9 @@ func startCluster(c *cluster, opts ClusterOptions) error {
 		return err
 	}
 	for _, n := range c.nodes {
-		if err := c.start("slurmd-"+n.Name, n.command("slurmd", "-D", "-f", c.conf)); err != nil {
+		cmd := n.command("slurmd", "-D", "-f", c.conf)
+		cmd.Env = n.slurmdEnv()
+		if err := c.start("slurmd-"+n.Name, cmd); err != nil {
 			return err
 		}
 	}
@@ -426,7 +432,8 @@ func (n *node) restartGpusliced() error {
 		"--log-level", "debug")
 	// A context costs nothing on this cluster, for the daemon's context
 	// probe as for the jobs (their environment sets the same).
-	cmd.Env = append(baseEnv(), "FAKECUDA_DEVICES="+n.Devices, "FAKECUDA_STATE="+c.state, "FAKECUDA_CTX_BYTES=0")
+	cmd.Env = append(baseEnv(), "FAKECUDA_DEVICES="+n.Devices, "FAKECUDA_STATE="+c.state, "FAKECUDA_CTX_BYTES=0",
+		"FAKECUDA_DEVICE_NODES="+c.path("dev"))
 	if err := c.start("gpusliced-"+n.Name, cmd); err != nil {
 		return err
 	}
@@ -450,25 +457,36 @@ func (n *node) waitContextCost() error {
 }
 
 // makeDevices creates the GPUs' character devices (Slurm's gres/gpu needs
-// them to give jobs CUDA_VISIBLE_DEVICES); every node uses the same paths.
+// them to give jobs CUDA_VISIBLE_DEVICES, and ConstrainDevices=yes opens
+// or closes them per job) and the driver's nvidiactl and nvidia-uvm, which
+// fakecuda opens as NVIDIA's driver does (FAKECUDA_DEVICE_NODES); every
+// node uses the same paths. nvidia-uvm's major is dynamic on a real node:
+// here 195:253, a number of NVIDIA's that no driver on this machine owns.
 func (c *cluster) makeDevices() error {
-	max := 0
-	for _, n := range c.nodes {
-		gpus, err := n.gpus()
-		if err != nil {
+	for name, dev := range map[string]int{"nvidiactl": 195<<8 | 255, "nvidia-uvm": 195<<8 | 253} {
+		p := c.path("dev", name)
+		if err := mknod(p, dev); err != nil {
 			return err
 		}
-		if len(gpus) > max {
-			max = len(gpus)
-		}
 	}
-	for i := 0; i < max; i++ {
+	// One per GPU fakecuda can have (16), made before any node's
+	// gpusliced or job opens them.
+	for i := 0; i < 16; i++ {
 		p := c.path("dev", fmt.Sprintf("nvidia%d", i))
-		if err := syscall.Mknod(p, syscall.S_IFCHR|0o666, int(195<<8|i)); err != nil {
-			return fmt.Errorf("mknod %s: %w", p, err)
+		if err := mknod(p, 195<<8|i); err != nil {
+			return err
 		}
 	}
 	return nil
+}
+
+// mknod makes a character device open to everyone (0666, as NVIDIA's are;
+// the umask would narrow mknod's mode).
+func mknod(p string, dev int) error {
+	if err := syscall.Mknod(p, syscall.S_IFCHR|0o666, dev); err != nil {
+		return fmt.Errorf("mknod %s: %w", p, err)
+	}
+	return os.Chmod(p, 0o666)
 }
 
 // slurmConfig asks the node's gpuslice slurm-config for its lines.
@@ -586,6 +604,7 @@ func (c *cluster) stop() {
 		killStrays(c.dir)
 	}
 	removeNetwork()
+	removeNodeCgroups()
 	if c.lock != nil {
 		_ = syscall.Flock(int(c.lock.Fd()), syscall.LOCK_UN)
 		c.lock.Close()
@@ -606,6 +625,7 @@ func (c *cluster) stop() {
 // with the suite's lock held.
 func removeStale() {
 	removeNetwork()
+	removeNodeCgroups()
 	dirs, _ := filepath.Glob("/tmp/" + tmpPrefix + "*")
 	for _, d := range dirs {
 		b, err := os.ReadFile(filepath.Join(d, "owner.pid"))
@@ -687,8 +707,7 @@ func (n *node) onNode(u *testUser, name string, args ...string) *exec.Cmd {
 	cmd.Dir = c.dir
 	if u != nil {
 		// nsenter enters as root, then becomes the user.
-		cmd = exec.Command("nsenter", append(append(n.enterNode(),
-			"-S", strconv.Itoa(int(u.uid)), "-G", strconv.Itoa(int(u.gid)), "--", name), args...)...)
+		cmd = n.nsenter([]string{"-S", strconv.Itoa(int(u.uid)), "-G", strconv.Itoa(int(u.gid))}, name, args...)
 		cmd.Env = append(baseEnv(), "SLURM_CONF="+c.conf)
 		cmd.Env = append(cmd.Env, c.fakeEnv...)
 		cmd.Dir = u.dir

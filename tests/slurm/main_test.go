@@ -55,6 +55,11 @@ func TestMain(m *testing.M) {
 	}
 	slurm = rel
 	useNet(slurm.net)
+	var err error
+	if tracking, err = trackingFromEnv(); err != nil {
+		fmt.Fprintln(os.Stderr, "slurm suite: "+err.Error())
+		os.Exit(2)
+	}
 	if os.Geteuid() != 0 {
 		skipWhy = "the Slurm end-to-end suite needs root (it runs slurmctld, slurmd, munged, network namespaces and submits jobs as test users)"
 		fmt.Fprintln(os.Stderr, "slurm suite: SKIP: "+skipWhy)
@@ -72,7 +77,7 @@ func TestMain(m *testing.M) {
 		cl.stop()
 		os.Exit(1)
 	}
-	fmt.Fprintf(os.Stderr, "slurm suite: two-node cluster on Slurm %s up in %v\n", slurm.name, time.Since(start).Round(time.Second))
+	fmt.Fprintf(os.Stderr, "slurm suite: two-node cluster on Slurm %s (job tracking: %s) up in %v\n", slurm.name, tracking.name, time.Since(start).Round(time.Second))
 	code := m.Run()
 	if code != 0 {
 		cl.dumpLogs(os.Stderr)
@@ -117,7 +122,7 @@ func runInRoot(m *testing.M) int {
 	}
 	defer lock.Close()
 	env := []string{"GPUSLICE_SLURM_RELEASE=" + slurm.name}
-	for _, k := range []string{"GPUSLICE_SLURM_ACCOUNTING", "GPUSLICE_KEEP_TEST_DIR"} {
+	for _, k := range []string{"GPUSLICE_SLURM_ACCOUNTING", "GPUSLICE_KEEP_TEST_DIR", "GPUSLICE_SLURM_TRACKING"} {
 		if v := os.Getenv(k); v != "" && !strings.ContainsAny(v, " \t\n") {
 			env = append(env, k+"="+v)
 		}

@@ -124,7 +124,10 @@ func (n *node) setup() error {
 	if debroot.Inside() {
 		prop = "unchanged"
 	}
-	cmd := exec.Command("nsenter", "--net=/run/netns/"+ns, "unshare", "--uts", "--mount", "--propagation", prop, "--", "sh", "-c", script)
+	if err := n.makeNodeCgroup(); err != nil {
+		return err
+	}
+	cmd := n.holderCommand(prop, script)
 	if err := c.start("holder-"+n.Name, cmd); err != nil {
 		return err
 	}
@@ -143,12 +146,17 @@ func (n *node) setup() error {
 // resets the root to the namespace's own: inside the Debian 13 root that
 // would leave the root), with "/" as the working directory.
 func (n *node) enterNode() []string {
-	return []string{"-t", strconv.Itoa(n.holder), "--net", "--uts", "--mount", "--root", "--wdns=/"}
+	a := []string{"-t", strconv.Itoa(n.holder), "--net", "--uts", "--mount", "--root", "--wdns=/"}
+	if n.cg != "" {
+		a = append(a, "--cgroup")
+	}
+	return a
 }
 
-// command runs name inside the node (its network, hostname and mounts).
+// command runs name inside the node (its network, hostname, mounts and,
+// with cgroups, its cgroup subtree and namespace).
 func (n *node) command(name string, args ...string) *exec.Cmd {
-	return exec.Command("nsenter", append(append(n.enterNode(), "--", name), args...)...)
+	return n.nsenter(nil, name, args...)
 }
 
 // removeNetwork deletes this suite's namespaces (killing what still runs

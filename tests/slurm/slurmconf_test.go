@@ -28,8 +28,9 @@ type slurmRelease struct {
 	noOtherPlugin string
 	// conf are the slurm.conf settings this release needs here.
 	conf string
-	// cgroupConf is cgroup.conf's content; empty: no cgroup.conf.
-	cgroupConf string
+	// noCgroupConf is cgroup.conf's content when the cluster tracks jobs
+	// without cgroups (linuxproc); empty: no cgroup.conf.
+	noCgroupConf string
 	// gres is how a gres starts in a job's TRES strings (TresPerNode):
 	// "gres:" up to 22.05, "gres/" from 23.02 on.
 	gres string
@@ -41,17 +42,15 @@ type slurmRelease struct {
 	skip map[string]string
 }
 
-// slurm2205 is Debian 12's Slurm 22.05 on this machine: process tracking
-// without cgroups (the nodes share the machine's cgroup tree) and
+// slurm2205 is Debian 12's Slurm 22.05 on this machine, with
 // SlurmdParameters=config_overrides so each node may declare more CPUs than
-// the machine has.
+// the machine has. How jobs are tracked (cgroup v2 or linuxproc) is
+// tracking's (cgroup_test.go).
 var slurm2205 = slurmRelease{
 	name:   "22.05",
 	plugin: "spank/gpuslice.so",
 	gres:   "gres:",
-	conf: `ProctrackType=proctrack/linuxproc
-TaskPlugin=task/none
-SlurmdParameters=config_overrides
+	conf: `SlurmdParameters=config_overrides
 `,
 	net: net2205,
 	noOtherPlugin: "the plugin built for 24.11 in the Debian 13 root needs glibc 2.38 and Debian 12 has 2.36, " +
@@ -60,22 +59,20 @@ SlurmdParameters=config_overrides
 
 // slurm2411 is Debian 13's Slurm 24.11 in the Debian 13 root (make
 // trixie-root), with the plugin built there (make spank-24.11). As on
-// 22.05, and: 24.11's slurmd and slurmstepd load a cgroup plugin even with
-// proctrack/linuxproc and task/none unless cgroup.conf says
-// CgroupPlugin=disabled (a value 22.05 does not know). The plugin built
-// for 22.05 on this machine (make spank), which the root sees under the
-// bind-mounted build directory, is there to be refused.
+// 22.05, and: without cgroups, 24.11's slurmd and slurmstepd load a cgroup
+// plugin even with proctrack/linuxproc and task/none unless cgroup.conf
+// says CgroupPlugin=disabled (a value 22.05 does not know). The plugin
+// built for 22.05 on this machine (make spank), which the root sees under
+// the bind-mounted build directory, is there to be refused.
 var slurm2411 = slurmRelease{
 	name:        "24.11",
 	inRoot:      true,
 	plugin:      "spank-24.11/gpuslice.so",
 	otherPlugin: slurm2205.plugin,
 	gres:        "gres/",
-	conf: `ProctrackType=proctrack/linuxproc
-TaskPlugin=task/none
-SlurmdParameters=config_overrides
+	conf: `SlurmdParameters=config_overrides
 `,
-	cgroupConf:   "CgroupPlugin=disabled\n",
+	noCgroupConf: "CgroupPlugin=disabled\n",
 	net:          net2411,
 	noAccounting: noAccounting2411,
 	skip: map[string]string{
@@ -213,7 +210,7 @@ GresTypes=gpu,shard
 %[7]s
 %[8]s
 %[9]s
-`, c.dir, c.ctldHost, bridgeAddr, ctldPort, slurmdPort, slurm.conf,
+`, c.dir, c.ctldHost, bridgeAddr, ctldPort, slurmdPort, slurm.conf+tracking.conf,
 		strings.Join(nodeLines, "\n"), strings.Join(c.opts.Partitions, "\n"), c.opts.ExtraConf, accounting)
 	for _, n := range c.nodes {
 		if err := os.MkdirAll(c.path("spool", n.Name), 0o755); err != nil {
@@ -223,8 +220,8 @@ GresTypes=gpu,shard
 	if err := writeFile(c.conf, conf, 0o644); err != nil {
 		return err
 	}
-	if slurm.cgroupConf != "" {
-		if err := writeFile(c.path("cgroup.conf"), slurm.cgroupConf, 0o644); err != nil {
+	if cg := c.cgroupConf(); cg != "" {
+		if err := writeFile(c.path("cgroup.conf"), cg, 0o644); err != nil {
 			return err
 		}
 	}
