@@ -84,7 +84,7 @@ func run() int {
 	flag.IntVar(&o.storm, "storm", 1000, "processes of one job in an attach storm")
 	flag.IntVar(&o.stormRounds, "storm-rounds", 5, "interleaved storm pairs")
 	flag.IntVar(&o.scale, "scale-sessions", 10000, "sessions for the scale figures")
-	flag.StringVar(&o.only, "only", "", "comma-separated figure groups: alloc,ipc,attach,create,reclaim,audit,exec,storm,scale (default all)")
+	flag.StringVar(&o.only, "only", "", "comma-separated figure groups: alloc,ipc,attach,create,reclaim,audit,exec,storm,compute,scale (default all)")
 	echo := flag.String("echo", "", "serve the reference echo server on this socket (internal)")
 	readme := flag.String("readme", "", "only rewrite the performance table of this README from -out")
 	flag.Parse()
@@ -333,6 +333,9 @@ func measure(o options, r *results) error {
 			r.set("neighbour_refused_p50_ms", p50)
 			r.set("neighbour_refused_p99_ms", p99)
 		}
+	}
+	if o.runs("compute") {
+		computeBench(o, d, r)
 	}
 	if o.runs("scale") {
 		d.stop() // the scale daemon runs alone

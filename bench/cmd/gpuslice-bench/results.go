@@ -145,6 +145,9 @@ var targets = []target{
 	{"neighbour_refused_p99_ms", "neighbour refused promised memory -> bypasser stopped, p99", true, 50, "ms"},
 	{"audit_cpu_pct_per_1000_procs", "daemon CPU with the audit, scaled to 1,000 processes (fakecuda NVML)", true, 1, "% core"},
 	{"audit_decide_us_per_1000_procs", "audit pass without the NVML read, 1,000 processes", true, 2500, "µs"},
+	{"launch_gate_added_ns", "launch gate: added cost per cuLaunchKernel, uncontended (paired batches, one process)", true, 20, "ns"},
+	{"compute_share_error_points_2", "compute share: |measured - weight|, weights 25/75, NVML over 10 s", true, 5, " pts"},
+	{"compute_share_error_points_3", "compute share: |measured - weight|, weights 20/30/50, NVML over 10 s", true, 5, " pts"},
 }
 
 func (r *results) print(w *os.File) {
