@@ -123,15 +123,13 @@ func used(t *testing.T, d *testenv.Daemon, id string) uint64 {
 // stagedLib copies the interceptor into a directory of its own, as the
 // packages install it (/usr/lib/gpuslice/libgpuslice.so): the container
 // configurations bind that directory, not all of build/lib (which holds
-// fakecuda too). It is under build/, not /tmp, which Apptainer's --contain
-// replaces with an empty directory (as it would not /usr/lib/gpuslice).
+// fakecuda too). It is under /run, which no runtime shows inside by
+// itself, as none shows /usr/lib/gpuslice: under /tmp (Apptainer binds
+// the host's) or build/ (a clone may be under /tmp), a container would see
+// it without gpuslice's binds.
 func stagedLib(t *testing.T) string {
 	t.Helper()
-	top := filepath.Join(testenv.BuildDir(t), "containers", "stage")
-	if err := os.MkdirAll(top, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	dir, err := os.MkdirTemp(top, "lib-")
+	dir, err := os.MkdirTemp("/run", "gsct-lib-")
 	if err != nil {
 		t.Fatal(err)
 	}
