@@ -490,7 +490,7 @@ func TestPackageMetadata(t *testing.T) {
 		}
 		got := lines(string(conff))
 		sort.Strings(got)
-		want := []string{"/etc/gpuslice/gpusliced.yaml", "/etc/slurm/plugstack.conf.d/gpuslice.conf"}
+		want := []string{"/etc/enroot/hooks.d/50-gpuslice.sh", "/etc/gpuslice/gpusliced.yaml", "/etc/slurm/plugstack.conf.d/gpuslice.conf"}
 		if !slices.Equal(got, want) {
 			t.Errorf("conffiles %v, want %v", got, want)
 		}
@@ -540,7 +540,7 @@ func TestPackageMetadata(t *testing.T) {
 			}
 		}
 		sort.Strings(conf)
-		want := []string{"/etc/gpuslice/gpusliced.yaml", "/etc/slurm/plugstack.conf.d/gpuslice.conf"}
+		want := []string{"/etc/enroot/hooks.d/50-gpuslice.sh", "/etc/gpuslice/gpusliced.yaml", "/etc/slurm/plugstack.conf.d/gpuslice.conf"}
 		if !slices.Equal(conf, want) {
 			t.Errorf("config files %v, want %v", conf, want)
 		}
