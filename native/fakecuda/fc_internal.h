@@ -128,6 +128,10 @@ struct fc_shm {
 extern struct fc_shm *fc_shm;           /* mapped state */
 extern struct fc_shm_slot *fc_self_slot; /* this process's slot (never NULL after attach) */
 
+/* The path of the node-wide state file plus suffix ("" for the state,
+ * "@timeline"...): in FAKECUDA_STATE_DIR, default /dev/shm. Returns 0, or
+ * -1 after one stderr line. */
+int fc_state_path(char *path, size_t len, const struct fc_config *cfg, const char *suffix);
 /* Maps (creating if needed) the state named by cfg. 0 or -1 (stderr line written). */
 int fc_state_attach(const struct fc_config *cfg);
 /* Takes a slot for this process (at attach; again in a forked child). */

@@ -145,10 +145,8 @@ static int ctx_cost_load(void)
 	return 0;
 }
 
-int fc_state_attach(const struct fc_config *cfg)
+int fc_state_path(char *path, size_t len, const struct fc_config *cfg, const char *suffix)
 {
-	if (ctx_cost_load() != 0)
-		return -1;
 	/* FAKECUDA_STATE_DIR: where the state is seen from a process whose
 	 * /dev/shm is not the node's (a container with a /dev of its own, the
 	 * node's /dev/shm bound elsewhere), as the real driver's device nodes
@@ -156,12 +154,20 @@ int fc_state_attach(const struct fc_config *cfg)
 	const char *dir = getenv("FAKECUDA_STATE_DIR");
 	if (dir == NULL || dir[0] == '\0')
 		dir = "/dev/shm";
-	char path[256];
-	if (dir[0] != '/' ||
-	    (size_t)snprintf(path, sizeof(path), "%s/fakecuda-%s", dir, cfg->state) >= sizeof(path)) {
+	if (dir[0] != '/' || (size_t)snprintf(path, len, "%s/fakecuda-%s%s", dir, cfg->state, suffix) >= len) {
 		fprintf(stderr, "fakecuda: invalid FAKECUDA_STATE_DIR=\"%s\": expected an absolute path\n", dir);
 		return -1;
 	}
+	return 0;
+}
+
+int fc_state_attach(const struct fc_config *cfg)
+{
+	if (ctx_cost_load() != 0)
+		return -1;
+	char path[256];
+	if (fc_state_path(path, sizeof(path), cfg, "") != 0)
+		return -1;
 	/* open an existing state without O_CREAT: with fs.protected_regular, O_CREAT
 	 * on another user's file in sticky /dev/shm fails even for root */
 	int fd = -1;

@@ -83,7 +83,8 @@ static void tl_map(void)
 	if (fc_config_load(&cfg) != 0)
 		return;
 	char path[256];
-	snprintf(path, sizeof(path), "/dev/shm/fakecuda-%s@timeline", cfg.state);
+	if (fc_state_path(path, sizeof(path), &cfg, "@timeline") != 0)
+		return;
 	int fd = open(path, O_RDWR | O_CLOEXEC | O_NOFOLLOW);
 	if (fd < 0 && errno == ENOENT)
 		fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0666);
