@@ -114,10 +114,14 @@ func Run(ctx context.Context, cfg config.Config, logw io.Writer) error {
 
 	met := metrics.New(gpus)
 	share := openComputePage(cfg, log)
-	mgr, err := session.New(session.Options{
+	// Slurm 26.05 names a job's cgroup by its SLUID: the resolver asks the
+	// sessions which job has it (set once mgr exists, before any attach).
+	var mgr *session.Manager
+	resolver := identity.Resolver{Cache: identity.NewCache(), SLUID: func(s string) string { return mgr.JobOfSLUID(s) }}
+	mgr, err = session.New(session.Options{
 		LedgerDir: ledgerDir, Slots: cfg.LedgerSlots, Overcommit: cfg.Overcommit,
 		DefaultTTL: cfg.DefaultTTL, HistoryRetention: cfg.HistoryRetention, Log: log,
-		Identity:      identity.Resolver{Cache: identity.NewCache()}.JobFrom,
+		Identity:      resolver.JobFrom,
 		ComputeAssign: share.assign,
 	}, gpus, st, met.Events())
 	if err != nil {

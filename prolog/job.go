@@ -36,6 +36,22 @@ type Job struct {
 	GPUs []string
 	// Compute is its GPU time share (compute.go); nil: none.
 	Compute *api.Compute
+	// SLUID is the job's SLUID (EnvSLUID, Slurm 26.05+) as Slurm prints
+	// it; empty when Slurm gives none or gives a malformed one.
+	SLUID string
+}
+
+// EnvSLUID is where slurmd (26.05+) gives the Prolog and Epilog the SLUID
+// of this run of the job, the name of its cgroup v2 directory unless
+// cgroup.conf has CgroupJobIdPaths=yes.
+const EnvSLUID = "SLURM_JOB_SLUID"
+
+// sluidFromEnv returns SLURM_JOB_SLUID as Slurm prints it, "" when unset
+// or malformed (never a failed Prolog: the job's session simply has no
+// SLUID, and identity falls back to the job's ancestry).
+func sluidFromEnv(getenv func(string) string) string {
+	s, _ := api.CanonicalSLUID(strings.TrimSpace(getenv(EnvSLUID)))
+	return s
 }
 
 // ErrNoJob is returned when the environment does not describe a job.
@@ -65,6 +81,7 @@ func JobFromEnv(getenv func(string) string, defaultBytes uint64) (Job, error) {
 	}
 	j.UID = uint32(u)
 	j.Compute = ComputeFromEnv(getenv)
+	j.SLUID = sluidFromEnv(getenv)
 
 	j.QuotaBytes = defaultBytes
 	if q := strings.TrimSpace(getenv(EnvQuota)); q != "" {

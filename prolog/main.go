@@ -96,6 +96,9 @@ func Main(mode Mode, args []string, getenv func(string) string, stderr io.Writer
 	if job.QuotaBytes == 0 {
 		return 0 // no quota asked: nothing to do, and no daemon needed
 	}
+	if v := getenv(EnvSLUID); mode == ModeProlog && v != "" && job.SLUID == "" {
+		fmt.Fprintf(logw, "job %s: %s=%q is not a SLUID; the session gets none\n", job.ID, EnvSLUID, v)
+	}
 
 	if *ttl < 0 || (*ttl > 0 && *ttl < time.Second) {
 		fmt.Fprintf(logw, "--ttl %v: expected 0 or at least 1s\n", *ttl)

@@ -1,7 +1,8 @@
 // Package identity decides which Slurm job a process belongs to from the
 // kernel's view of it, never from its environment: first the process's
 // cgroup (proctrack/cgroup places every task under a root-owned
-// .../job_<id>/ directory), else its ancestry up to the root-owned
+// .../job_<id>/ directory, or from Slurm 26.05 on cgroup v2 a directory
+// named by the job's SLUID), else its ancestry up to the root-owned
 // slurmstepd of its step (whose title is "slurmstepd: [<jobid>.<step>]").
 // docs/daemon.md "Who a process belongs to" says what escapes each method.
 package identity
@@ -32,6 +33,13 @@ type Resolver struct {
 	// Cache, when set, remembers what the ancestry walk found above each
 	// ancestor it visited (NewCache).
 	Cache *Cache
+	// SLUID, when set, returns the job whose session was created with
+	// that SLUID (Slurm 26.05 names a job's cgroup v2 directory
+	// /<SLUID>, as print_sluid writes it), "" for a SLUID it does not
+	// know. The daemon gives the session manager's lookup: the SLUID came
+	// from the root Prolog (SLURM_JOB_SLUID), never from the job. Nil:
+	// SLUID directories are not looked at.
+	SLUID func(sluid string) (job string)
 }
 
 // Cache holds, for an ancestor process known by pid and start time (both
@@ -139,12 +147,15 @@ func (r Resolver) JobFrom(pid, ppid uint32) (string, How) {
 // found from it as a Slurm job is from job_<id>.
 const RunCgroupPrefix = "gpuslice-run-"
 
-// byCgroup finds a job_<id> (or gpuslice-run-<session>) component in one
-// of pid's cgroup paths whose directory is owned by root: Slurm (or
-// `gpuslice run`, as root) creates it, and a user cannot move a process
-// into a root-owned cgroup. Such a directory a user made in a subtree
-// delegated to them (systemd user sessions) is theirs, not root's, and
-// does not count.
+// byCgroup finds, in one of pid's cgroup paths, a component naming a job
+// whose directory is owned by root: job_<id> (cgroup v1, cgroup v2 up to
+// Slurm 25.11, and 26.05 with CgroupJobIdPaths=yes), a SLUID a session
+// was created with (26.05's cgroup v2 default), or gpuslice-run-<session>.
+// Slurm (or `gpuslice run`, as root) creates such a directory, and a user
+// cannot move a process into a root-owned cgroup. A directory so named
+// that a user made in a subtree delegated to them (systemd user sessions)
+// is theirs, not root's, and does not count; neither does a SLUID no
+// session has.
 func (r Resolver) byCgroup(pid uint32) string {
 	b, err := readSmall(filepath.Join(r.proc(), strconv.FormatUint(uint64(pid), 10), "cgroup"))
 	if err != nil {
@@ -153,7 +164,7 @@ func (r Resolver) byCgroup(pid uint32) string {
 	for len(b) > 0 {
 		var line []byte
 		line, b, _ = bytes.Cut(b, []byte("\n"))
-		if !bytes.Contains(line, []byte("job_")) && !bytes.Contains(line, []byte(RunCgroupPrefix)) {
+		if r.SLUID == nil && !bytes.Contains(line, []byte("job_")) && !bytes.Contains(line, []byte(RunCgroupPrefix)) {
 			continue
 		}
 		// hierarchy-ID:controllers:path
@@ -163,17 +174,36 @@ func (r Resolver) byCgroup(pid uint32) string {
 		}
 		comps := strings.Split(parts[2], "/")
 		for i, c := range comps {
-			id, ok := strings.CutPrefix(c, "job_")
-			if !ok || !isJobID(id) {
-				if id, ok = strings.CutPrefix(c, RunCgroupPrefix); !ok || !api.ValidSessionID(id) {
-					continue
-				}
+			id := r.jobOfComponent(c)
+			if id == "" {
+				continue
 			}
 			dir := filepath.Join(append([]string{r.cgroup(), controllerDir(r.cgroup(), parts[1])}, comps[:i+1]...)...)
 			if rootOwnedDir(dir) {
 				return id
 			}
 		}
+	}
+	return ""
+}
+
+// jobOfComponent is the job (or run session) a cgroup path component
+// names, "" when none.
+func (r Resolver) jobOfComponent(c string) string {
+	if id, ok := strings.CutPrefix(c, "job_"); ok {
+		if isJobID(id) {
+			return id
+		}
+		return ""
+	}
+	if id, ok := strings.CutPrefix(c, RunCgroupPrefix); ok {
+		if api.ValidSessionID(id) {
+			return id
+		}
+		return ""
+	}
+	if r.SLUID != nil && api.IsCanonicalSLUID(c) {
+		return r.SLUID(c)
 	}
 	return ""
 }

@@ -63,6 +63,7 @@ type Manager struct {
 
 	mu       sync.RWMutex
 	sessions map[string]*Session
+	bySLUID  map[string]string // SLUID -> session id, of the live sessions that have one
 	// committed bytes and session count per inventory GPU: the sum of
 	// the quotas in sessions, kept under mu (commitLocked).
 	committed []uint64
@@ -114,7 +115,7 @@ func New(opt Options, gpus []gpu.GPU, st *store.Store, ev Events) (*Manager, err
 		return nil, fmt.Errorf("%d GPUs on this node; the ledger holds at most %d", len(gpus), ledger.MaxGPUs)
 	}
 	m := &Manager{opt: opt, gpus: gpus, byUUID: map[string]int{}, st: st, ev: ev,
-		sessions: map[string]*Session{}, releasedDenied: make([]uint64, len(gpus)),
+		sessions: map[string]*Session{}, bySLUID: map[string]string{}, releasedDenied: make([]uint64, len(gpus)),
 		committed: make([]uint64, len(gpus)), count: make([]int, len(gpus)),
 		ctxCost: make([]uint64, len(gpus)), probing: make([]bool, len(gpus)), probeDone: make(chan struct{})}
 	for i, g := range gpus {
@@ -126,6 +127,15 @@ func New(opt Options, gpus []gpu.GPU, st *store.Store, ev Events) (*Manager, err
 	}
 	m.watcher = w
 	return m, nil
+}
+
+// JobOfSLUID returns the id of the live session created with sluid (as
+// Slurm prints it), "" when none: daemon/identity's lookup for Slurm
+// 26.05's cgroup directories.
+func (m *Manager) JobOfSLUID(sluid string) string {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	return m.bySLUID[sluid]
 }
 
 // Watcher returns the process watcher (the caller runs and closes it).
@@ -144,6 +154,7 @@ func (m *Manager) Close() {
 		s.mu.Unlock()
 	}
 	m.sessions = map[string]*Session{}
+	clear(m.bySLUID)
 	clear(m.committed)
 	clear(m.count)
 }

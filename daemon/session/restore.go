@@ -37,6 +37,10 @@ func (m *Manager) Restore() error {
 			continue
 		}
 		known[rec.ID] = true
+		if rec.SLUID != "" && !api.IsCanonicalSLUID(rec.SLUID) {
+			m.opt.Log.Warn("dropping a malformed stored SLUID", "session", rec.ID, "sluid", rec.SLUID)
+			rec.SLUID = ""
+		}
 		lg, idx := m.ledgerGPUs(rec)
 		var led *ledger.Ledger
 		err := errors.New("no live process maps it")
@@ -89,9 +93,12 @@ func (m *Manager) Restore() error {
 		m.rebaseIfIdleLocked(s)
 		m.mu.Lock()
 		m.sessions[rec.ID] = s
+		if rec.SLUID != "" {
+			m.bySLUID[rec.SLUID] = rec.ID
+		}
 		m.commitLocked(rec.Limits, +1)
 		m.mu.Unlock()
-		m.opt.Log.Info("session re-adopted", "session", rec.ID, "processes", adopted)
+		m.opt.Log.Info("session re-adopted", "session", rec.ID, "processes", adopted, "sluid", rec.SLUID)
 	}
 	// A live ledger without a session record (a crash between the ledger
 	// and the database writes, or a database restored from a backup) is

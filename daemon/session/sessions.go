@@ -25,18 +25,29 @@ func (m *Manager) Create(req api.SessionRequest) (api.Session, bool, error) {
 	if err := req.Compute.Validate(); err != nil {
 		return api.Session{}, false, err
 	}
+	sluid := ""
+	if req.SLUID != "" {
+		var ok bool
+		if sluid, ok = api.CanonicalSLUID(req.SLUID); !ok {
+			return api.Session{}, false, fmt.Errorf("%w: sluid %q: expected s and 13 Crockford base32 characters", api.ErrBadRequest, req.SLUID)
+		}
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.waitProbesLocked(limits) // before anything is looked at: it may let go of m.mu
 	if s, ok := m.sessions[req.ID]; ok {
 		s.mu.Lock() // Patch replaces s.rec under s.mu
-		same := s.uid == req.UID && sameLimits(s.rec.Limits, limits)
+		same := s.uid == req.UID && sameLimits(s.rec.Limits, limits) && s.rec.SLUID == sluid
 		s.mu.Unlock()
 		if same {
 			v, _ := m.view(s) // cannot be released: we hold m.mu
 			return v, false, nil
 		}
-		return api.Session{}, false, fmt.Errorf("%w: session %q exists with another owner or quotas (uid %d)", api.ErrConflict, req.ID, s.uid)
+		// Another SLUID is another run of the job id (requeue).
+		return api.Session{}, false, fmt.Errorf("%w: session %q exists with another owner, quotas or SLUID (uid %d)", api.ErrConflict, req.ID, s.uid)
+	}
+	if other, ok := m.bySLUID[sluid]; sluid != "" && ok {
+		return api.Session{}, false, fmt.Errorf("%w: sluid %s is session %q's", api.ErrConflict, sluid, other)
 	}
 	if err := m.admit(limits, ""); err != nil {
 		return api.Session{}, false, err
@@ -47,7 +58,7 @@ func (m *Manager) Create(req api.SessionRequest) (api.Session, bool, error) {
 		ttl = time.Duration(req.TTLSeconds) * time.Second
 	}
 	rec := store.Record{ID: req.ID, UID: req.UID, Created: now, Updated: now, TTL: ttl,
-		Expires: now.Add(ttl), GPUs: m.orderedUUIDs(limits), Limits: limits, Compute: req.Compute}
+		Expires: now.Add(ttl), GPUs: m.orderedUUIDs(limits), Limits: limits, Compute: req.Compute, SLUID: sluid}
 	lg, idx := m.ledgerGPUs(rec)
 	led, err := ledger.Create(m.opt.LedgerDir, rec.ID, lg, m.opt.Slots)
 	if err != nil {
@@ -61,6 +72,9 @@ func (m *Manager) Create(req api.SessionRequest) (api.Session, bool, error) {
 	led.FreezeIfIdle() // no page of an idle session stays in the daemon
 	s := &Session{rec: rec, uid: rec.UID, led: led, gidx: idx, images: map[int]uint64{}, auditPeak: make([]uint64, len(idx)), seenPeak: make([]uint64, len(idx)), fig: newFigures(len(idx))}
 	m.sessions[rec.ID] = s
+	if sluid != "" {
+		m.bySLUID[sluid] = rec.ID
+	}
 	m.commitLocked(limits, +1)
 	if m.opt.ComputeAssign != nil && rec.Compute.Shared() {
 		m.opt.ComputeAssign(rec.ID) // its gates find their slot from the first attach
@@ -68,7 +82,7 @@ func (m *Manager) Create(req api.SessionRequest) (api.Session, bool, error) {
 	if m.ev.Created != nil {
 		m.ev.Created()
 	}
-	m.opt.Log.Info("session created", "session", rec.ID, "uid", rec.UID, "limits", fmtLimits(limits), "ttl", ttl)
+	m.opt.Log.Info("session created", "session", rec.ID, "uid", rec.UID, "limits", fmtLimits(limits), "ttl", ttl, "sluid", sluid)
 	v, _ := m.view(s)
 	return v, true, nil
 }
@@ -142,7 +156,7 @@ func (m *Manager) view(s *Session) (api.Session, bool) {
 
 func (m *Manager) viewLocked(s *Session) api.Session {
 	v := api.Session{ID: s.rec.ID, UID: s.rec.UID, Created: s.rec.Created, Updated: s.rec.Updated,
-		TTLSeconds: int64(s.rec.TTL / time.Second), Expires: s.rec.Expires,
+		TTLSeconds: int64(s.rec.TTL / time.Second), Expires: s.rec.Expires, SLUID: s.rec.SLUID,
 		GPUs: make([]api.SessionGPU, 0, len(s.rec.GPUs)), Processes: []api.Process{}}
 	now := m.opt.Now()
 	for g, uuid := range s.rec.GPUs {
@@ -312,6 +326,9 @@ func (m *Manager) releaseIf(id, reason string, cond func(*Session) bool) (api.Re
 		return api.Report{}, fmt.Errorf("persist release: %w", err)
 	}
 	delete(m.sessions, id)
+	if s.rec.SLUID != "" && m.bySLUID[s.rec.SLUID] == id {
+		delete(m.bySLUID, s.rec.SLUID)
+	}
 	m.commitLocked(s.rec.Limits, -1)
 	s.released = true
 	m.mu.Unlock()

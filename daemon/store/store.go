@@ -37,6 +37,9 @@ type Record struct {
 	Limits  map[string]uint64 `json:"limits"`
 	Peak    map[string]uint64 `json:"peak,omitempty"`    // last known peak (kept across lost ledgers)
 	Compute *api.Compute      `json:"compute,omitempty"` // GPU time share; nil: none
+	// SLUID is the job's SLUID as Slurm prints it (api.CanonicalSLUID);
+	// absent in records written before it was kept.
+	SLUID string `json:"sluid,omitempty"`
 }
 
 // Store is the open database.

@@ -79,6 +79,11 @@ type SessionRequest struct {
 	Quotas     map[string]uint64 `json:"quotas,omitempty"`
 	TTLSeconds int64             `json:"ttl_seconds,omitempty"`
 	Compute    *Compute          `json:"compute,omitempty"` // GPU time share (compute.go)
+	// SLUID is the job's SLUID (Slurm 26.05+, SLURM_JOB_SLUID; sluid.go),
+	// given by the Prolog: a process in a root-owned cgroup directory of
+	// that name belongs to this session, and the driver's memory limit
+	// goes on that directory. Empty: none (Slurm before 26.05).
+	SLUID string `json:"sluid,omitempty"`
 }
 
 // PatchRequest changes a session's quotas and/or TTL live. QuotaBytes sets
@@ -119,6 +124,7 @@ type Session struct {
 	Expires    time.Time    `json:"expires"`
 	GPUs       []SessionGPU `json:"gpus"`
 	Processes  []Process    `json:"processes"`
+	SLUID      string       `json:"sluid,omitempty"`
 }
 
 // ReportGPU is one GPU's final figures.
