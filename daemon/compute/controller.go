@@ -153,9 +153,17 @@ func (c *Controller) Pass(now time.Time) {
 			ids = append(ids, id)
 			es = append(es, *e)
 		}
+		was := make([]bool, len(es))
+		for i := range es {
+			was[i] = es[i].Held
+		}
 		Step(es, dt, others[g])
 		seen := map[string]Entry{}
 		for i, id := range ids {
+			if es[i].Held != was[i] {
+				c.Log.Debug("compute share", "gpu", g, "session", id, "held", es[i].Held,
+					"used_ms", es[i].Used/1e6, "lag_ms", es[i].Lag/1e6, "cap_lag_ms", es[i].CapLag/1e6)
+			}
 			*st[id] = es[i]
 			seen[id] = es[i]
 			if es[i].Held {

@@ -51,12 +51,26 @@ func OpenNVMLBusy(libPath string, n int) (*NVMLBusy, error) {
 	return b, nil
 }
 
+// processUtilization calls go-nvml's wrapper, which sizes its buffer with
+// a first call and slices it with the count of the second: when samples
+// arrive between the two, NVML answers INSUFFICIENT_SIZE with the larger
+// count and the wrapper panics (go-nvml v0.13.0-1, device.go:1912). That
+// is a retry at the next pass, never a dead daemon.
+func processUtilization(dev nvml.Device, since uint64) (s []nvml.ProcessUtilizationSample, ret nvml.Return) {
+	defer func() {
+		if recover() != nil {
+			s, ret = nil, nvml.ERROR_INSUFFICIENT_SIZE
+		}
+	}()
+	return dev.GetProcessUtilization(since)
+}
+
 // Busy returns, per GPU index and pid, the ns of GPU time in the samples
 // that appeared since the last call.
 func (b *NVMLBusy) Busy() (map[int]map[uint32]float64, error) {
 	out := map[int]map[uint32]float64{}
 	for i, dev := range b.devs {
-		samples, ret := dev.GetProcessUtilization(b.seen[i])
+		samples, ret := processUtilization(dev, b.seen[i])
 		if ret == nvml.ERROR_NOT_FOUND || ret == nvml.ERROR_INSUFFICIENT_SIZE { // none, or more arrived meanwhile: next pass
 			continue
 		}

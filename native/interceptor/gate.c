@@ -74,6 +74,25 @@ void gs_gate_attach(const char *sock_path)
 	__atomic_store_n(&gs_gate_word, &zero_word, __ATOMIC_RELEASE); /* no share: never gated */
 }
 
+/* The page's heartbeat as last seen changing, process-wide: a daemon that
+ * stopped is noticed once, not again at every launch. Races between
+ * threads only move these forward. */
+static uint64_t beat_last;
+static int64_t beat_changed;
+
+/* Whether gpusliced has beaten within GS_COMPUTE_STALE_NS. */
+static int page_fresh(int64_t now)
+{
+	uint64_t b = __atomic_load_n(&page->heartbeat, __ATOMIC_ACQUIRE);
+	if (b != __atomic_load_n(&beat_last, __ATOMIC_RELAXED) ||
+	    __atomic_load_n(&beat_changed, __ATOMIC_RELAXED) == 0) {
+		__atomic_store_n(&beat_last, b, __ATOMIC_RELAXED);
+		__atomic_store_n(&beat_changed, now, __ATOMIC_RELAXED);
+		return 1;
+	}
+	return now - __atomic_load_n(&beat_changed, __ATOMIC_RELAXED) <= GS_COMPUTE_STALE_NS;
+}
+
 void gs_gate_wait(void)
 {
 	if (mine == NULL)
@@ -85,8 +104,6 @@ void gs_gate_wait(void)
 	int g = gs_dev_to_gpu(dev);
 	if (g < 0 || g >= 64)
 		return; /* a GPU outside the session's ledger: not gpuslice's to share */
-	uint64_t beat = __atomic_load_n(&page->heartbeat, __ATOMIC_ACQUIRE);
-	int64_t beat_seen = now_ns();
 	for (;;) {
 		if (__atomic_load_n(&mine->gen, __ATOMIC_ACQUIRE) != my_gen) {
 			__atomic_store_n(&gs_gate_word, &zero_word, __ATOMIC_RELEASE); /* the session is gone */
@@ -94,14 +111,8 @@ void gs_gate_wait(void)
 		}
 		if (!(__atomic_load_n(&mine->throttle, __ATOMIC_ACQUIRE) & (1ULL << g)))
 			return;
-		uint64_t b = __atomic_load_n(&page->heartbeat, __ATOMIC_ACQUIRE);
-		int64_t now = now_ns();
-		if (b != beat) {
-			beat = b;
-			beat_seen = now;
-		} else if (now - beat_seen > GS_COMPUTE_STALE_NS) {
+		if (!page_fresh(now_ns()))
 			return; /* gpusliced stopped deciding: launch */
-		}
 		struct timespec ts = {0, 200000};
 		nanosleep(&ts, NULL);
 	}
