@@ -18,7 +18,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -33,6 +32,7 @@ FC_HIDDEN struct tl_shm *fc_tl;
 static pthread_once_t tl_once = PTHREAD_ONCE_INIT;
 static int mine[FC_MAX_DEVICES]; /* this process's context index + 1 per device */
 static uint64_t my_start;
+static pid_t my_pid; /* 0 until the first context (and again in a forked child) */
 
 static uint64_t mono_ns(void)
 {
@@ -41,40 +41,11 @@ static uint64_t mono_ns(void)
 	return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
 }
 
-uint64_t fc_tl_env_ns(const char *name, uint64_t dflt)
-{
-	const char *v = getenv(name);
-	if (v == NULL || *v == 0)
-		return dflt;
-	char *end;
-	unsigned long long n = strtoull(v, &end, 10);
-	return (*end == 0 && n > 0 && n <= 3600ULL * 1000000000ULL) ? n : dflt;
-}
-
-static uint64_t proc_start(pid_t pid)
-{
-	char path[64], buf[512];
-	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
-		return 0;
-	ssize_t n = read(fd, buf, sizeof(buf) - 1);
-	close(fd);
-	if (n <= 0)
-		return 0;
-	buf[n] = 0;
-	char *p = strrchr(buf, ')');
-	unsigned long long v = 0;
-	if (p == NULL || sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %*u %*u %*d %*d %*d %*d %*d %*d %llu",
-				&v) != 1)
-		return 0;
-	return v;
-}
-
 static void tl_after_fork(void)
 {
 	memset(mine, 0, sizeof(mine));
 	my_start = 0;
+	my_pid = 0;
 }
 
 static void tl_map(void)
@@ -188,17 +159,23 @@ static void drop_ctx(struct tl_ctx *c)
 	c->head_left = 0;
 }
 
+/* Drops the contexts of processes that are gone. Liveness is the memory
+ * state's (procslot.c): a process's slot there is freed by a sweep once it
+ * is dead, which a robust lock tells without a system call and which works
+ * across pid namespaces (a pid seen from another namespace proves
+ * nothing). */
 static void reap_dead(struct tl_dev *d, uint64_t now)
 {
-	if (now - d->last_reap < 1000000ULL)
+	if (now - d->last_reap < 1000000ULL || fc_shm == NULL)
 		return; /* at most once a millisecond */
 	d->last_reap = now;
+	fc_state_sweep_limited();
 	for (unsigned i = 0; i < TL_CTX; i++) {
 		struct tl_ctx *c = &d->ctx[i];
 		uint32_t pid = atomic_load_explicit(&c->pid, memory_order_relaxed);
-		if (pid == 0 || (pid_t)pid == getpid())
+		if (pid == 0 || c->mslot >= FC_SHM_SLOTS)
 			continue;
-		if ((kill((pid_t)pid, 0) != 0 && errno == ESRCH) || proc_start((pid_t)pid) != c->start)
+		if (atomic_load_explicit(&fc_shm->slot[c->mslot].pid, memory_order_acquire) != pid)
 			drop_ctx(c);
 	}
 }
@@ -259,19 +236,31 @@ void fc_tl_advance_now(struct tl_dev *d)
 }
 
 /* This process's context on d (taken on first use); NULL when all are taken. */
+/* Whether context c is this process's (it may have been dropped). */
+static bool is_mine(const struct tl_ctx *c)
+{
+	return atomic_load_explicit(&c->pid, memory_order_relaxed) == (uint32_t)my_pid && c->start == my_start;
+}
+
 static struct tl_ctx *my_ctx(struct tl_dev *d, unsigned phys)
 {
-	if (mine[phys])
+	if (mine[phys] && is_mine(&d->ctx[mine[phys] - 1]))
 		return &d->ctx[mine[phys] - 1];
-	if (my_start == 0)
-		my_start = proc_start(getpid());
+	mine[phys] = 0;
+	if (my_pid == 0) {
+		my_pid = getpid();
+		my_start = fc_tl_proc_start(my_pid);
+	}
 	for (unsigned i = 0; i < TL_CTX; i++) {
 		struct tl_ctx *c = &d->ctx[i];
 		if (atomic_load_explicit(&c->pid, memory_order_relaxed) != 0)
 			continue;
 		memset((char *)c + sizeof(c->pid), 0, offsetof(struct tl_ctx, dur) - sizeof(c->pid));
 		c->start = my_start;
-		atomic_store(&c->pid, (uint32_t)getpid());
+		c->mslot = UINT32_MAX;
+		if (fc_shm != NULL && fc_slot() >= fc_shm->slot && fc_slot() < fc_shm->slot + FC_SHM_SLOTS)
+			c->mslot = (uint32_t)(fc_slot() - fc_shm->slot);
+		atomic_store(&c->pid, (uint32_t)my_pid);
 		mine[phys] = (int)i + 1;
 		return c;
 	}
@@ -323,7 +312,7 @@ uint64_t fc_tl_last(unsigned phys)
 	struct tl_dev *d = phys < FC_MAX_DEVICES && mine[phys] ? fc_tl_lock(phys) : NULL;
 	if (d == NULL)
 		return 0;
-	uint64_t s = d->ctx[mine[phys] - 1].submitted;
+	uint64_t s = is_mine(&d->ctx[mine[phys] - 1]) ? d->ctx[mine[phys] - 1].submitted : 0;
 	fc_tl_unlock(d);
 	return s;
 }
@@ -338,7 +327,8 @@ static bool check(unsigned phys, uint64_t seq, uint64_t *left)
 		return true;
 	advance(d, mono_ns());
 	struct tl_ctx *c = &d->ctx[mine[phys] - 1];
-	bool done = c->done >= seq || c->submitted < seq;
+	/* a context taken from this process (its work dropped) has nothing pending */
+	bool done = !is_mine(c) || c->done >= seq || c->submitted < seq;
 	if (!done && left != NULL) {
 		*left = c->head_left;
 		for (uint64_t s = c->done + 2; s <= seq; s++)
@@ -367,7 +357,7 @@ uint64_t fc_tl_end_time(unsigned phys, uint64_t seq)
 		return mono_ns();
 	advance(d, mono_ns());
 	uint64_t t = d->now;
-	if (seq != 0 && mine[phys]) {
+	if (seq != 0 && mine[phys] && is_mine(&d->ctx[mine[phys] - 1])) {
 		struct tl_ctx *c = &d->ctx[mine[phys] - 1];
 		if (seq <= c->done && c->done - seq < TL_RING)
 			t = c->end[seq % TL_RING];
@@ -385,7 +375,8 @@ __attribute__((destructor)) static void tl_release_self(void)
 		if (d == NULL)
 			continue;
 		advance(d, mono_ns());
-		drop_ctx(&d->ctx[mine[p] - 1]);
+		if (is_mine(&d->ctx[mine[p] - 1]))
+			drop_ctx(&d->ctx[mine[p] - 1]);
 		mine[p] = 0;
 		fc_tl_unlock(d);
 	}

@@ -17,8 +17,8 @@
 
 struct tl_ctx {
 	_Atomic uint32_t pid; /* 0: free */
-	uint32_t pad;
-	uint64_t start;      /* process start time: guards pid reuse */
+	uint32_t mslot;      /* its slot in the memory state (liveness); UINT32_MAX: none */
+	uint64_t start;      /* process start time: which process of that pid */
 	uint64_t submitted;  /* last sequence number queued */
 	uint64_t done;       /* last sequence number completed */
 	uint64_t head_left;  /* ns left of kernel done + 1 */
@@ -61,5 +61,7 @@ FC_HIDDEN void fc_tl_unlock(struct tl_dev *d);
 FC_HIDDEN void fc_tl_advance_now(struct tl_dev *d);
 /* A positive integer environment setting (ns), else dflt. */
 FC_HIDDEN uint64_t fc_tl_env_ns(const char *name, uint64_t dflt);
+/* /proc/<pid>/stat's start time (0 when unreadable). */
+FC_HIDDEN uint64_t fc_tl_proc_start(pid_t pid);
 
 #endif

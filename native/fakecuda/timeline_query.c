@@ -7,7 +7,12 @@
 #include "cuda_ext.h"
 #include "fakecuda_time.h"
 
+#include <fcntl.h>
 #include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
 
 static uint64_t kernel_ns_env, wave_ns_env;
 static pthread_once_t knob_once = PTHREAD_ONCE_INIT;
@@ -83,3 +88,32 @@ unsigned fc_tl_process_samples(unsigned phys, uint64_t last_seen_us, struct fc_t
 	return n;
 }
 
+uint64_t fc_tl_env_ns(const char *name, uint64_t dflt)
+{
+	const char *v = getenv(name);
+	if (v == NULL || *v == 0)
+		return dflt;
+	char *end;
+	unsigned long long n = strtoull(v, &end, 10);
+	return (*end == 0 && n > 0 && n <= 3600ULL * 1000000000ULL) ? n : dflt;
+}
+
+uint64_t fc_tl_proc_start(pid_t pid)
+{
+	char path[64], buf[512];
+	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return 0;
+	ssize_t n = read(fd, buf, sizeof(buf) - 1);
+	close(fd);
+	if (n <= 0)
+		return 0;
+	buf[n] = 0;
+	char *p = strrchr(buf, ')');
+	unsigned long long v = 0;
+	if (p == NULL || sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %*u %*u %*d %*d %*d %*d %*d %*d %llu",
+				&v) != 1)
+		return 0;
+	return v;
+}
