@@ -132,3 +132,6 @@ $(CT_IMAGE): scripts/container-image.sh $(CT_PROBE)
 # image. As root; a runtime that could not be built skips with its reason.
 test-containers: containers fakecuda-libs interceptor go-build spank ## container suite: enroot and Apptainer jobs held to their quota (root)
 	GPUSLICE_BUILD_DIR=$(BUILD) $(GO) test -count=1 -timeout 10m ./tests/containers/...
+
+# The Slurm suite runs a pyxis job (tests/slurm/containers_test.go).
+test-slurm: containers
