@@ -40,12 +40,16 @@ func pyxisSetup(t *testing.T, c *cluster) string {
 	}
 
 	// slurmd's PATH is this process's: enroot where every PATH looks.
+	// A wrapper a killed run left (it names itself) is replaced.
+	const mark = "# gpuslice tests/slurm: enroot of the build"
 	wrapper := "/usr/local/bin/enroot"
-	if _, err := os.Lstat(wrapper); err == nil {
+	if b, err := os.ReadFile(wrapper); err == nil && !strings.Contains(string(b), mark) {
 		t.Fatalf("%s exists: the test will not replace a machine's enroot", wrapper)
+	} else if err == nil {
+		os.Remove(wrapper)
 	}
 	bin := filepath.Join(ct, "enroot", "bin")
-	put(t, wrapper, "#!/bin/sh\nPATH="+bin+":$PATH exec "+bin+"/enroot \"$@\"\n", 0o755)
+	put(t, wrapper, "#!/bin/sh\n"+mark+"\nPATH="+bin+":$PATH exec "+bin+"/enroot \"$@\"\n", 0o755)
 
 	etc := filepath.Join(ct, "enroot", "etc", "enroot")
 	hook, err := os.ReadFile(repo)
