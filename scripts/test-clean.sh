@@ -15,7 +15,9 @@
 #   - installed gpuslice packages (tests/packaging installs and purges
 #     them) and their state: /etc/gpuslice, /var/lib/gpuslice,
 #     /run/gpuslice;
-#   - the tests' directories in /tmp and fakecuda's shared state in /dev/shm.
+#   - the tests' directories in /tmp and fakecuda's shared state in /dev/shm;
+#   - the container suites' interceptor copies (/run/gsct-lib-*) and the
+#     enroot wrapper tests/slurm puts in /usr/local/bin (it names itself).
 # It needs root. It leaves build/ alone (`make clean` removes that).
 set -u
 
@@ -29,7 +31,7 @@ say() { echo "test-clean: $*"; }
 # The tests' directories (MkdirTemp prefixes in tests/, internal/testenv,
 # daemon/ and internal/debroot).
 tmp_globs=(/tmp/gpuslice-* /tmp/gsgpu.* /tmp/gs[0-9]* /tmp/gsp[0-9]* /tmp/gspkg[0-9]* /tmp/gsuser[0-9]*
-	/tmp/gssec[0-9]* /tmp/gsipc[0-9]*)
+	/tmp/gssec[0-9]* /tmp/gsipc[0-9]* /tmp/gsct-*)
 
 # This script's own ancestors (make, .ci/run) are never touched.
 declare -A keep
@@ -147,8 +149,12 @@ for u in $(echo "$users" | tr ' ' '\n' | sort -u); do
 done
 
 # --- files ------------------------------------------------------------------
-for f in "${tmp_globs[@]}" /dev/shm/fakecuda-* /dev/shm/gpuslice-*; do
+for f in "${tmp_globs[@]}" /dev/shm/fakecuda-* /dev/shm/gpuslice-* /run/gsct-lib-*; do
 	[ -e "$f" ] || continue
 	rm -rf "$f" 2>/dev/null || say "could not remove $f"
 done
+if grep -qs '^# gpuslice tests/slurm: enroot of the build' /usr/local/bin/enroot; then
+	say "removing /usr/local/bin/enroot (the Slurm suite's wrapper)"
+	rm -f /usr/local/bin/enroot
+fi
 say "done"
