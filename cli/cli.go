@@ -407,16 +407,24 @@ func printSessionTable(w io.Writer, ss []client.Session) error {
 
 func printGPUTable(w io.Writer, gs []client.GPU) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "GPU\tUUID\tNAME\tMEMORY\tCOMMITTED\tUSED\tSESSIONS\tCONTEXT")
+	fmt.Fprintln(tw, "GPU\tUUID\tNAME\tMEMORY\tCOMMITTED\tUSED\tSESSIONS\tCONTEXT\tENFORCED BY")
 	for _, g := range gs {
 		ctx := "-" // not measured (docs/daemon.md "Context cost")
 		if g.ContextCostBytes != nil {
 			ctx = size.Format(*g.ContextCostBytes)
 		}
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%d\t%s\n", g.Index, g.UUID, g.Name, size.Format(g.PhysicalBytes),
-			size.Format(g.CommittedBytes), size.Format(g.UsedBytes), g.Sessions, ctx)
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\n", g.Index, g.UUID, g.Name, size.Format(g.PhysicalBytes),
+			size.Format(g.CommittedBytes), size.Format(g.UsedBytes), g.Sessions, ctx, orDash(g.Enforcement))
 	}
 	return tw.Flush()
+}
+
+// orDash is s, or "-" from a gpusliced that does not say.
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
 }
 
 // quotaText is "8GiB" when every GPU has the same limit, else "8GiB+4GiB".
@@ -452,10 +460,10 @@ func printSession(w io.Writer, s *client.Session) {
 	fmt.Fprintf(w, "Session %s (uid %d)\n  created %s, expires %s\n\n", s.ID, s.UID,
 		s.Created.Local().Format(time.DateTime), s.Expires.Local().Format(time.DateTime))
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "GPU\tUUID\tQUOTA\tUSED\tPEAK\tDENIED")
+	fmt.Fprintln(tw, "GPU\tUUID\tQUOTA\tUSED\tPEAK\tDENIED\tENFORCED BY")
 	for _, g := range s.GPUs {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\n", gpuRef(g.Index, g.UUID), g.UUID, size.Format(g.LimitBytes),
-			size.Format(g.UsedBytes), size.Format(g.PeakBytes), g.Denied)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s\n", gpuRef(g.Index, g.UUID), g.UUID, size.Format(g.LimitBytes),
+			size.Format(g.UsedBytes), size.Format(g.PeakBytes), g.Denied, orDash(g.Enforcement))
 	}
 	tw.Flush()
 	if len(s.Processes) == 0 {

@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/gpuslice/gpuslice/daemon/config"
+	"github.com/gpuslice/gpuslice/internal/api"
 	"github.com/gpuslice/gpuslice/internal/client"
 	"github.com/gpuslice/gpuslice/internal/size"
 )
@@ -23,9 +24,16 @@ var slurmConfigCommand = command{"slurm-config", "[flags]", "print this node's g
 		"NodeName line's Gres= part, --print gres the gres.conf lines (prefixed with NodeName= so the\n" +
 		"output of every node can be concatenated into one shared gres.conf).", slurmConfigCmd}
 
+// FeatureDriverLimit is the node feature slurm-config gives a node whose
+// every GPU has the driver's own memory limit (enforcement
+// driver+interceptor): a job can ask for such a node with
+// --constraint=gpuslice_driver_limit.
+const FeatureDriverLimit = "gpuslice_driver_limit"
+
 // SlurmLines are one node's Slurm configuration lines.
 type SlurmLines struct {
-	// Node is the slurm.conf NodeName line (Gres= only).
+	// Node is the slurm.conf NodeName line (Gres=, and Features= when
+	// every GPU has the driver's memory limit).
 	Node string
 	// Gres are the gres.conf lines.
 	Gres []string
@@ -53,6 +61,7 @@ func SlurmConfigLines(node string, gpus []client.GPU, overcommit float64, device
 	}
 	var total uint64
 	sizes := map[uint64]bool{}
+	driver := 0
 	for _, g := range gpus {
 		shards := uint64(math.Floor(float64(g.PhysicalBytes) * overcommit / float64(1<<20)))
 		if shards == 0 {
@@ -64,14 +73,30 @@ func SlurmConfigLines(node string, gpus []client.GPU, overcommit float64, device
 		out.Devices = append(out.Devices, dev)
 		out.Gres = append(out.Gres, fmt.Sprintf("NodeName=%s Name=gpu File=%s", node, dev))
 		out.Gres = append(out.Gres, fmt.Sprintf("NodeName=%s Name=shard Count=%d File=%s", node, shards, dev))
-		out.Notes = append(out.Notes, fmt.Sprintf("GPU %d %s %s: %s, %d shards of 1 MiB", g.Index, g.UUID, g.Name,
-			size.Format(g.PhysicalBytes), shards))
+		enf := g.Enforcement
+		if enf == "" {
+			enf = api.EnforcementInterceptor // a gpusliced from before enforcement was reported
+		}
+		if enf == api.EnforcementDriver {
+			driver++
+		}
+		out.Notes = append(out.Notes, fmt.Sprintf("GPU %d %s %s: %s, %d shards of 1 MiB, enforced by %s", g.Index, g.UUID, g.Name,
+			size.Format(g.PhysicalBytes), shards, enf))
 	}
 	if len(sizes) > 1 {
 		out.Notes = append(out.Notes, "GPUs of different sizes on one node: job_submit.lua takes the average per GPU "+
 			"as this node's GPU size when it checks --gpu-mem at submission")
 	}
 	out.Node = fmt.Sprintf("NodeName=%s Gres=gpu:%d,shard:%d", node, len(gpus), total)
+	switch {
+	case driver == len(gpus):
+		out.Node += " Features=" + FeatureDriverLimit
+		out.Notes = append(out.Notes, "every GPU has the driver's own memory limit: Features="+FeatureDriverLimit+
+			" (add it to the node's other features) lets jobs ask for it with --constraint="+FeatureDriverLimit)
+	case driver > 0:
+		out.Notes = append(out.Notes, fmt.Sprintf("%d of %d GPUs have the driver's own memory limit: no %s feature (it means every GPU)",
+			driver, len(gpus), FeatureDriverLimit))
+	}
 	return out, nil
 }
 

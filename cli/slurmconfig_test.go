@@ -50,3 +50,26 @@ func TestSlurmConfigLines(t *testing.T) {
 		}
 	}
 }
+
+// A node whose every GPU has the driver's own memory limit gets the
+// gpuslice_driver_limit feature; a node with some or none does not.
+func TestSlurmConfigDriverLimitFeature(t *testing.T) {
+	drv := client.GPU{Index: 0, UUID: "GPU-a", PhysicalBytes: 16 << 30, Enforcement: "driver+interceptor"}
+	icp := client.GPU{Index: 1, UUID: "GPU-b", PhysicalBytes: 16 << 30, Enforcement: "interceptor"}
+	d2 := drv
+	d2.Index, d2.UUID = 1, "GPU-c"
+	for _, tc := range []struct {
+		name string
+		gpus []client.GPU
+		node string
+	}{
+		{"all driver", []client.GPU{drv, d2}, "NodeName=n Gres=gpu:2,shard:32768 Features=gpuslice_driver_limit"},
+		{"mixed", []client.GPU{drv, icp}, "NodeName=n Gres=gpu:2,shard:32768"},
+		{"interceptor only", []client.GPU{icp}, "NodeName=n Gres=gpu:1,shard:16384"},
+	} {
+		l, err := SlurmConfigLines("n", tc.gpus, 1, "/dev/nvidia%d")
+		if err != nil || l.Node != tc.node {
+			t.Errorf("%s: node line %q, %v; want %q", tc.name, l.Node, err, tc.node)
+		}
+	}
+}

@@ -112,7 +112,14 @@ func Run(ctx context.Context, cfg config.Config, logw io.Writer) error {
 	defer closeUnix(ipcLn, cfg.IPCSocket)
 	defer closeUnix(adminLn, cfg.AdminSocket)
 
+	drv := openDriverLimits(cfg, log, gpus) // marks the GPUs whose driver enforces limits
+	defer drv.Close()
 	met := metrics.New(gpus)
+	var drvLimits session.DriverLimits
+	if drv != nil {
+		drv.count = met.DriverLimitOp
+		drvLimits = drv
+	}
 	share := openComputePage(cfg, log)
 	// Slurm 26.05 names a job's cgroup by its SLUID: the resolver asks the
 	// sessions which job has it (set once mgr exists, before any attach).
@@ -123,6 +130,7 @@ func Run(ctx context.Context, cfg config.Config, logw io.Writer) error {
 		DefaultTTL: cfg.DefaultTTL, HistoryRetention: cfg.HistoryRetention, Log: log,
 		Identity:      resolver.JobFrom,
 		ComputeAssign: share.assign,
+		DriverLimits:  drvLimits,
 	}, gpus, st, met.Events())
 	if err != nil {
 		return err

@@ -47,6 +47,14 @@ type Config struct {
 	IPCConnsPerUID   int           `mapstructure:"ipc_conns_per_uid" yaml:"ipc_conns_per_uid"`
 	ContextProbe     string        `mapstructure:"context_probe" yaml:"context_probe"`
 	CUDALibrary      string        `mapstructure:"cuda_library" yaml:"cuda_library"`
+	// SlurmCgroupRoot is the cgroup v2 directory holding Slurm's job
+	// cgroups (job_<id>/ or <SLUID>/): where a job's quota becomes the
+	// driver's memory limit on GPUs that have one. Empty: never.
+	SlurmCgroupRoot string `mapstructure:"slurm_cgroup_root" yaml:"slurm_cgroup_root"`
+	// SlurmCgroupJobIDPaths mirrors cgroup.conf CgroupJobIdPaths=yes
+	// (Slurm 26.05+): job directories are job_<id> even when the job has
+	// a SLUID.
+	SlurmCgroupJobIDPaths bool `mapstructure:"slurm_cgroup_job_id_paths" yaml:"slurm_cgroup_job_id_paths"`
 
 	// File is the configuration file that was read ("" if none).
 	File string `mapstructure:"-" yaml:"-"`
@@ -56,6 +64,11 @@ type Config struct {
 
 // DefaultContextProbe is where the packages install gpuslice-ctxprobe.
 const DefaultContextProbe = "/usr/libexec/gpuslice/gpuslice-ctxprobe"
+
+// DefaultSlurmCgroupRoot is where Slurm's cgroup/v2 plugin puts job
+// cgroups with its defaults (CgroupMountpoint=/sys/fs/cgroup,
+// CgroupSlice=system.slice, one slurmd per host).
+const DefaultSlurmCgroupRoot = "/sys/fs/cgroup/system.slice/slurmstepd.scope"
 
 // Defaults returns the built-in configuration.
 func Defaults() Config {
@@ -72,6 +85,7 @@ func Defaults() Config {
 		AuditPolicy:      "kill",
 		IPCConnsPerUID:   64,
 		ContextProbe:     DefaultContextProbe,
+		SlurmCgroupRoot:  DefaultSlurmCgroupRoot,
 	}
 }
 
@@ -106,6 +120,8 @@ var keys = []key{
 	{"ipc_conns_per_uid", "ipc-conns-per-uid", nil, "open IPC connections one uid may hold (root: unlimited)"},
 	{"context_probe", "context-probe", nil, "program that measures what a CUDA context costs on idle GPUs (empty: off; jobs measure it)"},
 	{"cuda_library", "cuda-library", nil, "path to libcuda.so.1 for the context probe (empty: default lookup)"},
+	{"slurm_cgroup_root", "slurm-cgroup-root", nil, "cgroup v2 directory of Slurm's job cgroups, where a job's quota becomes the driver's memory limit on GPUs that have one (R615+; empty: off)"},
+	{"slurm_cgroup_job_id_paths", "slurm-cgroup-job-id-paths", nil, "job cgroups are job_<id> even for jobs with a SLUID (cgroup.conf CgroupJobIdPaths=yes, Slurm 26.05+)"},
 }
 
 // Load builds the configuration from args (without the program name) and
@@ -137,6 +153,8 @@ func Load(args []string, stderr io.Writer) (Config, error) {
 	fs.Int("ipc-conns-per-uid", def.IPCConnsPerUID, keys[18].help)
 	fs.String("context-probe", def.ContextProbe, keys[19].help)
 	fs.String("cuda-library", "", keys[20].help)
+	fs.String("slurm-cgroup-root", def.SlurmCgroupRoot, keys[21].help)
+	fs.Bool("slurm-cgroup-job-id-paths", false, keys[22].help)
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "Usage: gpusliced [flags]\n\ngpusliced keeps per-job GPU-memory quotas (see docs/daemon.md).\n"+
 			"Precedence: defaults < config file < GPUSLICE_* environment < flags.\n\nFlags:\n%s", fs.FlagUsages())
@@ -172,6 +190,8 @@ func Load(args []string, stderr io.Writer) (Config, error) {
 	v.SetDefault("ipc_conns_per_uid", def.IPCConnsPerUID)
 	v.SetDefault("context_probe", def.ContextProbe)
 	v.SetDefault("cuda_library", "")
+	v.SetDefault("slurm_cgroup_root", def.SlurmCgroupRoot)
+	v.SetDefault("slurm_cgroup_job_id_paths", false)
 
 	file := *configFile
 	if file == "" {
@@ -318,6 +338,9 @@ func (c Config) fieldErrors() map[string]error {
 	}
 	if c.ContextProbe != "" && !filepath.IsAbs(c.ContextProbe) {
 		bad["context_probe"] = fmt.Errorf("context_probe must be an absolute path or empty (got %q)", c.ContextProbe)
+	}
+	if c.SlurmCgroupRoot != "" && (!filepath.IsAbs(c.SlurmCgroupRoot) || filepath.Clean(c.SlurmCgroupRoot) != c.SlurmCgroupRoot) {
+		bad["slurm_cgroup_root"] = fmt.Errorf("slurm_cgroup_root must be a clean absolute path or empty (got %q)", c.SlurmCgroupRoot)
 	}
 	switch c.LogLevel {
 	case "debug", "info", "warn", "error":

@@ -7,6 +7,8 @@ import (
 
 	"github.com/NVIDIA/go-nvml/pkg/dl"
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
+
+	"github.com/gpuslice/gpuslice/internal/api"
 )
 
 // GPU is one physical GPU.
@@ -15,6 +17,18 @@ type GPU struct {
 	UUID     string
 	Name     string
 	Physical uint64 // bytes
+	// DriverLimit: the driver enforces memory limits per cgroup on this
+	// GPU (NVML's nvmlDeviceSetMemoryLimits_v1, R615+), as found at start
+	// (MemLimits.Probe).
+	DriverLimit bool
+}
+
+// Enforcement is the GPU's api.GPU.Enforcement value.
+func (g GPU) Enforcement() string {
+	if g.DriverLimit {
+		return api.EnforcementDriver
+	}
+	return api.EnforcementInterceptor
 }
 
 // Inventory loads NVML (from libPath when set, else the default

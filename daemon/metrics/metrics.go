@@ -32,6 +32,8 @@ type Metrics struct {
 	auditKills     *prometheus.CounterVec
 	auditPasses    *prometheus.CounterVec
 	auditDuration  prometheus.Histogram
+	driverLimit    *prometheus.GaugeVec
+	driverLimitOps *prometheus.CounterVec
 	gpus           []gpu.GPU
 }
 
@@ -80,6 +82,25 @@ func New(gpus []gpu.GPU) *Metrics {
 		Help:    "Time one audit pass takes (read, decide, act).",
 		Buckets: []float64{1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 1e-2, 2.5e-2, 5e-2, 0.1, 0.5},
 	})
+	m.driverLimit = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "gpuslice_gpu_driver_memory_limit",
+		Help: "1 when the driver enforces each job's quota on the GPU as a memory limit on the job's cgroup (NVML memory limits, R615+; enforcement driver+interceptor), 0 when the interceptor and the audit alone do (enforcement interceptor).",
+	}, []string{"gpu", "uuid"})
+	m.driverLimitOps = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "gpuslice_driver_memory_limit_operations_total",
+		Help: "Driver memory limits on job cgroups set and cleared, by operation (set, clear) and result (ok, error); an error leaves the interceptor and the audit enforcing the quota.",
+	}, []string{"op", "result"})
+	for _, g := range gpus {
+		v := 0.0
+		if g.DriverLimit {
+			v = 1
+		}
+		m.driverLimit.WithLabelValues(strconv.Itoa(g.Index), g.UUID).Set(v)
+	}
+	for _, op := range []string{"set", "clear"} {
+		m.driverLimitOps.WithLabelValues(op, "ok")
+		m.driverLimitOps.WithLabelValues(op, "error")
+	}
 	for _, g := range gpus {
 		m.auditOverruns.WithLabelValues(strconv.Itoa(g.Index), g.UUID)
 		m.auditKills.WithLabelValues(strconv.Itoa(g.Index), g.UUID)
@@ -101,9 +122,19 @@ func New(gpus []gpu.GPU) *Metrics {
 	})
 	buildInfo.Set(1)
 	m.Registry.MustRegister(m.reclaims, m.reclaimedBytes, m.refusals, m.created, m.released, m.ipcDuration, buildInfo,
-		m.auditOverruns, m.auditKills, m.auditPasses, m.auditDuration,
+		m.auditOverruns, m.auditKills, m.auditPasses, m.auditDuration, m.driverLimit, m.driverLimitOps,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
+}
+
+// DriverLimitOp counts one driver memory limit set or cleared (op "set"
+// or "clear") and whether it worked.
+func (m *Metrics) DriverLimitOp(op string, err error) {
+	r := "ok"
+	if err != nil {
+		r = "error"
+	}
+	m.driverLimitOps.WithLabelValues(op, r).Inc()
 }
 
 // Events returns the session manager's event hooks feeding these metrics.

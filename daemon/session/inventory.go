@@ -11,7 +11,7 @@ func (m *Manager) Inventory() []api.GPU {
 	out := make([]api.GPU, len(m.gpus))
 	for i, g := range m.gpus {
 		out[i] = api.GPU{Index: i, UUID: g.UUID, Name: g.Name, PhysicalBytes: g.Physical,
-			CommittedBytes: committed[i], UsedBytes: used[i], Sessions: count[i]}
+			CommittedBytes: committed[i], UsedBytes: used[i], Sessions: count[i], Enforcement: g.Enforcement()}
 		if c, ok := m.ctxCostLocked(i); ok {
 			out[i].ContextCostBytes = &c
 		}

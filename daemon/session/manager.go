@@ -41,6 +41,10 @@ type Options struct {
 	// ComputeAssign gives a new session with a GPU time share its slot on
 	// the compute page (daemon/compute); nil: no compute share.
 	ComputeAssign func(id string)
+	// DriverLimits, when set, mirrors each session's quotas into the
+	// driver's memory limit on its job's cgroup (driverlimit.go): applied
+	// at create, quota change and restore, removed at every release.
+	DriverLimits DriverLimits
 }
 
 // Events receives counts for metrics. Nil fields are skipped.

@@ -91,6 +91,7 @@ func (m *Manager) Restore() error {
 			m.reclaimSlotLocked(s, sl.Index)
 		}
 		m.rebaseIfIdleLocked(s)
+		m.applyDriverLimits(rec, idx)
 		m.mu.Lock()
 		m.sessions[rec.ID] = s
 		if rec.SLUID != "" {

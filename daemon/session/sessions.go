@@ -76,6 +76,7 @@ func (m *Manager) Create(req api.SessionRequest) (api.Session, bool, error) {
 		m.bySLUID[sluid] = rec.ID
 	}
 	m.commitLocked(limits, +1)
+	m.applyDriverLimits(rec, idx)
 	if m.opt.ComputeAssign != nil && rec.Compute.Shared() {
 		m.opt.ComputeAssign(rec.ID) // its gates find their slot from the first attach
 	}
@@ -165,6 +166,7 @@ func (m *Manager) viewLocked(s *Session) api.Session {
 			PeakBytes: s.peakOf(g), Denied: s.deniedOf(g, now)}
 		if i := s.gidx[g]; i >= 0 {
 			sg.Name = m.gpus[i].Name
+			sg.Enforcement = m.gpus[i].Enforcement()
 		}
 		v.GPUs = append(v.GPUs, sg)
 	}
@@ -238,6 +240,7 @@ func (m *Manager) Patch(id string, req api.PatchRequest) (api.Session, error) {
 	if err := s.led.SetLimits(m.limitSlice(rec)); err != nil {
 		return api.Session{}, fmt.Errorf("update ledger: %w", err)
 	}
+	m.applyDriverLimits(rec, s.gidx)
 	m.opt.Log.Info("session changed", "session", id, "limits", fmtLimits(limits), "expires", rec.Expires)
 	return m.viewLocked(s), nil
 }
@@ -346,6 +349,7 @@ func (m *Manager) releaseIf(id, reason string, cond func(*Session) bool) (api.Re
 	if err := s.led.Remove(); err != nil {
 		m.opt.Log.Warn("remove ledger", "session", id, "err", err)
 	}
+	m.removeDriverLimits(s.rec, s.gidx)
 	if m.ev.Released != nil {
 		m.ev.Released(reason)
 	}

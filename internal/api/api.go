@@ -104,6 +104,8 @@ type SessionGPU struct {
 	UsedBytes     uint64 `json:"used_bytes"`
 	PeakBytes     uint64 `json:"peak_bytes"`
 	Denied        uint64 `json:"denied"`
+	// Enforcement is how the quota is held on this GPU (GPU.Enforcement).
+	Enforcement string `json:"enforcement,omitempty"`
 }
 
 // Process is one attached process.
@@ -167,7 +169,20 @@ type GPU struct {
 	// ContextCostBytes is what a CUDA context costs on the GPU as
 	// gpusliced's context probe measured it; absent until measured.
 	ContextCostBytes *uint64 `json:"context_cost_bytes,omitempty"`
+	// Enforcement is how a session's quota is held on this GPU:
+	// EnforcementDriver or EnforcementInterceptor.
+	Enforcement string `json:"enforcement"`
 }
+
+// How a GPU's quotas are enforced (GPU.Enforcement; docs/daemon.md
+// "The driver's own memory limit").
+const (
+	// EnforcementDriver: the driver holds each job's cgroup to its quota
+	// (NVML's memory limits, R615+), under the interceptor and the audit.
+	EnforcementDriver = "driver+interceptor"
+	// EnforcementInterceptor: the interceptor and the audit alone.
+	EnforcementInterceptor = "interceptor"
+)
 
 // ContextCostsMeasured is nil when gpusliced has measured what a context
 // costs on every GPU of gpus (an inventory), else an error naming the

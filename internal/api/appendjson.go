@@ -47,13 +47,18 @@ func AppendSessionJSON(dst []byte, s Session) []byte {
 			dst = strconv.AppendUint(dst, g.PeakBytes, 10)
 			dst = append(dst, `,"denied":`...)
 			dst = strconv.AppendUint(dst, g.Denied, 10)
+			if g.Enforcement != "" {
+				dst = append(dst, `,"enforcement":`...)
+				dst = appendString(dst, g.Enforcement)
+			}
 			dst = append(dst, '}')
 		}
 		dst = append(dst, ']')
 	}
 	dst = append(dst, `,"processes":`...)
 	if s.Processes != nil && len(s.Processes) == 0 { // most sessions in a list are idle
-		return append(dst, "[]}"...)
+		dst = append(dst, "[]"...)
+		return appendSLUID(dst, s.SLUID)
 	}
 	// Processes are few beside the sessions: encoding/json does them.
 	b, err := json.Marshal(s.Processes)
@@ -61,6 +66,15 @@ func AppendSessionJSON(dst []byte, s Session) []byte {
 		b = []byte("null") // a []Process always encodes
 	}
 	dst = append(dst, b...)
+	return appendSLUID(dst, s.SLUID)
+}
+
+// appendSLUID ends the session object with its SLUID when it has one.
+func appendSLUID(dst []byte, sluid string) []byte {
+	if sluid != "" {
+		dst = append(dst, `,"sluid":`...)
+		dst = appendString(dst, sluid)
+	}
 	return append(dst, '}')
 }
 

@@ -13,14 +13,15 @@ func TestAppendSessionJSONMatchesEncodingJSON(t *testing.T) {
 		{},
 		{ID: "job-1", UID: 1000, Created: now, Updated: now.Add(time.Second), TTLSeconds: 3600,
 			Expires: now.Add(time.Hour).In(time.FixedZone("x", 3600)), GPUs: []SessionGPU{}, Processes: []Process{}},
+		{ID: "2600", GPUs: []SessionGPU{{UUID: "GPU-c", Enforcement: EnforcementDriver}}, Processes: []Process{}, SLUID: "sEKNKTV3WPV500"},
 		{ID: `odd "id" <&> é \ ` + "\x01", UID: 1 << 31, Created: now.Truncate(time.Second), TTLSeconds: -1,
 			GPUs: []SessionGPU{
 				{UUID: "GPU-0fb77ae2-cd90-4869-996b-d2ca1bdef09b", Index: -1, Name: "NVIDIA A100-SXM4-80GB",
-					PhysicalBytes: 80 << 30, LimitBytes: 1<<64 - 1, UsedBytes: 12, PeakBytes: 13, Denied: 14},
+					PhysicalBytes: 80 << 30, LimitBytes: 1<<64 - 1, UsedBytes: 12, PeakBytes: 13, Denied: 14, Enforcement: EnforcementInterceptor},
 				{UUID: "GPU-b", Index: 3, Name: "fake <gpu> \u2028"},
 			},
 			Processes: []Process{{PID: 42, Slot: 4095, Attached: now,
-				UsedBytes: map[string]uint64{"GPU-b": 1, "GPU-a": 2}}}},
+				UsedBytes: map[string]uint64{"GPU-b": 1, "GPU-a": 2}}}, SLUID: "s0000000000001"},
 	}
 	for i, s := range cases {
 		want, err := json.Marshal(s)
