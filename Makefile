@@ -55,6 +55,8 @@ TEST_SUITES := test-go test-fakecuda test-interceptor test-core test-security \
                test-slurm test-slurm-24.11 test-packages \
                test-nvidia-runtime test-nvidia-tools test-monitoring test-docs test-gpu \
                test-containers
+# the GPU time share end to end (mk/go.mk)
+TEST_SUITES += test-compute
 test: deps build $(TEST_SUITES) ## run every test suite (what CI runs)
 
 # What test runs can leave on a machine (a run killed half-way, a hand run
