@@ -122,6 +122,11 @@ func (c *Controller) Pass(now time.Time) {
 			c.Page.Release(id)
 		}
 	}
+	if len(sessions) == 0 {
+		c.state = nil // nobody shares: no NVML read, nothing held
+		c.Page.Beat()
+		return
+	}
 	busy, err := c.Source.Busy()
 	if err != nil {
 		c.Log.Warn("compute share: cannot measure GPU time", "err", err)
