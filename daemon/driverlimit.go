@@ -7,6 +7,8 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"syscall"
 
 	"golang.org/x/sys/unix"
@@ -165,6 +167,9 @@ func (d *driverLimits) Apply(rec store.Record, gidx []int) {
 		d.log.Debug("driver memory limit: the session is not a Slurm job's", "session", rec.ID)
 		return
 	}
+	if err := enableDmem(d.root); err != nil {
+		d.log.Debug("dmem controller not enabled above the job's cgroup", "cgroup", d.root, "err", err)
+	}
 	if err := ensureCgroupDir(dir); err != nil {
 		d.log.Warn("driver memory limit not set: the interceptor and the audit enforce the quota", "session", rec.ID, "cgroup", dir, "err", err)
 		for range ls {
@@ -216,6 +221,53 @@ func (d *driverLimits) Remove(rec store.Record, gidx []int) {
 	if err := unix.Rmdir(dir); err == nil {
 		d.log.Debug("job cgroup removed", "session", rec.ID, "cgroup", dir)
 	}
+}
+
+// enableDmem enables the kernel's dmem controller (device memory, Linux
+// 6.14+), which backs the driver's limits, for the children of every
+// cgroup from the cgroup v2 root down to root (Slurm's cgroup root):
+// Slurm enables only the controllers it knows, and a job cgroup without
+// dmem has no dmem files for the driver to use. A controller the kernel
+// does not offer there (no dmem, or a driver that keeps its own
+// accounting) is left alone; nil when dmem is on all the way or absent.
+func enableDmem(root string) error {
+	mnt := root
+	for {
+		var st unix.Statfs_t
+		parent := filepath.Dir(mnt)
+		if parent == mnt || unix.Statfs(parent, &st) != nil || st.Type != unix.CGROUP2_SUPER_MAGIC {
+			break
+		}
+		mnt = parent
+	}
+	rel, err := filepath.Rel(mnt, root)
+	if err != nil {
+		return err
+	}
+	dir := mnt
+	for _, c := range append([]string{""}, strings.Split(rel, "/")...) {
+		if c != "" && c != "." {
+			dir = filepath.Join(dir, c)
+		}
+		ctl, err := os.ReadFile(filepath.Join(dir, "cgroup.controllers"))
+		if err != nil {
+			return err
+		}
+		if !slices.Contains(strings.Fields(string(ctl)), "dmem") {
+			return nil // not offered here, nor below
+		}
+		sub, err := os.ReadFile(filepath.Join(dir, "cgroup.subtree_control"))
+		if err != nil {
+			return err
+		}
+		if slices.Contains(strings.Fields(string(sub)), "dmem") {
+			continue
+		}
+		if err := os.WriteFile(filepath.Join(dir, "cgroup.subtree_control"), []byte("+dmem"), 0); err != nil {
+			return fmt.Errorf("enable dmem in %s: %w", dir, err)
+		}
+	}
+	return nil
 }
 
 // ensureCgroupDir makes dir (root's, 0755) when missing; an existing one
