@@ -1,0 +1,73 @@
+package compute
+
+import (
+	"io"
+	"log/slog"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/gpuslice/gpuslice/internal/api"
+)
+
+type fakeSessions struct {
+	list []Session
+	jobs map[uint32]string
+}
+
+func (f *fakeSessions) ComputeSessions() []Session { return f.list }
+func (f *fakeSessions) JobOf(pid uint32) string    { return f.jobs[pid] }
+
+type fakeBusy struct{ next map[int]map[uint32]float64 }
+
+func (f *fakeBusy) Busy() (map[int]map[uint32]float64, error) { return f.next, nil }
+
+// A pass attributes NVML's per-process time to sessions (attached pids,
+// else the kernel's pid->job), holds the one ahead of its share on the
+// ledger GPU where it is ahead, and frees the slot of a session that is gone.
+func TestControllerPass(t *testing.T) {
+	page, err := OpenPage(filepath.Join(t.TempDir(), "compute"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer page.Close()
+	pct := func(p int) api.Compute { return api.Compute{Mode: api.ComputePercent, Percent: p} }
+	ss := &fakeSessions{
+		list: []Session{
+			// "a" is on inventory GPUs 1 and 0 (ledger order), "b" on GPU 0 only
+			{ID: "a", GPUs: []int{1, 0}, Limits: []uint64{1, 1}, Spec: pct(25), Pids: []uint32{10}},
+			{ID: "b", GPUs: []int{0}, Limits: []uint64{1}, Spec: pct(75), Pids: []uint32{20}},
+		},
+		jobs: map[uint32]string{11: "a"}, // a process of a that never attached
+	}
+	src := &fakeBusy{next: map[int]map[uint32]float64{0: {10: 30e6, 11: 20e6, 20: 50e6}}}
+	c := &Controller{Page: page, Source: src, Sessions: ss, Physical: []uint64{80, 80}, Interval: 100 * time.Millisecond,
+		Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	for _, id := range []string{"a", "b"} {
+		if !page.Assign(id) {
+			t.Fatalf("no slot for %s", id)
+		}
+	}
+	now := time.Unix(1000, 0)
+	c.Pass(now)
+	// on GPU 0 a used 50 ms of 100 against a share of 25: held there, which
+	// is its ledger GPU 1; b is behind and free
+	if got := page.Throttle("a"); got != 1<<1 {
+		t.Errorf("a's throttle bits %b, want %b (its ledger GPU 1 = inventory GPU 0)", got, 1<<1)
+	}
+	if got := page.Throttle("b"); got != 0 {
+		t.Errorf("b's throttle bits %b, want 0", got)
+	}
+	// b's job ends: its slot is freed and a, alone, runs free
+	ss.list = ss.list[:1]
+	src.next = map[int]map[uint32]float64{0: {10: 100e6}}
+	c.Pass(now.Add(100 * time.Millisecond))
+	if got := page.Throttle("a"); got != 0 {
+		t.Errorf("alone, a's throttle bits are %b", got)
+	}
+	for _, id := range page.Assigned() {
+		if id == "b" {
+			t.Error("the slot of a session that is gone was kept")
+		}
+	}
+}
