@@ -53,7 +53,8 @@ func program(t *testing.T, name string) string {
 	return p
 }
 
-// job is a process of a session launching 2 ms kernels, 8 queued ahead.
+// job is a process of a session launching 2 ms kernels, 32 queued ahead
+// (64 ms: a stall of the job on a loaded CPU does not empty its queue).
 type job struct {
 	cmd *exec.Cmd
 	pid int
@@ -62,7 +63,7 @@ type job struct {
 func launch(t *testing.T, d *testenv.Daemon, id string, args ...string) *job {
 	t.Helper()
 	if len(args) == 0 {
-		args = []string{"2", "8"}
+		args = []string{"2", "32"}
 	}
 	cmd := exec.Command(program(t, "fc_launcher"), args...)
 	cmd.Env = append(d.Env(), "LD_PRELOAD="+filepath.Join(testenv.BuildDir(t), "lib", "libgpuslice.so"),

@@ -71,7 +71,7 @@ func TestGiantKernelPaidBack(t *testing.T) {
 	session(t, d, "big", 8<<30, percent(75, 0))
 	b := launch(t, d, "big")
 	settle()
-	s := launch(t, d, "small", "2", "8", "1000")
+	s := launch(t, d, "small", "2", "32", "1000")
 	busy, win := measure(t, d, window)
 	var total float64
 	for _, ms := range busy {

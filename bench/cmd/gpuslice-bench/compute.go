@@ -102,7 +102,7 @@ func shareBench(o options, d *daemon, weights []int) (float64, []float64, error)
 		if err != nil {
 			return 0, nil, err
 		}
-		cmd := exec.Command(filepath.Join(o.build, "tests", "fakecuda", "fc_launcher"), "2", "8")
+		cmd := exec.Command(filepath.Join(o.build, "tests", "fakecuda", "fc_launcher"), "2", "32")
 		cmd.Env = env
 		out, err := cmd.StdoutPipe()
 		if err != nil {
