@@ -173,6 +173,42 @@ func TestDriverMemoryLimitAbsent(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(root, "job_4244")); err == nil {
 		t.Fatal("a job cgroup was made on a driver without memory limits")
 	}
+
+	// Identity through a SLUID end to end: a process of a Slurm 26.05 job
+	// (in <root>/<SLUID>, as slurmstepd makes it) that runs without the
+	// interceptor and goes past its quota is the job's, so the audit stops
+	// it; the same in a directory of a SLUID no session has is no job's.
+	const sluid = "s00000000000A1"
+	newSession(t, d, client.SessionRequest{ID: "4245", UID: 1000, QuotaBytes: 1 * GiB, SLUID: sluid})
+	fcMemlimit := testenv.Artifact(t, "tests/fakecuda/fc_memlimit")
+	over := func(dir string) error {
+		if err := os.Mkdir(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		defer os.Remove(dir)
+		fd, err := syscall.Open(dir, syscall.O_DIRECTORY|syscall.O_RDONLY|syscall.O_CLOEXEC, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer syscall.Close(fd)
+		cmd := exec.Command(fcMemlimit, "alloc", "0", "1536MiB", "hold", "5")
+		cmd.Env = d.Env()
+		cmd.SysProcAttr = &syscall.SysProcAttr{UseCgroupFD: true, CgroupFD: fd}
+		return cmd.Run()
+	}
+	if err := over(filepath.Join(root, sluid)); err == nil || !strings.Contains(err.Error(), "killed") {
+		t.Fatalf("a process of the SLUID's job over its quota: %v; want killed by the audit", err)
+	}
+	// The audit logs once its kills are done: the process may be gone first.
+	for deadline := time.Now().Add(5 * time.Second); !strings.Contains(d.Log(), "processes killed as the OOM killer would\" session=4245"); {
+		if time.Now().After(deadline) {
+			t.Fatalf("the audit did not stop session 4245's process:\n%s", d.Log())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if err := over(filepath.Join(root, "s00000000000B2")); err != nil {
+		t.Fatalf("a process under a SLUID no session has: %v; want left alone", err)
+	}
 }
 
 // slurmCgroupRoot makes a cgroup v2 directory standing for Slurm's
