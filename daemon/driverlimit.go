@@ -271,8 +271,16 @@ func enableDmem(root string) error {
 }
 
 // ensureCgroupDir makes dir (root's, 0755) when missing; an existing one
-// must be a directory owned by root, as Slurm makes them.
+// must be a directory owned by root, as Slurm makes them, in a cgroup v2
+// hierarchy (a slurm_cgroup_root that is not one gets no directory made).
 func ensureCgroupDir(dir string) error {
+	var fs unix.Statfs_t
+	if err := unix.Statfs(filepath.Dir(dir), &fs); err != nil {
+		return fmt.Errorf("slurm_cgroup_root: %w", err)
+	}
+	if fs.Type != unix.CGROUP2_SUPER_MAGIC {
+		return fmt.Errorf("%s is not in a cgroup v2 hierarchy", filepath.Dir(dir))
+	}
 	st, err := os.Lstat(dir)
 	if errors.Is(err, os.ErrNotExist) {
 		if err := unix.Mkdir(dir, 0o755); err != nil && !errors.Is(err, unix.EEXIST) {
