@@ -19,7 +19,11 @@ func TestPrologSLUID(t *testing.T) {
 	run := func(mode Mode, env map[string]string) string {
 		t.Helper()
 		var stderr bytes.Buffer
-		if code := Main(mode, []string{"--admin-socket", d.AdminSock}, envFunc(env), &stderr); code != 0 {
+		args := []string{"--admin-socket", d.AdminSock}
+		if mode == ModeEpilog {
+			args = append(args, "--sacctmgr", "") // no Slurm accounting here
+		}
+		if code := Main(mode, args, envFunc(env), &stderr); code != 0 {
 			t.Fatalf("exit %d; stderr:\n%s", code, stderr.String())
 		}
 		return stderr.String()
