@@ -141,3 +141,21 @@ func TestSlurmConfigDeviceWarning(t *testing.T) {
 		}
 	}
 }
+
+// A node whose driver has NVML's memory limits on every GPU (fakecuda with
+// FAKECUDA_MEMORY_LIMITS=1) gets the gpuslice_driver_limit feature, and
+// gpuslice gpus shows each GPU's enforcement.
+func TestSlurmConfigDriverLimitFeature(t *testing.T) {
+	if os.Getuid() != 0 {
+		t.Skip("the probe reads a cgroup's limits as gpusliced does on a node: root")
+	}
+	d := testenv.StartDaemon(t, testenv.DaemonOptions{Devices: "2x16GiB", ExtraEnv: []string{"FAKECUDA_MEMORY_LIMITS=1"}})
+	code, stdout, stderr := gs(t, d, "slurm-config", "--node", "tn9", "--overcommit", "1", "--print", "node")
+	if code != 0 || stdout != "NodeName=tn9 Gres=gpu:2,shard:32768 Features=gpuslice_driver_limit\n" {
+		t.Fatalf("exit %d, node line %q (stderr %s); want the gpuslice_driver_limit feature", code, stdout, stderr)
+	}
+	code, stdout, _ = gs(t, d, "gpus")
+	if code != 0 || strings.Count(stdout, "driver+interceptor") != 2 {
+		t.Fatalf("gpuslice gpus: exit %d\n%s\nwant driver+interceptor on both GPUs", code, stdout)
+	}
+}
