@@ -146,8 +146,8 @@ var targets = []target{
 	{"audit_cpu_pct_per_1000_procs", "daemon CPU with the audit, scaled to 1,000 processes (fakecuda NVML)", true, 1, "% core"},
 	{"audit_decide_us_per_1000_procs", "audit pass without the NVML read, 1,000 processes", true, 2500, "µs"},
 	{"launch_gate_added_ns", "launch gate: added cost per cuLaunchKernel, uncontended (paired batches, one process)", true, 20, "ns"},
-	{"compute_share_error_points_2", "compute share: |measured - weight|, weights 25/75, NVML over 10 s", true, 5, " pts"},
-	{"compute_share_error_points_3", "compute share: |measured - weight|, weights 20/30/50, NVML over 10 s", true, 5, " pts"},
+	{"compute_share_error_points_2", "compute share: distance of the measured share from the weight, 25/75, NVML over 10 s", true, 5, " pts"},
+	{"compute_share_error_points_3", "  the same, weights 20/30/50", true, 5, " pts"},
 }
 
 func (r *results) print(w *os.File) {
