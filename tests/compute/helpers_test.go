@@ -62,10 +62,19 @@ type job struct {
 
 func launch(t *testing.T, d *testenv.Daemon, id string, args ...string) *job {
 	t.Helper()
+	return launchAs(t, d, nil, id, args...)
+}
+
+// launchAs is launch as another user (nil: the test's own).
+func launchAs(t *testing.T, d *testenv.Daemon, u *testenv.Account, id string, args ...string) *job {
+	t.Helper()
 	if len(args) == 0 {
 		args = []string{"2", "32"}
 	}
 	cmd := exec.Command(program(t, "fc_launcher"), args...)
+	if u != nil {
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: u.UID, Gid: u.GID}}
+	}
 	cmd.Env = append(d.Env(), "LD_PRELOAD="+filepath.Join(testenv.BuildDir(t), "lib", "libgpuslice.so"),
 		"GPUSLICE_SESSION="+id)
 	cmd.Stderr = os.Stderr
