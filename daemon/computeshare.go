@@ -10,6 +10,7 @@ import (
 	"github.com/gpuslice/gpuslice/daemon/compute"
 	"github.com/gpuslice/gpuslice/daemon/config"
 	"github.com/gpuslice/gpuslice/daemon/gpu"
+	"github.com/gpuslice/gpuslice/daemon/metrics"
 	"github.com/gpuslice/gpuslice/daemon/session"
 )
 
@@ -41,7 +42,7 @@ func (c *computeShare) assign(id string) {
 
 // start runs the controller until ctx ends.
 func (c *computeShare) start(ctx context.Context, cfg config.Config, log *slog.Logger, mgr *session.Manager,
-	gpus []gpu.GPU, wg *sync.WaitGroup) {
+	gpus []gpu.GPU, met *metrics.Metrics, wg *sync.WaitGroup) {
 	if c.page == nil {
 		return
 	}
@@ -54,8 +55,21 @@ func (c *computeShare) start(ctx context.Context, cfg config.Config, log *slog.L
 	for i, g := range gpus {
 		phys[i] = g.Physical
 	}
+	gauges := met.ComputeGauges()
 	ctl := &compute.Controller{Page: c.page, Source: src, Sessions: mgr, Physical: phys,
-		Interval: computeInterval, Log: log}
+		Interval: computeInterval, Log: log,
+		Passes: func(g int, entries map[string]compute.Entry) {
+			active, held := 0, 0
+			for _, e := range entries {
+				if e.Active {
+					active++
+				}
+				if e.Held {
+					held++
+				}
+			}
+			gauges.Pass(g, active, held)
+		}}
 	wg.Add(1)
 	go func() {
 		defer wg.Done()

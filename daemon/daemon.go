@@ -199,7 +199,7 @@ func Run(ctx context.Context, cfg config.Config, logw io.Writer) error {
 	if err := startAudit(ctx, cfg, log, mgr, met, gpus, &wg, kick); err != nil {
 		log.Warn("audit disabled: the driver's per-process figures cannot be read", "err", err)
 	}
-	share.start(ctx, cfg, log, mgr, gpus, &wg)
+	share.start(ctx, cfg, log, mgr, gpus, met, &wg)
 
 	log.Info("gpusliced started", "version", version.Version, "ipc", cfg.IPCSocket, "admin", cfg.AdminSocket,
 		"listen", cfg.Listen, "gpus", len(gpus), "config", cfg.File, "overcommit", cfg.Overcommit,

@@ -123,6 +123,11 @@ func (c *Controller) Pass(now time.Time) {
 		}
 	}
 	if len(sessions) == 0 {
+		for g := range c.state {
+			if c.Passes != nil {
+				c.Passes(g, nil) // nobody left on it
+			}
+		}
 		c.state = nil // nobody shares: no NVML read, nothing held
 		c.Page.Beat()
 		return
