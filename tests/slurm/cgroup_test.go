@@ -258,3 +258,10 @@ func (n *node) cgroupOf(pid int) (string, error) {
 	}
 	return "", fmt.Errorf("no cgroup v2 line for %d on %s", pid, n.Name)
 }
+
+// slurmCgroupRoot is where node n's slurmd makes its jobs' cgroups, as the
+// node sees it: Debian builds Slurm for several slurmd per host
+// (MULTIPLE_SLURMD), which names the scope after the node.
+func (n *node) slurmCgroupRoot() string {
+	return "/sys/fs/cgroup/system.slice/" + n.Name + "_slurmstepd.scope"
+}

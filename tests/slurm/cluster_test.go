@@ -47,6 +47,10 @@ type NodeSpec struct {
 	Addr    string // its address on the bridge
 	Devices string // FAKECUDA_DEVICES of its gpusliced
 	CPUs    int    // CPUs slurmd declares (SlurmdParameters=config_overrides)
+	// DriverLimits: its driver has NVML's memory limits per cgroup
+	// (fakecuda's FAKECUDA_MEMORY_LIMITS=1), which gpusliced sets on its
+	// jobs' cgroups when the cluster runs cgroup v2.
+	DriverLimits bool
 }
 
 // ClusterOptions configure the test cluster.
@@ -70,7 +74,7 @@ func defaultOptions() ClusterOptions {
 	return ClusterOptions{
 		Nodes: []NodeSpec{
 			{Name: "tn1", Addr: nodeAddr(0), Devices: "2x16GiB", CPUs: 24},
-			{Name: "tn2", Addr: nodeAddr(1), Devices: "2x40GiB", CPUs: 24},
+			{Name: "tn2", Addr: nodeAddr(1), Devices: "2x40GiB", CPUs: 24, DriverLimits: true},
 		},
 		Partitions: []string{
 			"PartitionName=gpu Nodes=tn1,tn2 Default=YES MaxTime=10 State=UP",
@@ -434,6 +438,14 @@ func (n *node) restartGpusliced() error {
 	// probe as for the jobs (their environment sets the same).
 	cmd.Env = append(baseEnv(), "FAKECUDA_DEVICES="+n.Devices, "FAKECUDA_STATE="+c.state, "FAKECUDA_CTX_BYTES=0",
 		"FAKECUDA_DEVICE_NODES="+c.path("dev"))
+	if n.DriverLimits {
+		// gpusliced is the node's first fakecuda process: its state,
+		// which the jobs adopt, is a driver with the calls.
+		cmd.Env = append(cmd.Env, "FAKECUDA_MEMORY_LIMITS=1")
+	}
+	if tracking.cgroup {
+		cmd.Args = append(cmd.Args, "--slurm-cgroup-root", n.slurmCgroupRoot())
+	}
 	if err := c.start("gpusliced-"+n.Name, cmd); err != nil {
 		return err
 	}

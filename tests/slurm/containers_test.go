@@ -178,7 +178,7 @@ func TestPyxisContainerHeldToQuota(t *testing.T) {
 
 	// Without the interceptor, over the quota: the audit stops it long
 	// before its sleep ends.
-	cmd = c.cmd(u, "srun", "--gpu-mem=1G", "--container-image="+image, "sh", "-c",
+	cmd = c.cmd(u, "srun", "-w", c.auditNode(t).Name, "--gpu-mem=1G", "--container-image="+image, "sh", "-c",
 		"echo job=$SLURM_JOB_ID; exec env -u LD_PRELOAD /usr/local/bin/gs_probe dev:0 meminfo alloc:1536M sleep:60000")
 	cmd.Env = append(cmd.Env, env...)
 	start := time.Now()

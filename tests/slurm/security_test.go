@@ -54,7 +54,9 @@ func TestEnvBypassUnderSlurm(t *testing.T) {
 }
 
 // A job's task without the interceptor (env -u LD_PRELOAD, or env -i) that
-// takes more than the job's quota is killed by gpusliced's audit, which
+// takes more than the job's quota is killed by gpusliced's audit (on a node
+// whose driver has no memory limits: where it has, the driver refuses the
+// allocation, TestDriverMemoryLimit), which
 // reads the driver's per-process figures and maps the pid to the job from
 // its process tree; the job's report says so. With env -i the task keeps
 // only the fake GPU's own plumbing (FAKECUDA_STATE, LD_LIBRARY_PATH), which a
@@ -68,7 +70,7 @@ func TestUnpreloadedTaskAuditedUnderSlurm(t *testing.T) {
 		{"env -i", `exec env -i FAKECUDA_STATE="$FAKECUDA_STATE" LD_LIBRARY_PATH="$LD_LIBRARY_PATH" FAKECUDA_CTX_BYTES=0 ` + app},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			r := run(ctxFor(t, 2*time.Minute), c.cmd(u, "srun", "-v", "--gpu-mem=2G", "sh", "-c", tc.cmd))
+			r := run(ctxFor(t, 2*time.Minute), c.cmd(u, "srun", "-v", "-w", c.auditNode(t).Name, "--gpu-mem=2G", "sh", "-c", tc.cmd))
 			if r.code == 0 {
 				t.Fatalf("a task holding 3 GiB under a 2 GiB quota ran to the end: %s", r)
 			}
