@@ -157,7 +157,7 @@ func (m *Manager) view(s *Session) (api.Session, bool) {
 
 func (m *Manager) viewLocked(s *Session) api.Session {
 	v := api.Session{ID: s.rec.ID, UID: s.rec.UID, Created: s.rec.Created, Updated: s.rec.Updated,
-		TTLSeconds: int64(s.rec.TTL / time.Second), Expires: s.rec.Expires, SLUID: s.rec.SLUID,
+		TTLSeconds: int64(s.rec.TTL / time.Second), Expires: s.rec.Expires, SLUID: s.rec.SLUID, Compute: s.rec.Compute,
 		GPUs: make([]api.SessionGPU, 0, len(s.rec.GPUs)), Processes: []api.Process{}}
 	now := m.opt.Now()
 	for g, uuid := range s.rec.GPUs {

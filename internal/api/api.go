@@ -127,6 +127,7 @@ type Session struct {
 	GPUs       []SessionGPU `json:"gpus"`
 	Processes  []Process    `json:"processes"`
 	SLUID      string       `json:"sluid,omitempty"`
+	Compute    *Compute     `json:"compute,omitempty"` // its GPU time share; nil: none
 }
 
 // ReportGPU is one GPU's final figures.
