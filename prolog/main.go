@@ -132,7 +132,7 @@ func Main(mode Mode, args []string, getenv func(string) string, stderr io.Writer
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	if mode == ModeProlog && job.QuotaIsDefault {
-		whole, err := WholeGPUs(ctx, *scontrol, job.ID, 5*time.Second)
+		whole, err := WholeGPUs(ctx, *scontrol, job.ID, 5*time.Second, 3)
 		switch {
 		case err != nil:
 			// Unknown: the default quota stands (the safe side for the
