@@ -30,40 +30,25 @@ func TestPidReuseAttachRefused(t *testing.T) {
 	s := session(t, d, "", attacker.UID, 256*MiB)
 	self := publicCopyOfSelf(t)
 
-	// The attacker: connects, starts the child with the connection, exits.
-	a := exec.Command(self)
-	a.Env = append(os.Environ(), "SECURITY_ROLE=connect-handoff", "SECURITY_SOCK="+d.IPCSock, "SECURITY_SESSION="+s.ID)
-	a.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: attacker.UID, Gid: attacker.GID}}
-	// Pipes of its own (not StdinPipe/StdoutPipe, which Wait closes): the
-	// child keeps them after the attacker has exited.
-	inR, stdin, err := os.Pipe()
-	if err != nil {
-		t.Fatal(err)
+	// The attacker connects, hands the connection to its child and exits;
+	// then a process of the victim takes its pid. The attacker's child is
+	// a Go program that may still be starting threads when the pid is
+	// freed, and one of them can take it first (seen: a thread of the
+	// child holding the pid, 3 runs in 30): then the scenario starts over
+	// with a new attacker.
+	var (
+		stdin *os.File
+		lines *bufio.Scanner
+		pid   int
+		v     *exec.Cmd
+	)
+	for try := 0; v == nil; try++ {
+		if try == 5 {
+			t.Fatal("5 attackers' pids were each taken by another process before the victim's")
+		}
+		stdin, lines, pid = handoff(t, self, d.IPCSock, s.ID, attacker)
+		v = reusePid(t, pid, victim)
 	}
-	defer stdin.Close()
-	out, outW, err := os.Pipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer out.Close()
-	a.Stdin, a.Stdout, a.Stderr = inR, outW, os.Stderr
-	if err := a.Start(); err != nil {
-		t.Fatal(err)
-	}
-	inR.Close()
-	outW.Close()
-	lines := bufio.NewScanner(out)
-	if !lines.Scan() || !strings.HasPrefix(lines.Text(), "child ") {
-		t.Fatalf("attacker: %q %v", lines.Text(), lines.Err())
-	}
-	child, _ := strconv.Atoi(strings.TrimPrefix(lines.Text(), "child "))
-	t.Cleanup(func() { syscall.Kill(child, syscall.SIGKILL) })
-	pid := a.Process.Pid
-	if err := a.Wait(); err != nil { // reaped: its pid is free
-		t.Fatalf("attacker: %v", err)
-	}
-
-	v := reusePid(t, pid, victim)
 	t.Logf("pid %d: the attacker's process, then %s's (%s)", pid, victim.Name, v.Path)
 
 	// The child sends ATTACH now.
@@ -88,13 +73,57 @@ func TestPidReuseAttachRefused(t *testing.T) {
 	t.Logf("attach on the inherited connection: %s", got)
 }
 
+// handoff starts the attacker as user a: it connects to sock, starts a
+// child holding the connection (stdin and stdout shared with the test)
+// and exits, reaped here. It returns the child's stdin, its output and
+// the attacker's pid, free now.
+func handoff(t *testing.T, self, sock, session string, a testenv.Account) (*os.File, *bufio.Scanner, int) {
+	t.Helper()
+	cmd := exec.Command(self)
+	cmd.Env = append(os.Environ(), "SECURITY_ROLE=connect-handoff", "SECURITY_SOCK="+sock, "SECURITY_SESSION="+session)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: a.UID, Gid: a.GID}}
+	// Pipes of its own (not StdinPipe/StdoutPipe, which Wait closes): the
+	// child keeps them after the attacker has exited.
+	inR, stdin, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { stdin.Close() })
+	out, outW, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { out.Close() })
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = inR, outW, os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	inR.Close()
+	outW.Close()
+	lines := bufio.NewScanner(out)
+	if !lines.Scan() || !strings.HasPrefix(lines.Text(), "child ") {
+		t.Fatalf("attacker: %q %v", lines.Text(), lines.Err())
+	}
+	child, _ := strconv.Atoi(strings.TrimPrefix(lines.Text(), "child "))
+	t.Cleanup(func() { syscall.Kill(child, syscall.SIGKILL) })
+	if err := cmd.Wait(); err != nil { // reaped: its pid is free
+		t.Fatalf("attacker: %v", err)
+	}
+	return stdin, lines, cmd.Process.Pid
+}
+
 // reusePid starts a process of user u whose pid is pid (free now), by
 // setting the kernel's last pid just before the fork; other processes of
-// the machine may take it first, so it tries again.
+// the machine may take it first, so it tries again. nil when pid is taken
+// by another process (or thread), or after 500 tries.
 func reusePid(t *testing.T, pid int, u testenv.Account) *exec.Cmd {
 	t.Helper()
 	const lastPid = "/proc/sys/kernel/ns_last_pid"
 	for try := 0; try < 500; try++ {
+		if _, err := os.Stat(fmt.Sprintf("/proc/%d", pid)); err == nil {
+			t.Logf("pid %d was taken by another process or thread", pid)
+			return nil
+		}
 		if err := os.WriteFile(lastPid, []byte(strconv.Itoa(pid-1)), 0); err != nil {
 			t.Skipf("cannot choose the next pid (%s): %v", lastPid, err)
 		}
@@ -111,7 +140,7 @@ func reusePid(t *testing.T, pid int, u testenv.Account) *exec.Cmd {
 		v.Process.Kill()
 		v.Wait()
 	}
-	t.Fatalf("pid %d was not reused in 500 tries", pid)
+	t.Logf("pid %d was not reused in 500 tries", pid)
 	return nil
 }
 
