@@ -58,10 +58,10 @@ func newEnroot(t *testing.T, d *testenv.Daemon) *enroot {
 			t.Fatal(err)
 		}
 		for _, ent := range ents {
-			copyFile(t, filepath.Join(from, ent.Name()), filepath.Join(mkdir(t, filepath.Join(e.sys, sub)), ent.Name()), 0o755)
+			probe.CopyFile(t, filepath.Join(from, ent.Name()), filepath.Join(mkdir(t, filepath.Join(e.sys, sub)), ent.Name()), 0o755)
 		}
 	}
-	copyFile(t, filepath.Join(testenv.RepoRoot(t), "etc", "enroot", "50-gpuslice.sh"),
+	probe.CopyFile(t, filepath.Join(testenv.RepoRoot(t), "etc", "enroot", "50-gpuslice.sh"),
 		filepath.Join(e.sys, "hooks.d", "50-gpuslice.sh"), 0o755)
 	writeFile(t, filepath.Join(e.sys, "hooks.d", "97-fakecuda.sh"), fakecudaHook, 0o755)
 	mkdir(t, filepath.Join(e.user, "hooks.d"))

@@ -21,7 +21,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync/atomic"
@@ -136,7 +135,7 @@ func stagedLib(t *testing.T) string {
 	t.Cleanup(func() { os.RemoveAll(dir) })
 	os.Chmod(dir, 0o755)
 	lib := filepath.Join(dir, "libgpuslice.so")
-	copyFile(t, probe.Lib(t), lib, 0o644)
+	probe.CopyFile(t, probe.Lib(t), lib, 0o644)
 	return lib
 }
 
@@ -151,27 +150,7 @@ func jobEnv(d *testenv.Daemon, lib, job string) []string {
 // gpusliced recognises a job's step by), running argv as its child.
 func stepd(t *testing.T, job string, env []string, argv ...string) *probe.Proc {
 	t.Helper()
-	dir := t.TempDir()
-	os.Chmod(dir, 0o755)
-	bin := filepath.Join(dir, "slurmstepd")
-	copyFile(t, "/bin/bash", bin, 0o755)
-	cmd := exec.Command(bin, append([]string{"-c", `"$@" <&0 & wait $!`, "bash"}, argv...)...)
-	cmd.Args[0] = "slurmstepd: [" + job + ".0]"
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	p := probe.StartCmd(t, cmd, env)
-	t.Cleanup(func() { syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) })
-	return p
-}
-
-func copyFile(t *testing.T, from, to string, mode os.FileMode) {
-	t.Helper()
-	b, err := os.ReadFile(from)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(to, b, mode); err != nil {
-		t.Fatal(err)
-	}
+	return probe.StartStepd(t, job, env, argv...)
 }
 
 func writeFile(t *testing.T, path, text string, mode os.FileMode) {
@@ -181,21 +160,6 @@ func writeFile(t *testing.T, path, text string, mode os.FileMode) {
 	}
 	if err := os.WriteFile(path, []byte(text), mode); err != nil {
 		t.Fatal(err)
-	}
-}
-
-func waitUntil(t *testing.T, within time.Duration, what string, cond func() (bool, string)) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for {
-		ok, state := cond()
-		if ok {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %v (%s)", what, within, state)
-		}
-		time.Sleep(10 * time.Millisecond)
 	}
 }
 
@@ -250,7 +214,7 @@ func endJob(t *testing.T, d *testenv.Daemon, job string, p *probe.Proc, peak uin
 	t.Helper()
 	syscall.Kill(-p.Cmd.Process.Pid, syscall.SIGKILL)
 	<-p.Done()
-	waitUntil(t, 20*time.Second, "the container's memory returned to the session", func() (bool, string) {
+	probe.Eventually(t, 20*time.Second, "the container's memory returned to the session", func() (bool, string) {
 		u := used(t, d, job)
 		return u == 0, fmt.Sprintf("used %d", u)
 	})

@@ -74,7 +74,7 @@ func TestAllocationKindsEnforced(t *testing.T) {
 			}
 		})
 	}
-	eventually(t, 30*time.Second, "used back to 0", func() (bool, string) {
+	probe.Eventually(t, 30*time.Second, "used back to 0", func() (bool, string) {
 		return l.Used(0) == 0, strconv.FormatUint(l.Used(0), 10)
 	})
 }

@@ -62,7 +62,7 @@ func TestIdleThreadCreditNeverDenies(t *testing.T) {
 		t.Fatalf("process B: %v\n%s", err, b.Output())
 	}
 	noStderr(t, "process B", b.Stderr())
-	eventually(t, 30*time.Second, "process B reclaimed", func() (bool, string) {
+	probe.Eventually(t, 30*time.Second, "process B reclaimed", func() (bool, string) {
 		return l.Used(0) == 0, strconv.FormatUint(l.Used(0), 10)
 	})
 
@@ -88,7 +88,7 @@ func TestIdleThreadCreditNeverDenies(t *testing.T) {
 		t.Fatalf("process A: %v\n%s", err, a.Output())
 	}
 	noStderr(t, "process A", a.Stderr())
-	eventually(t, 30*time.Second, "process A's credit back with its slot", func() (bool, string) {
+	probe.Eventually(t, 30*time.Second, "process A's credit back with its slot", func() (bool, string) {
 		return l.Charged(0) == 0, strconv.FormatUint(l.Charged(0), 10)
 	})
 }
@@ -122,7 +122,7 @@ func TestPointersFreedByAnotherThread(t *testing.T) {
 			t.Fatalf("round %d: %v\n%s", round, err, p.Output())
 		}
 		noStderr(t, "gs_probe", p.Stderr())
-		eventually(t, 30*time.Second, "slot released", func() (bool, string) {
+		probe.Eventually(t, 30*time.Second, "slot released", func() (bool, string) {
 			return l.Charged(0) == 0, strconv.FormatUint(l.Charged(0), 10)
 		})
 		if r := l.Reclaimed(0); r != 0 {
@@ -176,7 +176,7 @@ func TestReleasesRaceCreditTakers(t *testing.T) {
 	if smallAllocs == 0 || largeDenied == 0 {
 		t.Errorf("no race: %d small allocations, %d denials of the large ones", smallAllocs, largeDenied)
 	}
-	eventually(t, 30*time.Second, "every slot released", func() (bool, string) {
+	probe.Eventually(t, 30*time.Second, "every slot released", func() (bool, string) {
 		return l.Charged(0) == 0, strconv.FormatUint(l.Charged(0), 10)
 	})
 	if r := l.Reclaimed(0); r != 0 {
@@ -240,7 +240,7 @@ func TestContextChargeLeavesStripesToAllocatingThreads(t *testing.T) {
 		cmd.Wait()
 	}()
 	var owners [ledger.SlotOwned]uint32
-	eventually(t, 30*time.Second, "eight stripes owned", func() (bool, string) {
+	probe.Eventually(t, 30*time.Second, "eight stripes owned", func() (bool, string) {
 		for _, i := range l.InUse() {
 			if st, p := l.SlotState(i); st == ledger.SlotAttached && p == pid {
 				owners = l.StripeOwners(i)

@@ -12,6 +12,8 @@ import (
 	"github.com/gpuslice/gpuslice/daemon/session"
 	"github.com/gpuslice/gpuslice/internal/client"
 	"github.com/gpuslice/gpuslice/internal/testenv"
+
+	"github.com/gpuslice/gpuslice/tests/interceptor/probe"
 )
 
 // measuredGPUs waits until the daemon's log, from byte from on, says the
@@ -20,7 +22,7 @@ func measuredGPUs(t *testing.T, d *testenv.Daemon, from int, want int) []string 
 	t.Helper()
 	re := regexp.MustCompile(`msg="context cost measured" gpu=(\d+) uuid=\S+ bytes=(\d+)`)
 	var got []string
-	eventually(t, 10*time.Second, "context cost measured", func() (bool, string) {
+	probe.Eventually(t, 10*time.Second, "context cost measured", func() (bool, string) {
 		got = got[:0]
 		for _, m := range re.FindAllStringSubmatch(d.Log()[from:], -1) {
 			if m[2] != fmt.Sprint(64*MiB) {
@@ -64,7 +66,7 @@ func TestDaemonMeasuresContextCost(t *testing.T) {
 		t.Errorf("ledger used %d MiB with a context and 1 MiB, want 65", u/MiB)
 	}
 	release(t, p)
-	eventually(t, 5*time.Second, "context reclaimed with its process", func() (bool, string) {
+	probe.Eventually(t, 5*time.Second, "context reclaimed with its process", func() (bool, string) {
 		u := l.Used(0)
 		return u == 0, fmt.Sprintf("ledger used %d bytes", u)
 	})
@@ -136,7 +138,7 @@ func slowProbeDaemon(t *testing.T, delay string) *testenv.Daemon {
 	}
 	d := testenv.StartDaemon(t, testenv.DaemonOptions{CtxBytes: "64MiB", ContextProbe: true,
 		ExtraArgs: []string{"--context-probe", slow}})
-	eventually(t, 10*time.Second, "the probe started", func() (bool, string) {
+	probe.Eventually(t, 10*time.Second, "the probe started", func() (bool, string) {
 		_, err := os.Stat(started)
 		return err == nil, fmt.Sprint(err)
 	})

@@ -54,7 +54,7 @@ func runCtxReset(t *testing.T, d *testenv.Daemon, quota uint64, want []checkpoin
 		t.Errorf("gs_ctxreset %v: %v, %s\n%s", args, err, done.Line, p.Output())
 	}
 	noStderr(t, "gs_ctxreset", p.Stderr())
-	eventually(t, 30*time.Second, "used back to 0 after exit", func() (bool, string) {
+	probe.Eventually(t, 30*time.Second, "used back to 0 after exit", func() (bool, string) {
 		return l.Used(0) == 0, "used " + strconv.FormatUint(l.Used(0), 10)
 	})
 	if l.Reclaimed(0) != 0 {

@@ -116,7 +116,7 @@ func TestForkChildChargedToItsOwnSlot(t *testing.T) {
 		t.Errorf("child: %s", f.Line)
 	}
 	p.Expect("paused")
-	eventually(t, 30*time.Second, "child's bytes reclaimed", func() (bool, string) {
+	probe.Eventually(t, 30*time.Second, "child's bytes reclaimed", func() (bool, string) {
 		return l.Used(0) == GiB, strconv.FormatUint(l.Used(0), 10)
 	})
 	if pu, _ := slotOf(t, l, parent); pu[0] != GiB {
@@ -148,7 +148,7 @@ func TestForkBeforeFirstCallAttachesOnItsOwn(t *testing.T) {
 	parent := int(p.Expect("pid").Int(t, "pid"))
 	// Before any CUDA call the parent already holds a slot (its early
 	// ATTACH was answered), with nothing charged.
-	eventually(t, 30*time.Second, "the parent's early attach", func() (bool, string) {
+	probe.Eventually(t, 30*time.Second, "the parent's early attach", func() (bool, string) {
 		u, ok := slotOf(t, l, parent)
 		return ok && u[0] == 0, fmt.Sprint(ok, u)
 	})
@@ -169,7 +169,7 @@ func TestForkBeforeFirstCallAttachesOnItsOwn(t *testing.T) {
 	if pu, ok := slotOf(t, l, parent); !ok || pu[0] != GiB {
 		t.Errorf("parent: slot found %v, holding %v; want 1 GiB", ok, pu)
 	}
-	eventually(t, 30*time.Second, "child's bytes reclaimed", func() (bool, string) {
+	probe.Eventually(t, 30*time.Second, "child's bytes reclaimed", func() (bool, string) {
 		return l.Used(0) == GiB, strconv.FormatUint(l.Used(0), 10)
 	})
 	p.Send("")

@@ -99,22 +99,6 @@ func sumSlots(l *ledger.Ledger, g int) uint64 {
 	return n
 }
 
-// eventually polls cond every 10 ms until it holds or the deadline passes.
-func eventually(t *testing.T, within time.Duration, what string, cond func() (bool, string)) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for {
-		ok, state := cond()
-		if ok {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not reached within %v (%s)", what, within, state)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 // sessionEnv is the environment of a process in session id, interceptor preloaded.
 func sessionEnv(t *testing.T, d *testenv.Daemon, id string, extra ...string) []string {
 	t.Helper()

@@ -83,7 +83,7 @@ func TestReleaseAfterRebaseDoesNotWrap(t *testing.T) {
 				t.Errorf("after free + 900 MiB: used %d, slot %v; want 900 MiB in both", used, slotUsed)
 			}
 			// the process freed everything before it exited
-			eventually(t, 30*time.Second, "used back to 0", func() (bool, string) {
+			probe.Eventually(t, 30*time.Second, "used back to 0", func() (bool, string) {
 				return l.Used(0) == 0, strconv.FormatUint(l.Used(0), 10)
 			})
 		})

@@ -159,7 +159,7 @@ func TestStormNeverExceedsQuota(t *testing.T) {
 	if max < quota/2 {
 		t.Errorf("max used %d: the quota was never approached", max)
 	}
-	eventually(t, 30*time.Second, "used back to 0", func() (bool, string) {
+	probe.Eventually(t, 30*time.Second, "used back to 0", func() (bool, string) {
 		return l.Used(0) == 0, strconv.FormatUint(l.Used(0), 10)
 	})
 	if l.Peak(0) > quota {
@@ -185,7 +185,7 @@ func TestKillProcessMidStorm(t *testing.T) {
 	if err := syscall.Kill(st.pids[victim], syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 30*time.Second, "victim's slot given back", func() (bool, string) {
+	probe.Eventually(t, 30*time.Second, "victim's slot given back", func() (bool, string) {
 		_, attached := slotOf(t, l, st.pids[victim])
 		return !attached, "still attached"
 	})
@@ -194,7 +194,7 @@ func TestKillProcessMidStorm(t *testing.T) {
 	}
 	held := st.pause(skip)
 	want := sum(held)
-	eventually(t, 30*time.Second, "ledger equals what the survivors hold", func() (bool, string) {
+	probe.Eventually(t, 30*time.Second, "ledger equals what the survivors hold", func() (bool, string) {
 		return l.Used(0) == want, "used " + strconv.FormatUint(l.Used(0), 10) +
 			" want " + strconv.FormatUint(want, 10)
 	})
@@ -203,7 +203,7 @@ func TestKillProcessMidStorm(t *testing.T) {
 	}
 	st.resume(skip)
 	st.stop(skip)
-	eventually(t, 30*time.Second, "used back to 0", func() (bool, string) {
+	probe.Eventually(t, 30*time.Second, "used back to 0", func() (bool, string) {
 		return l.Used(0) == 0, strconv.FormatUint(l.Used(0), 10)
 	})
 }
@@ -250,7 +250,7 @@ func TestDaemonKillRestartMidStorm(t *testing.T) {
 	st.resume(nil)
 	time.Sleep(500 * time.Millisecond)
 	st.stop(nil)
-	eventually(t, 30*time.Second, "used back to 0", func() (bool, string) {
+	probe.Eventually(t, 30*time.Second, "used back to 0", func() (bool, string) {
 		return l.Used(0) == 0, strconv.FormatUint(l.Used(0), 10)
 	})
 }

@@ -83,7 +83,7 @@ func TestAsyncChargedToStreamOrPoolDevice(t *testing.T) {
 					t.Errorf("device %d: %d bytes left after the frees", ord, after[g])
 				}
 			}
-			eventually(t, 30*time.Second, "used back to 0", func() (bool, string) {
+			probe.Eventually(t, 30*time.Second, "used back to 0", func() (bool, string) {
 				return l.Used(0) == 0 && l.Used(1) == 0, strconv.FormatUint(l.Used(0), 10) + "," +
 					strconv.FormatUint(l.Used(1), 10)
 			})

@@ -77,7 +77,7 @@ func TestVMMChargedWhileMapped(t *testing.T) {
 				}
 			}
 			// addrfree took the last two mappings down: nothing left for the daemon
-			eventually(t, 30*time.Second, "used back to 0", func() (bool, string) {
+			probe.Eventually(t, 30*time.Second, "used back to 0", func() (bool, string) {
 				return l.Used(0) == 0 && l.Reclaimed(0) == 0, strconv.FormatUint(l.Used(0), 10) + " reclaimed " +
 					strconv.FormatUint(l.Reclaimed(0), 10)
 			})

@@ -9,6 +9,8 @@ import (
 
 	"github.com/gpuslice/gpuslice/internal/ledger"
 	"golang.org/x/sys/unix"
+
+	"github.com/gpuslice/gpuslice/tests/interceptor/probe"
 )
 
 // A job writes the counters every attached process can write: denials set
@@ -36,7 +38,7 @@ func TestCountersWriteDecidesNothing(t *testing.T) {
 		return f
 	}
 	start := passes()
-	waitUntil(t, 20*time.Second, "two audit passes", func() (bool, string) { return passes() >= start+2, "" })
+	probe.Eventually(t, 20*time.Second, "two audit passes", func() (bool, string) { return passes() >= start+2, "" })
 	put(ledger.CtrOffGPU+ledger.CtrGPUOffDenied, 18_000_000_000_000_000_000)
 	put(ledger.CtrOffGPU+ledger.CtrGPUOffPeak, 0)
 	put(ledger.CtrOffGPU+ledger.CtrGPUOffUsed, 0)
@@ -48,7 +50,7 @@ func TestCountersWriteDecidesNothing(t *testing.T) {
 	}
 	p.Send("")
 	p.Wait()
-	waitUntil(t, 10*time.Second, "report", func() (bool, string) {
+	probe.Eventually(t, 10*time.Second, "report", func() (bool, string) {
 		r, err := d.Client().DeleteSession(ctx(t), id)
 		if err == nil {
 			if r.GPUs[0].PeakBytes < 256*MiB {

@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/gpuslice/gpuslice/internal/client"
+
+	"github.com/gpuslice/gpuslice/tests/interceptor/probe"
 )
 
 // Deleting a session while a process of it holds memory (another job's
@@ -33,7 +35,7 @@ func TestDeleteLiveSessionRefused(t *testing.T) {
 	}
 	p.Send("")
 	p.Wait()
-	waitUntil(t, 10*time.Second, "released once its process exited", func() (bool, string) {
+	probe.Eventually(t, 10*time.Second, "released once its process exited", func() (bool, string) {
 		_, err := d.Client().GetSession(ctx(t), id)
 		return errors.Is(err, client.ErrNotFound), errString(err)
 	})

@@ -5,6 +5,8 @@ import (
 	"os/exec"
 	"testing"
 	"time"
+
+	"github.com/gpuslice/gpuslice/tests/interceptor/probe"
 )
 
 // A process linked against CUDA sends its ATTACH from the library's
@@ -22,7 +24,7 @@ func TestEarlyAttachHoldsNoConnection(t *testing.T) {
 		p := startCmd(t, asUser(t, "gsltest1", exec.Command(gsProbe(t), "sleep:6000", "dev:0", "alloc:1M")), env)
 		t.Cleanup(func() { p.Cmd.Process.Kill() })
 	}
-	waitUntil(t, 20*time.Second, "the sleepers' early attaches", func() (bool, string) {
+	probe.Eventually(t, 20*time.Second, "the sleepers' early attaches", func() (bool, string) {
 		s, err := d.Client().GetSession(ctx(t), id)
 		if err != nil {
 			return false, err.Error()

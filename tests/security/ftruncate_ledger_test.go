@@ -6,6 +6,8 @@ import (
 
 	"github.com/gpuslice/gpuslice/internal/ipc"
 	"golang.org/x/sys/unix"
+
+	"github.com/gpuslice/gpuslice/tests/interceptor/probe"
 )
 
 // A process truncates (or grows) the counters fd it received at ATTACH.
@@ -44,7 +46,7 @@ func TestFtruncateLedgerDaemonSurvives(t *testing.T) {
 	// The job's process exits: the daemon reclaims from the ledger.
 	p.Send("")
 	p.Wait()
-	waitUntil(t, 10*time.Second, "reclaim", func() (bool, string) {
+	probe.Eventually(t, 10*time.Second, "reclaim", func() (bool, string) {
 		return used(t, d, id) == 0, "used " + itoa(used(t, d, id))
 	})
 	d.Restart()

@@ -153,35 +153,12 @@ func gsProbe(t *testing.T) string { return probe.Bin(t, "gs_probe") }
 func stepd(t *testing.T, job string, env []string, asUser string, prog string, args ...string) *probe.Proc {
 	t.Helper()
 	needRoot(t)
-	dir := t.TempDir()
-	os.Chmod(dir, 0o755)
-	bin := filepath.Join(dir, "slurmstepd")
-	copyFile(t, "/bin/bash", bin, 0o755)
 	argv := []string{prog}
 	if asUser != "" {
 		u := testenv.User(t, asUser)
 		argv = []string{"setpriv", fmt.Sprintf("--reuid=%d", u.UID), fmt.Sprintf("--regid=%d", u.GID), "--clear-groups", prog}
 	}
-	argv = append(argv, args...)
-	cmd := exec.Command(bin, append([]string{"-c", `"$@" <&0 & wait $!`, "bash"}, argv...)...)
-	cmd.Args[0] = "slurmstepd: [" + job + ".0]"
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	p := probe.StartCmd(t, cmd, env)
-	// Runs before the probe's own cleanup: the program is a grandchild
-	// holding the output pipe, so the whole group goes.
-	t.Cleanup(func() { syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) })
-	return p
-}
-
-func copyFile(t *testing.T, from, to string, mode os.FileMode) {
-	t.Helper()
-	b, err := os.ReadFile(from)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(to, b, mode); err != nil {
-		t.Fatal(err)
-	}
+	return probe.StartStepd(t, job, env, append(argv, args...)...)
 }
 
 // uidOf is the numeric uid of a test user (made when missing).
@@ -206,22 +183,6 @@ func killedBySIGKILL(err error) bool {
 	}
 	ws, ok := ee.Sys().(syscall.WaitStatus)
 	return ok && ws.Signaled() && ws.Signal() == syscall.SIGKILL
-}
-
-// waitUntil polls cond every 10 ms for at most within.
-func waitUntil(t *testing.T, within time.Duration, what string, cond func() (bool, string)) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for {
-		ok, state := cond()
-		if ok {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %v (%s)", what, within, state)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
 }
 
 // metric reads one sample's value from the daemon's /metrics ("" if absent).
@@ -269,7 +230,7 @@ func publicCopyOfSelf(t *testing.T) string {
 	t.Cleanup(func() { os.RemoveAll(dir) })
 	os.Chmod(dir, 0o755)
 	dst := filepath.Join(dir, "security.test")
-	copyFile(t, self, dst, 0o755)
+	probe.CopyFile(t, self, dst, 0o755)
 	return dst
 }
 

@@ -10,6 +10,8 @@ import (
 	"github.com/gpuslice/gpuslice/internal/ledger"
 	"github.com/gpuslice/gpuslice/internal/testenv"
 	"golang.org/x/sys/unix"
+
+	"github.com/gpuslice/gpuslice/tests/interceptor/probe"
 )
 
 // A job holds 256 MiB, frees it and writes 0 into its peak counter before
@@ -30,7 +32,7 @@ func TestZeroedPeakStillReported(t *testing.T) {
 		return f
 	}
 	start := passes()
-	waitUntil(t, 20*time.Second, "three audit passes", func() (bool, string) { return passes() >= start+3, "" })
+	probe.Eventually(t, 20*time.Second, "three audit passes", func() (bool, string) { return passes() >= start+3, "" })
 	p.Send("")
 	p.Expect("paused") // freed
 
@@ -43,7 +45,7 @@ func TestZeroedPeakStillReported(t *testing.T) {
 	atomic.StoreUint64((*uint64)(unsafe.Pointer(&ctr[ledger.CtrOffGPU+ledger.CtrGPUOffPeak])), 0)
 	p.Send("")
 	p.Wait()
-	waitUntil(t, 10*time.Second, "report", func() (bool, string) {
+	probe.Eventually(t, 10*time.Second, "report", func() (bool, string) {
 		r, err := d.Client().DeleteSession(ctx(t), id)
 		if err == nil && r.GPUs[0].PeakBytes < 256*MiB {
 			t.Errorf("report peak %d bytes after the job zeroed its peak counter; it held 256 MiB through %v audit passes",

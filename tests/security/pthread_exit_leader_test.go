@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/gpuslice/gpuslice/tests/interceptor/probe"
 )
 
 // pthreadExitLeader loads fakecuda's driver with ctypes (so the
@@ -40,7 +42,7 @@ func TestPthreadExitLeaderStaysCharged(t *testing.T) {
 		t.Fatalf("alloc rc=%s\n%s", rc, p.Output())
 	}
 	pid := p.Cmd.Process.Pid
-	waitUntil(t, 20*time.Second, "main thread exited", func() (bool, string) {
+	probe.Eventually(t, 20*time.Second, "main thread exited", func() (bool, string) {
 		b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 		f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))
 		return len(f) > 0 && f[0] == "Z", string(b)

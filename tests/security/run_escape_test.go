@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/gpuslice/gpuslice/internal/testenv"
+
+	"github.com/gpuslice/gpuslice/tests/interceptor/probe"
 )
 
 // Outside Slurm, `gpuslice run --gpu-mem 256M -- CMD`: a process of CMD
@@ -19,7 +21,7 @@ import (
 func TestRunEscapeStopped(t *testing.T) {
 	d := daemon(t)
 	bin := testenv.Artifact(t, "bin/gpuslice")
-	probe := gsProbe(t)
+	prog := gsProbe(t)
 	// The command: one process within the quota through the interceptor,
 	// one without it over the quota; the run waits for both.
 	script := `sleep 617 | "$1" dev:0 alloc:64M pause >"$2/good.out" 2>&1 &
@@ -27,7 +29,7 @@ sleep 617 | env -u LD_PRELOAD "$1" dev:0 alloc:512M pause >"$2/bad.out" 2>&1 &
 wait`
 	dir := t.TempDir()
 	cmd := exec.Command(bin, "--admin-socket", d.AdminSock, "--ipc-socket", d.IPCSock,
-		"run", "-q", "--gpu-mem", "256M", "--id", "runesc", "--", "sh", "-c", script, "sh", probe, dir)
+		"run", "-q", "--gpu-mem", "256M", "--id", "runesc", "--", "sh", "-c", script, "sh", prog, dir)
 	cmd.Env = append(d.Env(), "GPUSLICE_PRELOAD="+testenv.Artifact(t, "lib/libgpuslice.so"))
 	var stderr strings.Builder
 	cmd.Stderr = &stderr
@@ -40,7 +42,7 @@ wait`
 		exec.Command("pkill", "-KILL", "-f", "^sleep 617$").Run()
 		cmd.Process.Kill()
 	})
-	waitUntil(t, 20*time.Second, "the bypassing process stopped", func() (bool, string) {
+	probe.Eventually(t, 20*time.Second, "the bypassing process stopped", func() (bool, string) {
 		b, _ := os.ReadFile(filepath.Join(dir, "bad.out"))
 		return strings.Contains(d.Log(), "audit: session over its quota") && strings.Contains(d.Log(), "runesc"),
 			"bad.out: " + string(b) + "\nrun: " + stderr.String()

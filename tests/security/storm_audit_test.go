@@ -4,6 +4,8 @@ import (
 	"strconv"
 	"testing"
 	"time"
+
+	"github.com/gpuslice/gpuslice/tests/interceptor/probe"
 )
 
 // The audit must never take honest work for an overrun: 16 processes x 4
@@ -24,7 +26,7 @@ func TestStormNoAuditFalsePositive(t *testing.T) {
 		return f
 	}
 	start := passes()
-	waitUntil(t, 60*time.Second, "100 audit passes during the storm", func() (bool, string) {
+	probe.Eventually(t, 60*time.Second, "100 audit passes during the storm", func() (bool, string) {
 		return passes() >= start+100, ""
 	})
 	var denied uint64

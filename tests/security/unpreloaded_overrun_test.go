@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/gpuslice/gpuslice/internal/client"
+
+	"github.com/gpuslice/gpuslice/tests/interceptor/probe"
 )
 
 // A job's process that runs without the interceptor (env -u LD_PRELOAD, a
@@ -39,7 +41,7 @@ func TestUnpreloadedOverrunKilled(t *testing.T) {
 	good.Send("")
 	good.Wait()
 	var rep *client.Report
-	waitUntil(t, 10*time.Second, "session released", func() (bool, string) {
+	probe.Eventually(t, 10*time.Second, "session released", func() (bool, string) {
 		r, err := d.Client().DeleteSession(ctx(t), "4244")
 		rep = r
 		return err == nil, "delete: " + errString(err)
