@@ -134,17 +134,6 @@ int open(const char *path, int flags, ...)
 	return do_open(AT_FDCWD, path, flags, mode);
 }
 
-int open64(const char *path, int flags, ...)
-{
-	va_list ap;
-	mode_t mode;
-
-	va_start(ap, flags);
-	mode = mode_arg(flags, ap);
-	va_end(ap);
-	return do_open(AT_FDCWD, path, flags, mode);
-}
-
 int openat(int dirfd, const char *path, int flags, ...)
 {
 	va_list ap;
@@ -156,18 +145,11 @@ int openat(int dirfd, const char *path, int flags, ...)
 	return do_open(dirfd, path, flags, mode);
 }
 
-int openat64(int dirfd, const char *path, int flags, ...)
-{
-	va_list ap;
-	mode_t mode;
-
-	va_start(ap, flags);
-	mode = mode_arg(flags, ap);
-	va_end(ap);
-	return do_open(dirfd, path, flags, mode);
-}
-
 int __open_2(const char *path, int flags) { return do_open(AT_FDCWD, path, flags, 0); }
-int __open64_2(const char *path, int flags) { return do_open(AT_FDCWD, path, flags, 0); }
 int __openat_2(int dirfd, const char *path, int flags) { return do_open(dirfd, path, flags, 0); }
-int __openat64_2(int dirfd, const char *path, int flags) { return do_open(dirfd, path, flags, 0); }
+
+/* On 64-bit Linux the 64 variants are the same calls. */
+int open64(const char *path, int flags, ...) __attribute__((alias("open")));
+int openat64(int dirfd, const char *path, int flags, ...) __attribute__((alias("openat")));
+int __open64_2(const char *path, int flags) __attribute__((alias("__open_2")));
+int __openat64_2(int dirfd, const char *path, int flags) __attribute__((alias("__openat_2")));
