@@ -3,8 +3,9 @@ package compute
 import (
 	"fmt"
 
-	"github.com/NVIDIA/go-nvml/pkg/dl"
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
+
+	nvmlgpu "github.com/gpuslice/gpuslice/daemon/gpu"
 )
 
 // NVMLBusy measures GPU time per process from the driver:
@@ -19,36 +20,11 @@ type NVMLBusy struct {
 
 // OpenNVMLBusy loads NVML (libPath, else the default lookup) for n GPUs.
 func OpenNVMLBusy(libPath string, n int) (*NVMLBusy, error) {
-	where := "libnvidia-ml.so.1"
-	if libPath != "" {
-		where = libPath
-	}
-	l := dl.New(where, dl.RTLD_LAZY|dl.RTLD_LOCAL)
-	if err := l.Open(); err != nil {
-		return nil, fmt.Errorf("load NVML: %w", err)
-	}
-	err := l.Lookup("nvmlDeviceGetProcessUtilization")
-	l.Close()
+	lib, devs, err := nvmlgpu.OpenDevices(libPath, n, "nvmlDeviceGetProcessUtilization", "has no per-process utilisation")
 	if err != nil {
-		return nil, fmt.Errorf("NVML %s has no per-process utilisation: %w", where, err)
+		return nil, err
 	}
-	lib := nvml.New()
-	if libPath != "" {
-		lib = nvml.New(nvml.WithLibraryPath(libPath))
-	}
-	if ret := lib.Init(); ret != nvml.SUCCESS {
-		return nil, fmt.Errorf("NVML init: %s", lib.ErrorString(ret))
-	}
-	b := &NVMLBusy{lib: lib, seen: make([]uint64, n), Period: 100e6}
-	for i := 0; i < n; i++ {
-		dev, ret := lib.DeviceGetHandleByIndex(i)
-		if ret != nvml.SUCCESS {
-			lib.Shutdown()
-			return nil, fmt.Errorf("NVML device %d: %s", i, lib.ErrorString(ret))
-		}
-		b.devs = append(b.devs, dev)
-	}
-	return b, nil
+	return &NVMLBusy{lib: lib, devs: devs, seen: make([]uint64, n), Period: 100e6}, nil
 }
 
 // processUtilization calls go-nvml's wrapper, which sizes its buffer with

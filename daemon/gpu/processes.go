@@ -19,40 +19,50 @@ type Processes struct {
 
 // OpenProcesses loads NVML (as Inventory does) and keeps it open.
 func OpenProcesses(libPath string, n int) (*Processes, error) {
+	lib, devs, err := OpenDevices(libPath, n, "nvmlDeviceGetComputeRunningProcesses", "cannot list running processes")
+	if err != nil {
+		return nil, err
+	}
+	return &Processes{lib: lib, devs: devs}, nil
+}
+
+// OpenDevices loads NVML (from libPath when set, else the default
+// libnvidia-ml.so.1 lookup), checks that it has the symbol its caller
+// needs (lacking says what is then missing), and returns it initialised
+// with the handles of GPUs 0..n-1. go-nvml binds symbols lazily: a
+// library without one would kill the daemon at the first call instead of
+// returning an error.
+func OpenDevices(libPath string, n int, symbol, lacking string) (nvml.Interface, []nvml.Device, error) {
 	where := "libnvidia-ml.so.1"
 	if libPath != "" {
 		where = libPath
 	}
-	// go-nvml binds symbols lazily: a library without them would kill the
-	// daemon at the first call instead of returning an error.
 	l := dl.New(where, dl.RTLD_LAZY|dl.RTLD_LOCAL)
 	if err := l.Open(); err != nil {
-		return nil, fmt.Errorf("load NVML: %w", err)
+		return nil, nil, fmt.Errorf("load NVML: %w", err)
 	}
-	err := l.Lookup("nvmlDeviceGetComputeRunningProcesses")
+	err := l.Lookup(symbol)
 	l.Close()
 	if err != nil {
-		return nil, fmt.Errorf("NVML %s cannot list running processes: %w", where, err)
+		return nil, nil, fmt.Errorf("NVML %s %s: %w", where, lacking, err)
 	}
-	var lib nvml.Interface
+	lib := nvml.New()
 	if libPath != "" {
 		lib = nvml.New(nvml.WithLibraryPath(libPath))
-	} else {
-		lib = nvml.New()
 	}
 	if err := initLib(lib); err != nil {
-		return nil, fmt.Errorf("load NVML (%s): %w", where, err)
+		return nil, nil, fmt.Errorf("load NVML (%s): %w", where, err)
 	}
-	p := &Processes{lib: lib}
+	devs := make([]nvml.Device, 0, n)
 	for i := 0; i < n; i++ {
 		dev, ret := lib.DeviceGetHandleByIndex(i)
 		if ret != nvml.SUCCESS {
 			lib.Shutdown()
-			return nil, fmt.Errorf("NVML device %d: %s", i, lib.ErrorString(ret))
+			return nil, nil, fmt.Errorf("NVML device %d: %s", i, lib.ErrorString(ret))
 		}
-		p.devs = append(p.devs, dev)
+		devs = append(devs, dev)
 	}
-	return p, nil
+	return lib, devs, nil
 }
 
 // Read lists every process holding memory on every GPU.
