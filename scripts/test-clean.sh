@@ -111,6 +111,9 @@ if command -v ip >/dev/null; then
 		ip link delete "$l" 2>/dev/null
 	done
 fi
+# The directory the Apptainer test binds the nodes' GPU device nodes on
+# (empty outside the nodes).
+rmdir /dev/gs8-nvidia /dev/gs13-nvidia 2>/dev/null
 rm -f /run/gpuslice-gs8-suite.lock /run/gpuslice-gs13-suite.lock /run/lock/gpuslice-test-users.lock
 
 # --- packages ---------------------------------------------------------------

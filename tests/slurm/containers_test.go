@@ -34,10 +34,6 @@ func pyxisSetup(t *testing.T, c *cluster) string {
 	if _, err := os.Stat(image); err != nil {
 		t.Fatalf("no container image (make container-image): %v", err)
 	}
-	repo, err := repoFile("etc/enroot/50-gpuslice.sh")
-	if err != nil {
-		t.Fatal(err)
-	}
 
 	// slurmd's PATH is this process's: enroot where every PATH looks.
 	// A wrapper a killed run left (it names itself) is replaced.
@@ -52,11 +48,11 @@ func pyxisSetup(t *testing.T, c *cluster) string {
 	put(t, wrapper, "#!/bin/sh\n"+mark+"\nPATH="+bin+":$PATH exec "+bin+"/enroot \"$@\"\n", 0o755)
 
 	etc := filepath.Join(ct, "enroot", "etc", "enroot")
-	hook, err := os.ReadFile(repo)
+	hook, err := repoText("etc/enroot/50-gpuslice.sh")
 	if err != nil {
 		t.Fatal(err)
 	}
-	put(t, filepath.Join(etc, "hooks.d", "50-gpuslice.sh"), string(hook), 0o755)
+	put(t, filepath.Join(etc, "hooks.d", "50-gpuslice.sh"), hook, 0o755)
 	// enroot's own cgroup hook shows the container its cgroups, the
 	// hierarchies /proc/self/cgroup names: on this hybrid host the cgroup v1
 	// ones too, which a node (cgroup2 alone at its /sys/fs/cgroup) cannot
@@ -147,18 +143,52 @@ func TestPyxisContainerHeldToQuota(t *testing.T) {
 	if r.code != 0 {
 		t.Fatalf("srun --container-image: %s", r)
 	}
-	id := ""
-	lines := map[string]string{}
-	for _, l := range strings.Split(r.stdout, "\n") {
+	id := checkHeldInContainer(t, r)
+	c.assertReleased(t, id)
+
+	// Without the interceptor, over the quota: the audit stops it long
+	// before its sleep ends.
+	cmd = c.cmd(u, "srun", "-w", c.auditNode(t).Name, "--gpu-mem=1G", "--container-image="+image, "sh", "-c",
+		"echo job=$SLURM_JOB_ID; exec env -u LD_PRELOAD /usr/local/bin/gs_probe dev:0 meminfo alloc:1536M sleep:60000")
+	cmd.Env = append(cmd.Env, env...)
+	start := time.Now()
+	r = run(ctxFor(t, 3*time.Minute), cmd)
+	t.Logf("the bypassing job ended after %v", time.Since(start).Round(time.Millisecond))
+	if r.code == 0 || !strings.Contains(r.stdout, "alloc rc=0 bytes=1610612736") {
+		t.Fatalf("a bypassing task holding 1.5 GiB of a 1 GiB job: %s", r)
+	}
+	id, _ = probeLines(r.stdout)
+	c.assertReleased(t, id)
+	if h := c.history(t, id); h.AuditKilled < 1 {
+		t.Errorf("job %s's report does not say the audit stopped its task: %+v", id, h)
+	}
+}
+
+// probeLines reads a job's output: the id it printed ("job=ID") and the
+// first line of each of the probe's records, by name.
+func probeLines(out string) (id string, first map[string]string) {
+	first = map[string]string{}
+	for _, l := range strings.Split(out, "\n") {
 		if v, ok := strings.CutPrefix(l, "job="); ok {
 			id = v
 		}
 		if name, _, ok := strings.Cut(l, " "); ok {
-			if _, seen := lines[name]; !seen {
-				lines[name] = l
+			if _, seen := first[name]; !seen {
+				first[name] = l
 			}
 		}
 	}
+	return id, first
+}
+
+// checkHeldInContainer checks what a job that printed its id and ran
+// "gs_probe dev:0 meminfo nvml alloc:768M alloc:512M" in a container
+// under --gpu-mem=1G printed: both queries show 1 GiB, the first
+// allocation succeeded and the second, past the quota, failed with
+// CUDA_ERROR_OUT_OF_MEMORY. It returns the job's id.
+func checkHeldInContainer(t *testing.T, r result) string {
+	t.Helper()
+	id, lines := probeLines(r.stdout)
 	if id == "" {
 		t.Fatalf("no job id in the output: %s", r)
 	}
@@ -174,27 +204,5 @@ func TestPyxisContainerHeldToQuota(t *testing.T) {
 	if !strings.Contains(r.stdout, "alloc rc=2 bytes=536870912") {
 		t.Errorf("the allocation past the quota was not refused with CUDA_ERROR_OUT_OF_MEMORY:\n%s", r)
 	}
-	c.assertReleased(t, id)
-
-	// Without the interceptor, over the quota: the audit stops it long
-	// before its sleep ends.
-	cmd = c.cmd(u, "srun", "-w", c.auditNode(t).Name, "--gpu-mem=1G", "--container-image="+image, "sh", "-c",
-		"echo job=$SLURM_JOB_ID; exec env -u LD_PRELOAD /usr/local/bin/gs_probe dev:0 meminfo alloc:1536M sleep:60000")
-	cmd.Env = append(cmd.Env, env...)
-	start := time.Now()
-	r = run(ctxFor(t, 3*time.Minute), cmd)
-	t.Logf("the bypassing job ended after %v", time.Since(start).Round(time.Millisecond))
-	if r.code == 0 || !strings.Contains(r.stdout, "alloc rc=0 bytes=1610612736") {
-		t.Fatalf("a bypassing task holding 1.5 GiB of a 1 GiB job: %s", r)
-	}
-	id = ""
-	for _, l := range strings.Split(r.stdout, "\n") {
-		if v, ok := strings.CutPrefix(l, "job="); ok {
-			id = v
-		}
-	}
-	c.assertReleased(t, id)
-	if h := c.history(t, id); h.AuditKilled < 1 {
-		t.Errorf("job %s's report does not say the audit stopped its task: %+v", id, h)
-	}
+	return id
 }
