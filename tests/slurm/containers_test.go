@@ -126,7 +126,8 @@ func put(t *testing.T, path, text string, mode os.FileMode) {
 // so the program inside sees 1 GiB, gets CUDA_ERROR_OUT_OF_MEMORY past it,
 // and the job's session is released at its end. A task in the container
 // that drops LD_PRELOAD and takes more than the quota is stopped by the
-// node's audit.
+// node's audit, or, on a node whose driver has memory limits, refused at
+// allocation by the driver.
 func TestPyxisContainerHeldToQuota(t *testing.T) {
 	c := needCluster(t)
 	image := pyxisSetup(t, c)
@@ -161,6 +162,33 @@ func TestPyxisContainerHeldToQuota(t *testing.T) {
 	c.assertReleased(t, id)
 	if h := c.history(t, id); h.AuditKilled < 1 {
 		t.Errorf("job %s's report does not say the audit stopped its task: %+v", id, h)
+	}
+
+	// Where the node's driver enforces the quota (its memory limit on the
+	// job's cgroup, which the container's processes stay in), the same
+	// task is refused at allocation and ends by itself.
+	if !tracking.cgroup {
+		return
+	}
+	cmd = c.cmd(u, "srun", "--constraint=gpuslice_driver_limit", "--gpu-mem=1G", "--container-image="+image, "sh", "-c",
+		"echo job=$SLURM_JOB_ID; exec env -u LD_PRELOAD sh -c "+
+			"'grep -q libgpuslice /proc/$$/maps && echo interceptor=loaded || echo interceptor=absent; "+
+			"exec /usr/local/bin/gs_probe dev:0 meminfo alloc:768M alloc:512M'")
+	cmd.Env = append(cmd.Env, env...)
+	r = run(ctxFor(t, 3*time.Minute), cmd)
+	if r.code != 0 {
+		t.Fatalf("a task without the interceptor on a node whose driver has the limit (it must end by itself): %s", r)
+	}
+	id, _ = probeLines(r.stdout)
+	if !strings.Contains(r.stdout, "interceptor=absent") {
+		t.Fatalf("the task still had the interceptor: %s", r)
+	}
+	if !strings.Contains(r.stdout, "alloc rc=0 bytes=805306368") || !strings.Contains(r.stdout, "alloc rc=2 bytes=536870912") {
+		t.Errorf("the driver did not refuse the allocation past the job's 1 GiB with CUDA_ERROR_OUT_OF_MEMORY: %s", r)
+	}
+	c.assertReleased(t, id)
+	if h := c.history(t, id); h.AuditKilled != 0 {
+		t.Errorf("job %s: the audit killed %d processes; the driver should have refused instead: %+v", id, h.AuditKilled, h)
 	}
 }
 
