@@ -167,7 +167,8 @@ func (a *slurmApptainer) srun(c *cluster, conf string, srunArgs, flags []string,
 // binds, which --contain keeps. Queries show 1 GiB, the allocation past it
 // fails with CUDA_ERROR_OUT_OF_MEMORY, and the session is released at job
 // end. A program that drops the bind paths and the environment and takes
-// more than the quota is stopped by the node's audit.
+// more than the quota is stopped by the node's audit, or refused at
+// allocation where the node's driver has memory limits.
 func TestApptainerJobHeldToQuota(t *testing.T) {
 	c := needCluster(t)
 	a := apptainerSetup(t, c)
@@ -216,6 +217,33 @@ func TestApptainerJobHeldToQuota(t *testing.T) {
 		c.assertReleased(t, id)
 		if h := c.history(t, id); h.AuditKilled < 1 {
 			t.Errorf("job %s's report does not say the audit stopped its program: %+v", id, h)
+		}
+	})
+
+	// Where the node's driver enforces the quota on the job's cgroup, which
+	// Apptainer's processes stay in, the same program is refused at
+	// allocation and ends by itself.
+	t.Run("bypass on a node whose driver has the limit", func(t *testing.T) {
+		if !tracking.cgroup {
+			t.Skip("the cluster runs without cgroups: the driver's limits are set on cgroups")
+		}
+		r := run(ctxFor(t, 3*time.Minute), c.cmd(u, "srun", a.srun(c, a.conf,
+			[]string{"--constraint=gpuslice_driver_limit", "--gpu-mem=1G"}, []string{"--no-mount", "bind-paths", "--cleanenv"},
+			"sh", "-c", "grep -q libgpuslice /proc/$$/maps && echo interceptor=loaded || echo interceptor=absent; "+
+				"exec /usr/local/bin/gs_probe dev:0 alloc:768M alloc:512M")...))
+		if r.code != 0 {
+			t.Fatalf("a program without the interceptor on a node whose driver has the limit (it must end by itself): %s", r)
+		}
+		if !strings.Contains(r.stdout, "interceptor=absent") {
+			t.Fatalf("the program still had the interceptor: %s", r)
+		}
+		if !strings.Contains(r.stdout, "alloc rc=0 bytes=805306368") || !strings.Contains(r.stdout, "alloc rc=2 bytes=536870912") {
+			t.Errorf("the driver did not refuse the allocation past the job's 1 GiB with CUDA_ERROR_OUT_OF_MEMORY: %s", r)
+		}
+		id, _ := probeLines(r.stdout)
+		c.assertReleased(t, id)
+		if h := c.history(t, id); h.AuditKilled != 0 {
+			t.Errorf("job %s: the audit killed %d processes; the driver should have refused instead: %+v", id, h.AuditKilled, h)
 		}
 	})
 }
