@@ -189,8 +189,11 @@ func (m *Manager) Patch(id string, req api.PatchRequest) (api.Session, error) {
 	if !ok {
 		return api.Session{}, fmt.Errorf("%w: session %q", api.ErrNotFound, id)
 	}
-	if req.QuotaBytes == nil && req.Quotas == nil && req.TTLSeconds == nil {
-		return api.Session{}, fmt.Errorf("%w: nothing to change (quota_bytes, quotas, ttl_seconds)", api.ErrBadRequest)
+	if req.QuotaBytes == nil && req.Quotas == nil && req.TTLSeconds == nil && req.Compute == nil {
+		return api.Session{}, fmt.Errorf("%w: nothing to change (quota_bytes, quotas, ttl_seconds, compute)", api.ErrBadRequest)
+	}
+	if err := req.Compute.Validate(); err != nil {
+		return api.Session{}, err
 	}
 	limits := map[string]uint64{}
 	for k, v := range s.rec.Limits {
@@ -231,6 +234,13 @@ func (m *Manager) Patch(id string, req api.PatchRequest) (api.Session, error) {
 		}
 		rec.Expires = now.Add(rec.TTL)
 	}
+	if req.Compute != nil {
+		c := *req.Compute
+		rec.Compute = &c
+		if !c.Shared() {
+			rec.Compute = nil // no share: as a session created without one
+		}
+	}
 	if err := m.st.PutSession(rec); err != nil {
 		return api.Session{}, fmt.Errorf("persist session: %w", err)
 	}
@@ -241,7 +251,14 @@ func (m *Manager) Patch(id string, req api.PatchRequest) (api.Session, error) {
 		return api.Session{}, fmt.Errorf("update ledger: %w", err)
 	}
 	m.applyDriverLimits(rec, s.gidx)
-	m.opt.Log.Info("session changed", "session", id, "limits", fmtLimits(limits), "expires", rec.Expires)
+	// A share changed or removed holds from the compute controller's next
+	// pass, which reads every session's; a share given to a session that
+	// had none gets its slot now, and the processes that attach from now
+	// on are gated (a launch gate finds its slot when its process attaches).
+	if m.opt.ComputeAssign != nil && rec.Compute.Shared() {
+		m.opt.ComputeAssign(id)
+	}
+	m.opt.Log.Info("session changed", "session", id, "limits", fmtLimits(limits), "expires", rec.Expires, "compute", rec.Compute.String())
 	return m.viewLocked(s), nil
 }
 

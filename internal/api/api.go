@@ -86,12 +86,14 @@ type SessionRequest struct {
 	SLUID string `json:"sluid,omitempty"`
 }
 
-// PatchRequest changes a session's quotas and/or TTL live. QuotaBytes sets
-// every GPU of the session; Quotas sets the GPUs it names (UUID or index).
+// PatchRequest changes a session's quotas, TTL and/or GPU time share live.
+// QuotaBytes sets every GPU of the session; Quotas sets the GPUs it names
+// (UUID or index); Compute replaces the share ({"mode": "off"} removes it).
 type PatchRequest struct {
 	QuotaBytes *uint64           `json:"quota_bytes,omitempty"`
 	Quotas     map[string]uint64 `json:"quotas,omitempty"`
 	TTLSeconds *int64            `json:"ttl_seconds,omitempty"`
+	Compute    *Compute          `json:"compute,omitempty"`
 }
 
 // SessionGPU is one GPU of a session.

@@ -1,11 +1,13 @@
 package compute
 
 import (
+	"context"
 	"fmt"
 	"math"
 	"testing"
 
 	"github.com/gpuslice/gpuslice/internal/api"
+	"github.com/gpuslice/gpuslice/internal/client"
 )
 
 // Sessions contending for one GPU get their weights' shares of its time,
@@ -56,6 +58,30 @@ func TestLoneSessionAndCap(t *testing.T) {
 	t.Logf("lone session capped at 30%%: %.1f%% of the GPU's time", got)
 	if got > 32 || got < 25 {
 		t.Errorf("a session capped at 30%% got %.1f%% of the GPU alone; want 30 (+2 points: the cap's 60 ms of burst and NVML's 100 ms samples at the window's edges)", got)
+	}
+}
+
+// A share changed while the sessions run (PATCH, `gpuslice update`) holds
+// for their running processes from the controller's next pass: two
+// sessions started at 25/75 and swapped to 75/25 get 75/25.
+func TestShareChangedLive(t *testing.T) {
+	d := startDaemon(t)
+	a, b := "a", "b"
+	session(t, d, a, 8<<30, percent(25, 0))
+	session(t, d, b, 8<<30, percent(75, 0))
+	ja, jb := launch(t, d, a), launch(t, d, b)
+	settle()
+	for id, w := range map[string]int{a: 75, b: 25} {
+		if _, err := d.Client().PatchSession(context.Background(), id, client.PatchRequest{Compute: percent(w, 0)}); err != nil {
+			t.Fatalf("PATCH %s's share to %d: %v", id, w, err)
+		}
+	}
+	settle()
+	busy, win := measure(t, d, window)
+	got := shares(busy, ja, jb)
+	t.Logf("started at 25/75, changed to 75/25: measured shares %.1f (window %.0f ms)", got, win)
+	if math.Abs(got[0]-75) > 5 || math.Abs(got[1]-25) > 5 {
+		t.Errorf("after the change the sessions got %.1f%% of the GPU, want 75/25 within 5 points", got)
 	}
 }
 
