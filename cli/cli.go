@@ -96,6 +96,7 @@ func init() {
 				"for --uid with --gpu-mem per GPU. Creating the same session again with the same owner and\n" +
 				"quota succeeds and changes nothing.", allocateCmd},
 		{"status", "[flags] [ID]", "show a job: quota, used and peak per GPU, live processes", statusLong, statusCmd},
+		{"update", "[flags] ID", "change a live session's quota, TTL or GPU time share", updateLong, updateCmd},
 		{"release", "[flags] ID", "release a session and print its report", "", releaseCmd},
 		{"list", "[flags]", "list live sessions (--mine: your running and finished jobs)", listLong, listCmd},
 		{"report", "[flags] ID", "show the report of a released session (e.g. a finished job)", reportLong, reportCmd},
@@ -262,15 +263,19 @@ func (e *env) printJSON(v any) error {
 
 // quotaFlags are shared by allocate and run.
 type quotaFlags struct {
-	gpuMem string
-	gpus   string
-	ttl    string
+	gpuMem  string
+	gpus    string
+	ttl     string
+	compute computeFlags
+	fs      *pflag.FlagSet
 }
 
 func (q *quotaFlags) register(fs *pflag.FlagSet) {
 	fs.StringVar(&q.gpuMem, "gpu-mem", "", "quota per GPU, e.g. 8G, 512M (required)")
 	fs.StringVar(&q.gpus, "gpus", "", "comma-separated GPU indices or UUIDs (default: every GPU of the node)")
 	fs.StringVar(&q.ttl, "ttl", "", "time to live, e.g. 12h or seconds (default: the daemon's default_ttl)")
+	q.compute.register(fs)
+	q.fs = fs
 }
 
 func (q *quotaFlags) request(id string, uid uint32) (client.SessionRequest, error) {
@@ -300,7 +305,8 @@ func (q *quotaFlags) request(id string, uid uint32) (client.SessionRequest, erro
 		}
 		req.TTLSeconds = ttl
 	}
-	return req, nil
+	req.Compute, err = q.compute.spec(q.fs, nil)
+	return req, err
 }
 
 func parseTTL(s string) (int64, error) {
@@ -457,8 +463,12 @@ func gpuRef(index int, uuid string) string {
 }
 
 func printSession(w io.Writer, s *client.Session) {
-	fmt.Fprintf(w, "Session %s (uid %d)\n  created %s, expires %s\n\n", s.ID, s.UID,
+	fmt.Fprintf(w, "Session %s (uid %d)\n  created %s, expires %s\n", s.ID, s.UID,
 		s.Created.Local().Format(time.DateTime), s.Expires.Local().Format(time.DateTime))
+	if s.Compute.Shared() {
+		fmt.Fprintf(w, "  GPU time share on each GPU: %s\n", s.Compute)
+	}
+	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "GPU\tUUID\tQUOTA\tUSED\tPEAK\tDENIED\tENFORCED BY")
 	for _, g := range s.GPUs {
