@@ -308,10 +308,11 @@ class Proc:
 class Session:
     """A gpuslice session (as a Slurm job's Prolog would make), released at exit."""
 
-    def __init__(self, h, sid, quota):
+    def __init__(self, h, sid, quota, compute=None):
         self.h, self.id, self.quota = h, sid, quota
         self.report = None
-        h.cli("allocate", sid, "--gpu-mem", "%dB" % quota, "--uid", str(os.getuid()), "--json")
+        share = ["--gpu-compute", str(compute)] if compute is not None else []
+        h.cli("allocate", sid, "--gpu-mem", "%dB" % quota, "--uid", str(os.getuid()), "--json", *share)
         self.env = h.env({"LD_PRELOAD": h.preload, "GPUSLICE_SESSION": sid,
                           "GPUSLICE_IPC_SOCK": h.ipc})
 
@@ -420,9 +421,11 @@ class Harness:
             raise CaseError("gpuslice %s: exit %d: %s" % (" ".join(args), p.returncode, p.stderr.strip()))
         return json.loads(p.stdout) if "--json" in args else p.stdout
 
-    def session(self, quota, sid=None):
+    def session(self, quota, sid=None, compute=None):
+        """A session of quota bytes; compute: its GPU time share (a percent,
+        'proportional'), None for none."""
         self.nsess += 1
-        return Session(self, sid or "gpu-%d-%d" % (os.getpid(), self.nsess), int(quota))
+        return Session(self, sid or "gpu-%d-%d" % (os.getpid(), self.nsess), int(quota), compute)
 
     def daemon_lines(self, needle):
         try:
