@@ -13,8 +13,8 @@ import (
 const updateLong = `Changes a live session (PATCH /v1/sessions/ID): its quota on every GPU (--gpu-mem, refused
 with exit 3 when the GPU cannot hold it), its time to live (--ttl), its GPU time share
 (--gpu-compute, --gpu-compute-max; the flags not given keep the session's values). A quota
-or share change holds at once for the session's running processes, except a share given to a
-session that had none: that reaches the processes that attach after. Needs the admin socket.`
+or share change holds at once for the session's running processes (a share from gpusliced's
+next pass, 100 ms). Needs the admin socket.`
 
 // computeFlags are a session's GPU time share as srun takes it.
 type computeFlags struct {

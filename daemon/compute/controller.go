@@ -8,7 +8,9 @@ import (
 	"github.com/gpuslice/gpuslice/internal/api"
 )
 
-// Session is what the controller needs of one live session with a share.
+// Session is what the controller needs of one live session. One whose
+// Spec is not Shared keeps its slot on the page but is never held, and its
+// GPU time counts as the GPU's, not anyone's.
 type Session struct {
 	ID     string
 	GPUs   []int    // inventory index of each ledger GPU (-1: not on this node)
@@ -17,8 +19,8 @@ type Session struct {
 	Pids   []uint32 // its attached processes
 }
 
-// Sessions lists the live sessions that have a share, and says which job
-// a pid that never attached runs in (from the kernel).
+// Sessions lists the live sessions, and says which job a pid that never
+// attached runs in (from the kernel).
 type Sessions interface {
 	ComputeSessions() []Session
 	JobOf(pid uint32) string
@@ -84,13 +86,17 @@ func (c *Controller) Pass(now time.Time) {
 	if c.state == nil {
 		c.state = map[int]map[string]*Entry{}
 	}
-	sessions := c.Sessions.ComputeSessions()
-	live := map[string]bool{}
+	live := map[string]bool{}   // every live session: it keeps its slot
+	shared := map[string]bool{} // those with a share: the controller's
 	byPid := map[uint32]string{}
 	ledgerIdx := map[string]map[int]int{} // session -> inventory GPU -> ledger index
-	for _, s := range sessions {
+	for _, s := range c.Sessions.ComputeSessions() {
 		live[s.ID] = true
 		c.Page.Assign(s.ID)
+		if !s.Spec.Shared() {
+			continue
+		}
+		shared[s.ID] = true
 		for _, p := range s.Pids {
 			byPid[p] = s.ID
 		}
@@ -122,13 +128,16 @@ func (c *Controller) Pass(now time.Time) {
 			c.Page.Release(id)
 		}
 	}
-	if len(sessions) == 0 {
+	if len(shared) == 0 {
 		for g := range c.state {
 			if c.Passes != nil {
 				c.Passes(g, nil) // nobody left on it
 			}
 		}
 		c.state = nil // nobody shares: no NVML read, nothing held
+		for id := range live {
+			c.Page.SetThrottle(id, 0) // a share removed: its session runs free
+		}
 		c.Page.Beat()
 		return
 	}
@@ -156,8 +165,8 @@ func (c *Controller) Pass(now time.Time) {
 		ids := make([]string, 0, len(st))
 		es := make([]Entry, 0, len(st))
 		for id, e := range st {
-			if !live[id] {
-				delete(st, id) // released: its share goes at once
+			if !shared[id] {
+				delete(st, id) // released, or its share removed: it goes at once
 				continue
 			}
 			ids = append(ids, id)

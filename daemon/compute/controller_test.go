@@ -71,3 +71,59 @@ func TestControllerPass(t *testing.T) {
 		}
 	}
 }
+
+// A session without a share keeps its slot and is never held; a share
+// given to it is enforced from the next pass, and a share removed frees
+// the session at once (its throttle bits cleared, its slot kept).
+func TestControllerShareGivenAndRemoved(t *testing.T) {
+	page, err := OpenPage(filepath.Join(t.TempDir(), "compute"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer page.Close()
+	off := api.Compute{Mode: api.ComputeOff}
+	ss := &fakeSessions{list: []Session{
+		{ID: "a", GPUs: []int{0}, Limits: []uint64{1}, Spec: off, Pids: []uint32{10}},
+		{ID: "b", GPUs: []int{0}, Limits: []uint64{1}, Spec: api.Compute{Mode: api.ComputePercent, Percent: 75}, Pids: []uint32{20}},
+	}}
+	// both launch back to back and the GPU gives each half its time
+	src := &fakeBusy{next: map[int]map[uint32]float64{0: {10: 50e6, 20: 50e6}}}
+	c := &Controller{Page: page, Source: src, Sessions: ss, Physical: []uint64{80}, Interval: 100 * time.Millisecond,
+		Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	now := time.Unix(1000, 0)
+	pass := func() {
+		now = now.Add(100 * time.Millisecond)
+		c.Pass(now)
+	}
+	slotted := func(id string) bool {
+		for _, a := range page.Assigned() {
+			if a == id {
+				return true
+			}
+		}
+		return false
+	}
+	pass()
+	if !slotted("a") || page.Throttle("a") != 0 {
+		t.Fatalf("a session without a share: slot %v, throttle %b; want a slot, never held", slotted("a"), page.Throttle("a"))
+	}
+	// a is given 25 % and takes half the GPU beside b's 75: it is held
+	ss.list[0].Spec = api.Compute{Mode: api.ComputePercent, Percent: 25}
+	pass()
+	if got := page.Throttle("a"); got != 1 {
+		t.Fatalf("a given a share of 25 while it takes 50 %%: throttle %b, want held (1)", got)
+	}
+	// and the share removed again: free at once, slot kept
+	ss.list[0].Spec = off
+	pass()
+	if got := page.Throttle("a"); got != 0 || !slotted("a") {
+		t.Fatalf("a's share removed: throttle %b, slot %v; want free, slot kept", got, slotted("a"))
+	}
+	// b's removed too: nobody shares, and b runs free
+	ss.list[1].Spec = off
+	page.SetThrottle("b", 1)
+	pass()
+	if got := page.Throttle("b"); got != 0 {
+		t.Fatalf("no share left: b's throttle %b, want 0", got)
+	}
+}

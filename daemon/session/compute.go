@@ -1,10 +1,16 @@
 package session
 
-import "github.com/gpuslice/gpuslice/daemon/compute"
+import (
+	"github.com/gpuslice/gpuslice/daemon/compute"
+	"github.com/gpuslice/gpuslice/internal/api"
+)
 
-// ComputeSessions lists the live sessions that have a GPU time share, with
-// their GPUs (inventory index per ledger GPU), quotas and attached pids:
-// what the compute controller (daemon/compute) decides from.
+// ComputeSessions lists the live sessions with their GPU time shares, GPUs
+// (inventory index per ledger GPU), quotas and attached pids: what the
+// compute controller (daemon/compute) decides from. A session without a
+// share is listed too, with an unshared Spec: it keeps a slot on the
+// compute page, so a share a PATCH gives it later reaches the processes
+// already running (their launch gates found the slot when they attached).
 func (m *Manager) ComputeSessions() []compute.Session {
 	m.mu.RLock()
 	ss := make([]*Session, 0, len(m.sessions))
@@ -15,11 +21,14 @@ func (m *Manager) ComputeSessions() []compute.Session {
 	var out []compute.Session
 	for _, s := range ss {
 		s.mu.Lock()
-		if s.released || !s.rec.Compute.Shared() {
+		if s.released {
 			s.mu.Unlock()
 			continue
 		}
-		cs := compute.Session{ID: s.rec.ID, Spec: *s.rec.Compute, GPUs: append([]int(nil), s.gidx...)}
+		cs := compute.Session{ID: s.rec.ID, Spec: api.Compute{Mode: api.ComputeOff}, GPUs: append([]int(nil), s.gidx...)}
+		if s.rec.Compute != nil {
+			cs.Spec = *s.rec.Compute
+		}
 		for _, uuid := range s.rec.GPUs {
 			cs.Limits = append(cs.Limits, s.rec.Limits[uuid])
 		}

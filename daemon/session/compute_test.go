@@ -9,8 +9,9 @@ import (
 
 // A PATCH of a session's GPU time share: what the compute controller reads
 // (ComputeSessions) follows at once, "off" takes the session out of the
-// sharing, a share given to a session that had none gets its slot, a bad
-// share changes nothing, and the share is kept across a restart.
+// sharing, a session without a share has its slot from its creation (so
+// one given later reaches its running processes), a bad share changes
+// nothing, and the share is kept across a restart.
 func TestPatchCompute(t *testing.T) {
 	dir := t.TempDir()
 	f := newFixture(t, dir)
@@ -23,13 +24,20 @@ func TestPatchCompute(t *testing.T) {
 	if _, _, err := f.m.Create(api.SessionRequest{ID: "n", QuotaBytes: 1 << 30}); err != nil {
 		t.Fatal(err)
 	}
+	if len(assigned) != 2 || assigned[0] != "c" || assigned[1] != "n" {
+		t.Fatalf("slots assigned at creation: %v, want [c n] (a session without a share too)", assigned)
+	}
 	specOf := func(id string) *api.Compute {
 		for _, s := range f.m.ComputeSessions() {
 			if s.ID == id {
 				return &s.Spec
 			}
 		}
+		t.Fatalf("session %s is not listed for the compute controller", id)
 		return nil
+	}
+	if s := specOf("n"); s.Shared() {
+		t.Fatalf("a session created without a share is listed with one: %+v", s)
 	}
 
 	v, err := f.m.Patch("c", api.PatchRequest{Compute: &api.Compute{Mode: api.ComputePercent, Percent: 70, MaxPercent: 80}})
@@ -59,16 +67,15 @@ func TestPatchCompute(t *testing.T) {
 	if v, err = f.m.Patch("c", api.PatchRequest{Compute: &api.Compute{Mode: api.ComputeOff}}); err != nil || v.Compute != nil {
 		t.Fatalf("PATCH compute off = %+v, %v; want no share", v.Compute, err)
 	}
-	if s := specOf("c"); s != nil {
+	if s := specOf("c"); s.Shared() {
 		t.Fatalf("the controller still shares a session whose share was removed: %+v", s)
 	}
 
-	assigned = nil
 	if _, err = f.m.Patch("n", api.PatchRequest{Compute: &api.Compute{Mode: api.ComputeProportional}}); err != nil {
 		t.Fatal(err)
 	}
-	if len(assigned) != 1 || assigned[0] != "n" {
-		t.Fatalf("a share given to a session that had none: slots assigned %v, want [n]", assigned)
+	if s := specOf("n"); s.Mode != api.ComputeProportional {
+		t.Fatalf("a share given to a session that had none: the controller reads %+v", s)
 	}
 
 	f.close()

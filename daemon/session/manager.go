@@ -38,8 +38,9 @@ type Options struct {
 	// from the kernel (daemon/identity); ppid is pid's parent as the caller
 	// just read it, 0 when it has not. Nil: names from the process only.
 	Identity func(pid, ppid uint32) (job string, how identity.How)
-	// ComputeAssign gives a new session with a GPU time share its slot on
-	// the compute page (daemon/compute); nil: no compute share.
+	// ComputeAssign gives a new session its slot on the compute page
+	// (daemon/compute), whether it has a GPU time share or not (one can be
+	// given later); nil: no compute share.
 	ComputeAssign func(id string)
 	// DriverLimits, when set, mirrors each session's quotas into the
 	// driver's memory limit on its job's cgroup (driverlimit.go): applied

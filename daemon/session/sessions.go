@@ -77,8 +77,10 @@ func (m *Manager) Create(req api.SessionRequest) (api.Session, bool, error) {
 	}
 	m.commitLocked(limits, +1)
 	m.applyDriverLimits(rec, idx)
-	if m.opt.ComputeAssign != nil && rec.Compute.Shared() {
-		m.opt.ComputeAssign(rec.ID) // its gates find their slot from the first attach
+	if m.opt.ComputeAssign != nil {
+		// Every session, with a share or not: its gates find their slot
+		// when their processes attach, and a share given later reaches them.
+		m.opt.ComputeAssign(rec.ID)
 	}
 	if m.ev.Created != nil {
 		m.ev.Created()
@@ -251,13 +253,10 @@ func (m *Manager) Patch(id string, req api.PatchRequest) (api.Session, error) {
 		return api.Session{}, fmt.Errorf("update ledger: %w", err)
 	}
 	m.applyDriverLimits(rec, s.gidx)
-	// A share changed or removed holds from the compute controller's next
-	// pass, which reads every session's; a share given to a session that
-	// had none gets its slot now, and the processes that attach from now
-	// on are gated (a launch gate finds its slot when its process attaches).
-	if m.opt.ComputeAssign != nil && rec.Compute.Shared() {
-		m.opt.ComputeAssign(id)
-	}
+	// A share given, changed or removed holds from the compute controller's
+	// next pass, which reads every session's: the session has had its slot
+	// on the compute page since it was created, and its running processes'
+	// launch gates read it.
 	m.opt.Log.Info("session changed", "session", id, "limits", fmtLimits(limits), "expires", rec.Expires, "compute", rec.Compute.String())
 	return m.viewLocked(s), nil
 }

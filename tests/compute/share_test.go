@@ -85,6 +85,27 @@ func TestShareChangedLive(t *testing.T) {
 	}
 }
 
+// A share given to a running session that had none holds for its running
+// processes: a session without a share and one of 75 launch back to back,
+// then the first is given 25 and they get 25/75.
+func TestShareGivenLive(t *testing.T) {
+	d := startDaemon(t)
+	session(t, d, "none", 8<<30, nil)
+	session(t, d, "b", 8<<30, percent(75, 0))
+	ja, jb := launch(t, d, "none"), launch(t, d, "b")
+	settle()
+	if _, err := d.Client().PatchSession(context.Background(), "none", client.PatchRequest{Compute: percent(25, 0)}); err != nil {
+		t.Fatalf("PATCH a share of 25: %v", err)
+	}
+	settle()
+	busy, win := measure(t, d, window)
+	got := shares(busy, ja, jb)
+	t.Logf("a session given 25 beside one of 75: measured shares %.1f (window %.0f ms)", got, win)
+	if math.Abs(got[0]-25) > 5 || math.Abs(got[1]-75) > 5 {
+		t.Errorf("the sessions got %.1f%% of the GPU, want 25/75 within 5 points", got)
+	}
+}
+
 // The gate cannot stop a kernel that is running: a session that launches
 // one giant kernel (1 s, beside a neighbour launching back to back) takes
 // half the GPU while it runs, and is then held until it has paid the time
