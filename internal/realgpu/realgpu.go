@@ -169,6 +169,10 @@ type target struct {
 var targets = []target{
 	{"added cost of an alloc+free pair (1 MiB, 1 thread)", "cost_alloc_free_pair", "added_percent", 1, true, "%"},
 	{"8-thread alloc/free throughput, with / without", "cost_alloc_free_pair", "throughput_ratio_8threads", 0.99, false, ""},
+	// The same on the plain path (GPUSLICE_PLAIN_PATH=1: no per-thread
+	// credit or fronts): within the targets, that machinery goes.
+	{"added cost of an alloc+free pair, plain path", "cost_alloc_free_pair", "added_percent_plain_path", 1, true, "%"},
+	{"8-thread alloc/free throughput, plain path / without", "cost_alloc_free_pair", "throughput_ratio_8threads_plain_path", 0.99, false, ""},
 	{"a small transformer's training step, added", "cost_training_step", "added_percent", 0.5, true, "%"},
 	{"exec -> first allocation, added (a job's later process)", "cost_exec_first_alloc", "added_ms_later_process", 0.3, true, " ms"},
 	{"exec -> first allocation, added (first process of a job)", "cost_exec_first_alloc", "added_ms_first_of_session", 0.3, true, " ms"},

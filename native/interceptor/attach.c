@@ -68,6 +68,8 @@ static void read_env(void)
 	const char *s = getenv("GPUSLICE_SESSION");
 	const char *d = getenv("GPUSLICE_DEBUG");
 	gs_debug_on = d != NULL && d[0] != '\0' && strcmp(d, "0") != 0;
+	const char *pl = getenv("GPUSLICE_PLAIN_PATH");
+	gs_plain_path = pl != NULL && pl[0] != '\0' && strcmp(pl, "0") != 0;
 	env_error = 0;
 	int named = s != NULL && s[0] != '\0';
 	snprintf(session_env, sizeof(session_env), "%s", named ? s : "");

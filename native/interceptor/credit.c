@@ -28,9 +28,9 @@ long gs_membarrier(int cmd) { return syscall(SYS_membarrier, cmd, 0, 0); }
 void gs_credit_attach(void)
 {
 	pthread_once(&exit_once, make_exit_key);
-	gs.credit_ok = exit_key_ok && gs_membarrier(MEMBARRIER_CMD_REGISTER_GLOBAL_EXPEDITED) == 0;
+	gs.credit_ok = exit_key_ok && !gs_plain_path && gs_membarrier(MEMBARRIER_CMD_REGISTER_GLOBAL_EXPEDITED) == 0;
 	if (!gs.credit_ok)
-		gs_debug("membarrier unavailable: every charge takes the exact path");
+		gs_debug("%s: every charge takes the exact path", gs_plain_path ? "GPUSLICE_PLAIN_PATH" : "membarrier unavailable");
 }
 
 /* Whether this process's slot is marked in the credit map (a slot the

@@ -28,9 +28,10 @@ static void front_init(void)
 {
 	if (pthread_key_create(&exit_key, thread_exit) != 0)
 		return;
-	gs_front_ok = gs_membarrier(MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED) == 0;
+	gs_front_ok = !gs_plain_path && gs_membarrier(MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED) == 0;
 	if (!gs_front_ok)
-		gs_debug("membarrier unavailable: every allocation is recorded in the shared table");
+		gs_debug("%s: every allocation is recorded in the shared table",
+			 gs_plain_path ? "GPUSLICE_PLAIN_PATH" : "membarrier unavailable");
 }
 
 /* First use by this thread: own a free front if there is one. */

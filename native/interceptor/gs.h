@@ -294,6 +294,10 @@ void gs_vmm_import_ref(uint64_t handle); /* hooks_vmm.c */
 
 /* ---- logging (log.c) ---- */
 extern int gs_debug_on;
+/* GPUSLICE_PLAIN_PATH=1: no per-thread credit, no pointer-table fronts;
+ * every charge is one CAS on the ledger and every pointer goes in the
+ * shared table (what the machinery is measured against, docs/ledger.md). */
+extern int gs_plain_path;
 void gs_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 #define gs_debug(...)                 \
 	do {                          \

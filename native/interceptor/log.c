@@ -7,6 +7,7 @@
 #include "gs.h"
 
 int gs_debug_on;
+int gs_plain_path;
 
 void gs_log(const char *fmt, ...)
 {

@@ -132,18 +132,47 @@ func (s *sampler) done() (uint64, int) {
 
 // 16 processes x 4 threads hammer one session: usage never exceeds the
 // quota, equals what the processes hold when they are paused, and is 0
-// after they exit.
+// after they exit. The same with GPUSLICE_PLAIN_PATH=1 (no per-thread
+// credit, no pointer-table fronts: what the real-GPU suite measures the
+// machinery against), where no thread owns a stripe of the ledger.
 func TestStormNeverExceedsQuota(t *testing.T) {
+	for _, plain := range []bool{false, true} {
+		name := "credit"
+		if plain {
+			name = "plain path"
+		}
+		t.Run(name, func(t *testing.T) { stormNeverExceedsQuota(t, plain) })
+	}
+}
+
+func stormNeverExceedsQuota(t *testing.T, plain bool) {
 	d := testenv.StartDaemon(t, testenv.DaemonOptions{})
 	const quota = 1 * GiB
 	sess := newSession(t, d, client.SessionRequest{QuotaBytes: quota})
 	l := openLedger(t, d, sess.ID)
 	smp := sample(l)
-	st := startStorm(t, sessionEnv(t, d, sess.ID), 16, 4, 1*MiB, 64*MiB, 8)
+	env := sessionEnv(t, d, sess.ID)
+	if plain {
+		env = append(env, "GPUSLICE_PLAIN_PATH=1")
+	}
+	st := startStorm(t, env, 16, 4, 1*MiB, 64*MiB, 8)
 	time.Sleep(2 * time.Second)
 	held := st.pause(nil)
 	if u, s := l.Used(0), sumSlots(l, 0); u != sum(held) || s != u {
 		t.Errorf("paused: ledger used %d, slots %d, processes hold %d", u, s, sum(held))
+	}
+	owned := 0
+	for _, i := range l.InUse() {
+		for _, tid := range l.StripeOwners(i) {
+			if tid != 0 {
+				owned++
+			}
+		}
+	}
+	if plain && owned != 0 {
+		t.Errorf("GPUSLICE_PLAIN_PATH=1: %d stripes owned by threads, want none (every charge on the exact path)", owned)
+	} else if !plain && owned == 0 {
+		t.Errorf("no thread owns a stripe: the credit path was not taken")
 	}
 	st.resume(nil)
 	time.Sleep(time.Second)
