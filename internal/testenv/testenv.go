@@ -408,3 +408,12 @@ func (d *Daemon) Log() string {
 	}
 	return string(b)
 }
+
+// Context is a test's context for one call to gpusliced or a runtime: 30 s,
+// cancelled when the test ends.
+func Context(t *testing.T) context.Context {
+	t.Helper()
+	c, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	return c
+}

@@ -18,7 +18,6 @@
 package containers
 
 import (
-	"context"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -46,12 +45,8 @@ const (
 
 var seq atomic.Int64
 
-func ctx(t *testing.T) context.Context {
-	t.Helper()
-	c, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	t.Cleanup(cancel)
-	return c
-}
+// ctx is a call's context (testenv.Context).
+var ctx = testenv.Context
 
 // needRoot: container runtimes, mounts and the slurmstepd stand-in.
 func needRoot(t *testing.T) {
@@ -251,5 +246,31 @@ func expectStopped(t *testing.T, d *testenv.Daemon, bad, good *probe.Proc) {
 	case <-good.Done():
 		t.Fatalf("the job's process within its quota was stopped too:\n%s", good.Output())
 	default:
+	}
+}
+
+// checkBypassStopped follows a job (quota 256 MiB) whose good process holds
+// 64 MiB and whose bad one ran "meminfo alloc:512M pause" without the
+// interceptor: the bad one really ran without it (it saw the whole GPU and
+// got 512 MiB), the audit stops it while the good one runs on, the session
+// keeps the good one's 64 MiB, and the report's peak is what the driver
+// showed the job holding (both processes) and counts the audit's kill.
+func checkBypassStopped(t *testing.T, d *testenv.Daemon, job string, good, bad *probe.Proc) {
+	t.Helper()
+	bad.Expect("paused")
+	r := bad.Result()
+	if m := r.Find(t, "meminfo", 0); m.Uint(t, "total") == 256*MiB {
+		t.Fatalf("the bypassing process still had the interceptor: %s", m.Line)
+	}
+	if a := r.Find(t, "alloc", 0); a.Get("rc") != "0" {
+		t.Fatalf("the bypassing allocation failed: %s", a.Line)
+	}
+	expectStopped(t, d, bad, good)
+	if u := used(t, d, job); u != 64*MiB {
+		t.Errorf("session holds %d after the audit, want the good process's 64 MiB", u)
+	}
+	rep := endJob(t, d, job, good, 576*MiB)
+	if rep.AuditKilled < 1 {
+		t.Errorf("the report does not count the audit's kill: %+v", rep)
 	}
 }

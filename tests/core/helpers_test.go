@@ -1,7 +1,6 @@
 package core
 
 import (
-	"context"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -9,7 +8,6 @@ import (
 	"sync/atomic"
 	"syscall"
 	"testing"
-	"time"
 
 	"github.com/gpuslice/gpuslice/internal/client"
 	"github.com/gpuslice/gpuslice/internal/ledger"
@@ -24,12 +22,8 @@ const (
 
 var sessionSeq atomic.Int64
 
-func ctx(t *testing.T) context.Context {
-	t.Helper()
-	c, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	t.Cleanup(cancel)
-	return c
-}
+// ctx is a call's context (testenv.Context).
+var ctx = testenv.Context
 
 // newSession creates a root-owned session (or uid's) and returns its id.
 func newSession(t *testing.T, d *testenv.Daemon, req client.SessionRequest) *client.Session {

@@ -6,7 +6,6 @@
 package security
 
 import (
-	"context"
 	"fmt"
 	"io"
 	"net"
@@ -84,12 +83,8 @@ func idleFlood(sock, ns string) int {
 
 var seq atomic.Int64
 
-func ctx(t *testing.T) context.Context {
-	t.Helper()
-	c, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	t.Cleanup(cancel)
-	return c
-}
+// ctx is a call's context (testenv.Context).
+var ctx = testenv.Context
 
 // needRoot: the tests start processes as other users and a root
 // slurmstepd stand-in.
