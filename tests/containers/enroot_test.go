@@ -160,26 +160,7 @@ func TestEnrootBypassStopped(t *testing.T) {
 				writeFile(t, filepath.Join(e.user, "hooks.d", "90-mine.sh"), c.userHook, 0o755)
 			}
 			bad := e.start(t, job, append(c.argv, "pid", "dev:0", "meminfo", "alloc:512M", "pause")...)
-			bad.Expect("paused")
-			// It really ran without the interceptor: it saw the whole GPU
-			// and got 512 MiB.
-			r := bad.Result()
-			if m := r.Find(t, "meminfo", 0); m.Uint(t, "total") == 256*MiB {
-				t.Fatalf("the bypassing process still had the interceptor: %s", m.Line)
-			}
-			if a := r.Find(t, "alloc", 0); a.Get("rc") != "0" {
-				t.Fatalf("the bypassing allocation failed: %s", a.Line)
-			}
-			expectStopped(t, d, bad, good)
-			if u := used(t, d, job); u != 64*MiB {
-				t.Errorf("session holds %d after the audit, want the good process's 64 MiB", u)
-			}
-			// The report's peak is what the driver showed the job holding
-			// (both processes), and it says what the audit did.
-			rep := endJob(t, d, job, good, 576*MiB)
-			if rep.AuditKilled < 1 {
-				t.Errorf("the report does not count the audit's kill: %+v", rep)
-			}
+			checkBypassStopped(t, d, job, good, bad)
 		})
 	}
 }
