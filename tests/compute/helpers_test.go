@@ -9,6 +9,7 @@ package compute
 import (
 	"bufio"
 	"context"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -152,6 +153,21 @@ func shares(busy map[int]float64, jobs ...*job) []float64 {
 		}
 	}
 	return out
+}
+
+// expectShares measures the jobs' shares of the GPU over the window and
+// expects each within 5 points of want (what says what is measured).
+func expectShares(t *testing.T, d *testenv.Daemon, what string, want []float64, jobs ...*job) {
+	t.Helper()
+	busy, win := measure(t, d, window)
+	got := shares(busy, jobs...)
+	t.Logf("%s: measured shares %.1f (window %.0f ms)", what, got, win)
+	for i, w := range want {
+		if math.Abs(got[i]-w) > 5 {
+			t.Errorf("%s: the sessions got %.1f%% of the GPU, want %.0f within 5 points", what, got, want)
+			return
+		}
+	}
 }
 
 // settle lets the controller see every job before the window opens.

@@ -3,7 +3,6 @@ package compute
 import (
 	"context"
 	"fmt"
-	"math"
 	"testing"
 
 	"github.com/gpuslice/gpuslice/internal/api"
@@ -23,14 +22,11 @@ func TestSharesFollowWeights(t *testing.T) {
 				jobs = append(jobs, launch(t, d, id))
 			}
 			settle()
-			busy, win := measure(t, d, window)
-			got := shares(busy, jobs...)
-			t.Logf("weights %v: measured shares %.1f (window %.0f ms)", weights, got, win)
-			for i, w := range weights {
-				if math.Abs(got[i]-float64(w)) > 5 {
-					t.Errorf("session with weight %d got %.1f%% of the GPU (all: %.1f)", w, got[i], got)
-				}
+			var want []float64
+			for _, w := range weights {
+				want = append(want, float64(w))
 			}
+			expectShares(t, d, fmt.Sprintf("weights %v", weights), want, jobs...)
 		})
 	}
 }
@@ -77,12 +73,7 @@ func TestShareChangedLive(t *testing.T) {
 		}
 	}
 	settle()
-	busy, win := measure(t, d, window)
-	got := shares(busy, ja, jb)
-	t.Logf("started at 25/75, changed to 75/25: measured shares %.1f (window %.0f ms)", got, win)
-	if math.Abs(got[0]-75) > 5 || math.Abs(got[1]-25) > 5 {
-		t.Errorf("after the change the sessions got %.1f%% of the GPU, want 75/25 within 5 points", got)
-	}
+	expectShares(t, d, "started at 25/75, changed to 75/25", []float64{75, 25}, ja, jb)
 }
 
 // A share given to a running session that had none holds for its running
@@ -98,12 +89,7 @@ func TestShareGivenLive(t *testing.T) {
 		t.Fatalf("PATCH a share of 25: %v", err)
 	}
 	settle()
-	busy, win := measure(t, d, window)
-	got := shares(busy, ja, jb)
-	t.Logf("a session given 25 beside one of 75: measured shares %.1f (window %.0f ms)", got, win)
-	if math.Abs(got[0]-25) > 5 || math.Abs(got[1]-75) > 5 {
-		t.Errorf("the sessions got %.1f%% of the GPU, want 25/75 within 5 points", got)
-	}
+	expectShares(t, d, "a session given 25 beside one of 75", []float64{25, 75}, ja, jb)
 }
 
 // The gate cannot stop a kernel that is running: a session that launches
@@ -161,12 +147,7 @@ func TestProportionalShares(t *testing.T) {
 	session(t, d, "p60", 60<<30, prop)
 	a, b := launch(t, d, "p20"), launch(t, d, "p60")
 	settle()
-	busy, _ := measure(t, d, window)
-	got := shares(busy, a, b)
-	t.Logf("quotas 20 GiB / 60 GiB of 80 GiB: measured shares %.1f", got)
-	if math.Abs(got[0]-25) > 5 || math.Abs(got[1]-75) > 5 {
-		t.Errorf("proportional shares %.1f, want 25/75 +-5", got)
-	}
+	expectShares(t, d, "quotas 20 GiB / 60 GiB of 80 GiB, proportional", []float64{25, 75}, a, b)
 }
 
 // A restarted gpusliced keeps enforcing the shares of running jobs: the
@@ -179,10 +160,5 @@ func TestSharesSurviveRestart(t *testing.T) {
 	a, b := launch(t, d, "r25"), launch(t, d, "r75")
 	d.Restart()
 	settle()
-	busy, _ := measure(t, d, window)
-	got := shares(busy, a, b)
-	t.Logf("after a restart: measured shares %.1f", got)
-	if math.Abs(got[0]-25) > 5 || math.Abs(got[1]-75) > 5 {
-		t.Errorf("after a restart the shares are %.1f, want 25/75 +-5", got)
-	}
+	expectShares(t, d, "after a restart", []float64{25, 75}, a, b)
 }
