@@ -11,34 +11,18 @@
 
 static char *opt_share, *opt_max;
 
-static int record(char **dst, const char *optarg, const char *name)
-{
-	char *copy;
-
-	if (!optarg)
-		return 0;
-	copy = strdup(optarg);
-	if (!copy) {
-		gs_error("out of memory recording --%s", name);
-		return -1;
-	}
-	free(*dst);
-	*dst = copy;
-	return 0;
-}
-
 static int opt_gpu_compute(int val, const char *optarg, int remote)
 {
 	(void)val;
 	(void)remote;
-	return record(&opt_share, optarg, "gpu-compute");
+	return gs_option_record(&opt_share, optarg, "gpu-compute");
 }
 
 static int opt_gpu_compute_max(int val, const char *optarg, int remote)
 {
 	(void)val;
 	(void)remote;
-	return record(&opt_max, optarg, "gpu-compute-max");
+	return gs_option_record(&opt_max, optarg, "gpu-compute-max");
 }
 
 static struct spank_option options[] = {
@@ -54,17 +38,7 @@ static struct spank_option options[] = {
 
 int gs_compute_register(spank_t sp)
 {
-	struct spank_option *o;
-	int rc;
-
-	for (o = options; o->name; o++) {
-		rc = spank_option_register(sp, o);
-		if (rc != ESPANK_SUCCESS) {
-			gs_error("cannot register --%s: %s", o->name, spank_strerror(rc));
-			return -1;
-		}
-	}
-	return 0;
+	return gs_options_register(sp, options);
 }
 
 int gs_parse_percent(const char *s, int *out)

@@ -12,22 +12,27 @@
  * anything is submitted) or where the value is used. */
 static char *opt_value;
 
-static int opt_gpu_mem(int val, const char *optarg, int remote)
+int gs_option_record(char **dst, const char *optarg, const char *name)
 {
 	char *copy;
 
-	(void)val;
-	(void)remote;
 	if (!optarg)
 		return 0;
 	copy = strdup(optarg);
 	if (!copy) {
-		gs_error("out of memory recording --gpu-mem");
+		gs_error("out of memory recording --%s", name);
 		return -1;
 	}
-	free(opt_value);
-	opt_value = copy;
+	free(*dst);
+	*dst = copy;
 	return 0;
+}
+
+static int opt_gpu_mem(int val, const char *optarg, int remote)
+{
+	(void)val;
+	(void)remote;
+	return gs_option_record(&opt_value, optarg, "gpu-mem");
 }
 
 static struct spank_option options[] = {
@@ -38,18 +43,25 @@ static struct spank_option options[] = {
 	SPANK_OPTIONS_TABLE_END,
 };
 
-int gs_option_register(spank_t sp)
+int gs_options_register(spank_t sp, struct spank_option *table)
 {
 	struct spank_option *o;
 	int rc;
 
-	for (o = options; o->name; o++) {
+	for (o = table; o->name; o++) {
 		rc = spank_option_register(sp, o);
 		if (rc != ESPANK_SUCCESS) {
 			gs_error("cannot register --%s: %s", o->name, spank_strerror(rc));
 			return -1;
 		}
 	}
+	return 0;
+}
+
+int gs_option_register(spank_t sp)
+{
+	if (gs_options_register(sp, options) != 0)
+		return -1;
 	return gs_compute_register(sp);
 }
 
