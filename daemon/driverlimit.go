@@ -147,6 +147,22 @@ func (d *driverLimits) counted(op string, err error) {
 	}
 }
 
+// target is what Apply and Remove act on: the session's GPUs whose driver
+// has limits and its job's cgroup directory; ok false when there is none
+// (no such GPU, or not a Slurm job's session).
+func (d *driverLimits) target(rec store.Record, gidx []int) (ls []gpuLimit, dir string, ok bool) {
+	if d == nil {
+		return nil, "", false
+	}
+	if ls = d.limited(rec, gidx); len(ls) == 0 {
+		return nil, "", false
+	}
+	if dir, ok = d.jobDir(rec); !ok {
+		d.log.Debug("driver memory limit: the session is not a Slurm job's", "session", rec.ID)
+	}
+	return ls, dir, ok
+}
+
 // Apply sets the hard limit (soft 0) of each of the session's GPUs on
 // its job's cgroup, making the directory when Slurm has not yet (the
 // Prolog runs before the job's first step; slurmstepd takes an existing
@@ -155,16 +171,8 @@ func (d *driverLimits) counted(op string, err error) {
 // already guarantees the quota; a soft limit could only let the driver
 // refuse the job below its quota.
 func (d *driverLimits) Apply(rec store.Record, gidx []int) {
-	if d == nil {
-		return
-	}
-	ls := d.limited(rec, gidx)
-	if len(ls) == 0 {
-		return
-	}
-	dir, ok := d.jobDir(rec)
+	ls, dir, ok := d.target(rec, gidx)
 	if !ok {
-		d.log.Debug("driver memory limit: the session is not a Slurm job's", "session", rec.ID)
 		return
 	}
 	if err := enableDmem(d.root); err != nil {
@@ -194,14 +202,7 @@ func (d *driverLimits) Apply(rec store.Record, gidx []int) {
 // gpusliced made for a job that never started a step there, or one Slurm
 // left; a directory still in use (processes, step directories) stays.
 func (d *driverLimits) Remove(rec store.Record, gidx []int) {
-	if d == nil {
-		return
-	}
-	ls := d.limited(rec, gidx)
-	if len(ls) == 0 {
-		return
-	}
-	dir, ok := d.jobDir(rec)
+	ls, dir, ok := d.target(rec, gidx)
 	if !ok {
 		return
 	}

@@ -90,13 +90,6 @@ func New(gpus []gpu.GPU) *Metrics {
 		Name: "gpuslice_driver_memory_limit_operations_total",
 		Help: "Driver memory limits on job cgroups set and cleared, by operation (set, clear) and result (ok, error); an error leaves the interceptor and the audit enforcing the quota.",
 	}, []string{"op", "result"})
-	for _, g := range gpus {
-		v := 0.0
-		if g.DriverLimit {
-			v = 1
-		}
-		m.driverLimit.WithLabelValues(strconv.Itoa(g.Index), g.UUID).Set(v)
-	}
 	for _, op := range []string{"set", "clear"} {
 		m.driverLimitOps.WithLabelValues(op, "ok")
 		m.driverLimitOps.WithLabelValues(op, "error")
@@ -104,6 +97,11 @@ func New(gpus []gpu.GPU) *Metrics {
 	for _, g := range gpus {
 		m.auditOverruns.WithLabelValues(strconv.Itoa(g.Index), g.UUID)
 		m.auditKills.WithLabelValues(strconv.Itoa(g.Index), g.UUID)
+		v := 0.0
+		if g.DriverLimit {
+			v = 1
+		}
+		m.driverLimit.WithLabelValues(strconv.Itoa(g.Index), g.UUID).Set(v)
 	}
 	m.auditPasses.WithLabelValues("ok")
 	m.auditPasses.WithLabelValues("error")
