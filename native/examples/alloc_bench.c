@@ -30,7 +30,6 @@
  * The machine's speed drifts between processes, not between two batches.
  * Exit status: 0, or 1 if any allocation failed.
  */
-#include <dlfcn.h>
 #include <pthread.h>
 
 #include "common.h"
@@ -141,24 +140,10 @@ typedef CUresult (*free_fn)(CUdeviceptr);
  * driver's own */
 static int paired(void)
 {
-	/* libc's own dlsym: looked up in libc.so.6 itself, since the
-	 * interceptor defines dlsym too and comes first in the global scope */
-	void *libc = dlopen("libc.so.6", RTLD_NOW | RTLD_NOLOAD);
-	void *(*libc_dlsym)(void *, const char *) = NULL;
-	if (libc != NULL) {
-		libc_dlsym = (void *(*)(void *, const char *))dlvsym(libc, "dlsym", "GLIBC_2.34");
-		if (libc_dlsym == NULL)
-			libc_dlsym = (void *(*)(void *, const char *))dlvsym(libc, "dlsym", "GLIBC_2.2.5");
-	}
-	void *drv = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
-	if (libc_dlsym == NULL || drv == NULL) {
-		fprintf(stderr, "alloc_bench: cannot find libc's dlsym or the loaded libcuda.so.1\n");
-		return 1;
-	}
-	alloc_fn fa[2] = {cuMemAlloc_v2, (alloc_fn)libc_dlsym(drv, "cuMemAlloc_v2")};
-	free_fn ff[2] = {cuMemFree_v2, (free_fn)libc_dlsym(drv, "cuMemFree_v2")};
+	alloc_fn fa[2] = {cuMemAlloc_v2, (alloc_fn)ex_driver_own("cuMemAlloc_v2")};
+	free_fn ff[2] = {cuMemFree_v2, (free_fn)ex_driver_own("cuMemFree_v2")};
 	if (fa[1] == NULL || ff[1] == NULL) {
-		fprintf(stderr, "alloc_bench: libcuda.so.1 has no cuMemAlloc_v2/cuMemFree_v2\n");
+		fprintf(stderr, "alloc_bench: cannot find the loaded libcuda.so.1's own cuMemAlloc_v2/cuMemFree_v2\n");
 		return 1;
 	}
 	long batches = iters / BATCH / 2 * 2;

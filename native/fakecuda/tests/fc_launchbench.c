@@ -13,7 +13,6 @@
 #include "cuda_ext.h"
 #include "fakecuda_time.h"
 
-#include <dlfcn.h>
 
 typedef CUresult (*launch_fn)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
 			      CUstream, void **, void **);
@@ -43,17 +42,9 @@ int main(int argc, char **argv)
 	if (ex_driver_setup(0, NULL) != 0 || cuModuleLoadData(&mod, image) != CUDA_SUCCESS ||
 	    cuModuleGetFunction(&fn, mod, "k") != CUDA_SUCCESS)
 		return 2;
-	void *libc = dlopen("libc.so.6", RTLD_NOW | RTLD_NOLOAD);
-	void *(*libc_dlsym)(void *, const char *) = NULL;
-	if (libc != NULL) {
-		libc_dlsym = (void *(*)(void *, const char *))dlvsym(libc, "dlsym", "GLIBC_2.34");
-		if (libc_dlsym == NULL)
-			libc_dlsym = (void *(*)(void *, const char *))dlvsym(libc, "dlsym", "GLIBC_2.2.5");
-	}
-	void *drv = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
-	if (libc_dlsym == NULL || drv == NULL)
+	launch_fn f[2] = {cuLaunchKernel, (launch_fn)ex_driver_own("cuLaunchKernel")};
+	if (f[1] == NULL)
 		return 2;
-	launch_fn f[2] = {cuLaunchKernel, (launch_fn)libc_dlsym(drv, "cuLaunchKernel")};
 	unsigned long long ns = 1;
 	void *extra[] = {FAKECUDA_LAUNCH_PARAM_NS, &ns, CU_LAUNCH_PARAM_END};
 	double *d = calloc((size_t)batches, sizeof(double));
