@@ -25,7 +25,7 @@ static int opt_gpu_compute_max(int val, const char *optarg, int remote)
 	return gs_option_record(&opt_max, optarg, "gpu-compute-max");
 }
 
-static struct spank_option options[] = {
+static struct spank_option compute_options[] = {
 	{"gpu-compute", "PERCENT",
 	 "share of GPU time on each of the job's GPUs when they are contended, 1-100; a weight, not a cap: "
 	 "an idle neighbour's time is used [gpuslice]",
@@ -38,7 +38,7 @@ static struct spank_option options[] = {
 
 int gs_compute_register(spank_t sp)
 {
-	return gs_options_register(sp, options);
+	return gs_options_register(sp, compute_options);
 }
 
 int gs_parse_percent(const char *s, int *out)

@@ -79,9 +79,10 @@ int gs_compute_check(void);
 int gs_compute_publish(spank_t sp);
 void gs_compute_cleanup(void);
 
-/* --gpu-mem (option.c), and every option table of the plugin. */
+/* --gpu-mem (option.c). */
 int gs_option_register(spank_t sp);
-/* Registers each option of a table ending in SPANK_OPTIONS_TABLE_END. */
+/* optutil.c: registers each option of a table ending in
+ * SPANK_OPTIONS_TABLE_END. */
 int gs_options_register(spank_t sp, struct spank_option *table);
 /* An option callback's recording of its value: *dst becomes a copy of
  * optarg (NULL: unchanged); -1 when out of memory. */

@@ -12,22 +12,6 @@
  * anything is submitted) or where the value is used. */
 static char *opt_value;
 
-int gs_option_record(char **dst, const char *optarg, const char *name)
-{
-	char *copy;
-
-	if (!optarg)
-		return 0;
-	copy = strdup(optarg);
-	if (!copy) {
-		gs_error("out of memory recording --%s", name);
-		return -1;
-	}
-	free(*dst);
-	*dst = copy;
-	return 0;
-}
-
 static int opt_gpu_mem(int val, const char *optarg, int remote)
 {
 	(void)val;
@@ -42,21 +26,6 @@ static struct spank_option options[] = {
 	 1, 0, opt_gpu_mem},
 	SPANK_OPTIONS_TABLE_END,
 };
-
-int gs_options_register(spank_t sp, struct spank_option *table)
-{
-	struct spank_option *o;
-	int rc;
-
-	for (o = table; o->name; o++) {
-		rc = spank_option_register(sp, o);
-		if (rc != ESPANK_SUCCESS) {
-			gs_error("cannot register --%s: %s", o->name, spank_strerror(rc));
-			return -1;
-		}
-	}
-	return 0;
-}
 
 int gs_option_register(spank_t sp)
 {

@@ -1,5 +1,6 @@
 // Package plugstack exposes the SPANK plugin's plugstack.conf parser
-// (spank/args.c) and its --gpu-compute options (spank/compute.c) through
+// (spank/args.c) and its --gpu-compute options (spank/compute.c, with the
+// option helpers of spank/optutil.c) through
 // cgo, with Slurm's functions replaced by recorders, so that what a line
 // of plugstack.conf and a command line give the Prolog is checked without
 // a cluster.
@@ -12,6 +13,7 @@ package plugstack
 #include <stdarg.h>
 #include "../../args.c"
 #include "../../compute.c"
+#include "../../optutil.c"
 #include "../../size.c"
 
 struct gs_config gs_config;
