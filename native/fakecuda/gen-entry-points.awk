@@ -5,7 +5,8 @@
 #   OUT/stubs.c       a weak CUDA_ERROR_NOT_SUPPORTED definition of each name;
 #                     the modelled functions in native/fakecuda override them
 #   OUT/procaddr.c    the cuGetProcAddress table: per base name, each version
-#                     with the symbol it resolves to and its per-thread symbol
+#                     with the symbol it resolves to and its per-thread symbol,
+#                     and the private entry point of each (procaddr_priv.h)
 # Exported names: every default_symbol, every ptds_symbol that is not '-',
 # and the legacy names of the header notes (the base_name of each renamed row
 # plus the extra names listed in the note on __CUDA_API_VERSION_INTERNAL), and
@@ -16,6 +17,16 @@
 # cuGraphInstantiate at 11040, which resolves to cuGraphInstantiateWithFlags.
 # Usage: awk -v out=DIR -f gen-entry-points.awk entry-points.tsv
 BEGIN { FS = "\t"; nrows = 0; nexp = 0; innote = 0 }
+
+# The private entry point of exported symbol s (procaddr_priv.h): declared
+# before the first table that names it.
+function priv(s) {
+	if (!(s in privno)) {
+		privno[s] = ++npriv
+		printf "FC_PA_PRIVATE(%d, %s)\n", npriv, s > paf
+	}
+	return "(void *)fc_pa_priv_" privno[s]
+}
 
 function export_name(s) {
 	if (s == "-" || s == "") return
@@ -77,6 +88,7 @@ END {
 	print "/* generated from native/fakecuda/entry-points.tsv by gen-entry-points.awk; do not edit */" > paf
 	print "#include \"procaddr.h\"" > paf
 	for (i = 1; i <= nexp; i++) printf "extern void %s(void);\n", expl[i] > paf
+	print "#include \"procaddr_priv.h\"" > paf
 	bad = 0
 	for (r = 1; r <= nrows; r++) {
 		b = base[r]; p = pt[r]; suffix = ""; ptmin = 0
@@ -90,17 +102,19 @@ END {
 				n++; ver[n] = vv[k]
 			}
 		}
-		printf "static const struct fc_pa_ver pa_%d[] = {", r > paf
+		# the row's entries first: priv() declares each private entry point
+		# before the table that names it
+		tab = ""
 		for (k = 1; k <= n; k++) {
 			sym = (k == 1) ? b : b "_v" k
 			if (b == "cuGraphInstantiate" && ver[k] == "11040") sym = "cuGraphInstantiateWithFlags"
 			if (!(sym in exported)) { printf "gen-entry-points: %s version %s -> %s is not exported\n", b, ver[k], sym > "/dev/stderr"; bad = 1 }
-			ps = "0"
-			if (suffix != "" && ((sym suffix) in exported)) ps = "(void *)" sym suffix
-			printf "%s{%s, (void *)%s, %s}", (k > 1 ? ", " : ""), ver[k], sym, ps > paf
+			ps = "0"; pps = "0"
+			if (suffix != "" && ((sym suffix) in exported)) { ps = "(void *)" sym suffix; pps = priv(sym suffix) }
+			tab = tab sprintf("%s{%s, (void *)%s, %s, %s, %s}", (k > 1 ? ", " : ""), ver[k], sym, ps, priv(sym), pps)
 		}
-		if (n == 0) printf "{0, 0, 0}" > paf
-		printf "};\n" > paf
+		if (n == 0) tab = "{0, 0, 0, 0, 0}"
+		printf "static const struct fc_pa_ver pa_%d[] = {%s};\n", r, tab > paf
 		rowtxt[r] = sprintf("\t{\"%s\", %d, %d, pa_%d},", b, ptmin, n, r)
 	}
 	print "const struct fc_pa_row fc_pa_rows[] = {" > paf

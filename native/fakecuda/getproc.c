@@ -6,10 +6,16 @@
  * there is one. The addresses returned are this library's own (it links with
  * -Bsymbolic), so a preloaded library that interposes on the exported names
  * still receives the real entry points here.
+ *
+ * FAKECUDA_PROCADDR=private: the answers are private entry points instead,
+ * one per exported symbol, of addresses no dlsym returns (procaddr_priv.h),
+ * as a driver is free to give; the same symbol always gets the same one.
+ * "exported" (or unset) is the default.
  */
 #include "drv.h"
 #include "procaddr.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -29,6 +35,21 @@ static void sort_rows(void)
 	for (unsigned i = 0; i < fc_pa_nrows; i++)
 		sorted[i] = &fc_pa_rows[i];
 	qsort(sorted, fc_pa_nrows, sizeof(*sorted), cmp_rows);
+}
+
+static int private_answers;
+static pthread_once_t mode_once = PTHREAD_ONCE_INIT;
+
+static void read_mode(void)
+{
+	const char *m = getenv("FAKECUDA_PROCADDR");
+	if (m == NULL || *m == 0 || strcmp(m, "exported") == 0)
+		return;
+	if (strcmp(m, "private") == 0)
+		private_answers = 1;
+	else
+		fprintf(stderr, "fakecuda: FAKECUDA_PROCADDR=%s: expected exported or private; "
+				"answering with exported entry points\n", m);
 }
 
 static const struct fc_pa_row *find_row(const char *name)
@@ -76,10 +97,13 @@ static CUresult lookup(const char *symbol, void **pfn, int cudaVersion, cuuint64
 			*status = CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT;
 		return CUDA_ERROR_NOT_FOUND;
 	}
-	void *fn = best->fn;
-	if ((flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM) && best->fn_pt != NULL && cudaVersion >= row->pt_min)
-		fn = best->fn_pt;
-	*pfn = fn;
+	pthread_once(&mode_once, read_mode);
+	int pt = (flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM) && best->fn_pt != NULL &&
+		 cudaVersion >= row->pt_min;
+	if (private_answers)
+		*pfn = pt ? best->priv_pt : best->priv;
+	else
+		*pfn = pt ? best->fn_pt : best->fn;
 	if (status)
 		*status = CU_GET_PROC_ADDRESS_SUCCESS;
 	return CUDA_SUCCESS;

@@ -3,9 +3,11 @@
 #define FC_PROCADDR_H
 
 struct fc_pa_ver {
-	int version; /* CUDA version the entry appeared in */
-	void *fn;    /* what a legacy-stream lookup returns */
-	void *fn_pt; /* what a per-thread-default-stream lookup returns (0: same as fn) */
+	int version;   /* CUDA version the entry appeared in */
+	void *fn;      /* what a legacy-stream lookup returns */
+	void *fn_pt;   /* what a per-thread-default-stream lookup returns (0: same as fn) */
+	void *priv;    /* fn's private entry point (FAKECUDA_PROCADDR=private) */
+	void *priv_pt; /* fn_pt's (0: none) */
 };
 
 struct fc_pa_row {
