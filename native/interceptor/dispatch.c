@@ -6,11 +6,11 @@
  *    call, so glibc still sees the caller's return address and RTLD_NEXT
  *    keeps its meaning).
  *  - cuGetProcAddress / cuGetProcAddress_v2: the real driver resolves the
- *    request first; when the address it returns is the real entry point of
- *    a hooked variant (of this name, or of any name: cuGraphInstantiate
- *    resolves to cuGraphInstantiateWithFlags), the caller gets that
- *    variant's hook (so a legacy request, e.g. cuMemAlloc at version 2000,
- *    stays unhooked).
+ *    request first; when the address it returns is the entry point of a
+ *    hooked variant (of this name, or of any name: cuGraphInstantiate
+ *    resolves to cuGraphInstantiateWithFlags), exported or private to the
+ *    driver, the caller gets that variant's hook (so a legacy request, e.g.
+ *    cuMemAlloc at version 2000, stays unhooked).
  * Both tables are hooks.def.
  */
 #include <dlfcn.h>
@@ -93,16 +93,53 @@ void *gs_dlsym_v225(void *handle, const char *name) { return dlsym_body(handle, 
 
 /* ---- cuGetProcAddress ---- */
 
-static void gpa_rewrite(const char *symbol, void **pfn, int ver, cuuint64_t flags)
+/* What the driver answers for each hooked variant when asked for it at the
+ * version it appeared in, with its own stream flag: that variant's address
+ * as this driver hands it out, exported or not. Asked the first time an
+ * answer is none of the exported variants; NULL: not asked yet, GPA_NONE:
+ * the driver gave nothing. */
+#define GPA_NONE ((void *)1)
+static void *gpa_variant[sizeof(gs_hooks) / sizeof(gs_hooks[0])];
+
+static void *gpa_variant_address(size_t i)
+{
+	void *v = __atomic_load_n(&gpa_variant[i], __ATOMIC_RELAXED);
+	if (v != NULL)
+		return v;
+	const struct gs_hook *h = &gs_hooks[i];
+	cuuint64_t fl = h->ptds ? CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM : CU_GET_PROC_ADDRESS_LEGACY_STREAM;
+	gs_pfn_cuGetProcAddress_v2 real2 = GS_REAL(cuGetProcAddress_v2);
+	gs_pfn_cuGetProcAddress real4 = GS_REAL(cuGetProcAddress);
+	CUdriverProcAddressQueryResult st = CU_GET_PROC_ADDRESS_SUCCESS;
+	CUresult r = CUDA_ERROR_NOT_FOUND;
+	if (real2 != NULL)
+		r = real2(h->base, &v, h->version, fl, &st);
+	else if (real4 != NULL)
+		r = real4(h->base, &v, h->version, fl);
+	if (r != CUDA_SUCCESS || st != CU_GET_PROC_ADDRESS_SUCCESS || v == NULL)
+		v = GPA_NONE;
+	__atomic_store_n(&gpa_variant[i], v, __ATOMIC_RELAXED); /* the same answer in every thread */
+	return v;
+}
+
+/* The hook for the driver's answer GOT to a lookup of SYMBOL at VER. An
+ * exported variant is known by its address. Any other address is named by
+ * the driver itself: it is the variant whose own lookup gives that address
+ * (a driver may hand out private entry points; cuGraphInstantiate at 11040
+ * answers with cuGraphInstantiateWithFlags, whose ABI differs from
+ * cuGraphInstantiate_v2's, so no variant is ever inferred from the version).
+ * An answer no hooked variant gives stays the driver's: a legacy entry
+ * point (cuMemAlloc at 2000), an unhooked name, or an ABI newer than
+ * hooks.def. */
+static void gpa_rewrite(const char *symbol, void **pfn, int ver)
 {
 	void *got = *pfn;
-	int base_known = 0, base_has_ptds = 0;
+	int base_known = 0;
 	for (size_t i = 0; i < gs_nhooks; i++) {
 		const struct gs_hook *h = &gs_hooks[i];
 		if (h->lib != GS_LIB_CU || strcmp(h->base, symbol) != 0)
 			continue;
 		base_known = 1;
-		base_has_ptds |= h->ptds;
 		if (got == h->hook)
 			return;
 		if (gs_real_get(h->ridx) == got) {
@@ -110,10 +147,8 @@ static void gpa_rewrite(const char *symbol, void **pfn, int ver, cuuint64_t flag
 			return;
 		}
 	}
-	/* A name whose answer is another name's hooked entry point (the
-	 * driver resolves cuGraphInstantiate at 11040 to
-	 * cuGraphInstantiateWithFlags): that entry point's hook, whose ABI is
-	 * the one the driver handed out. */
+	if (!base_known)
+		return;
 	for (size_t i = 0; i < gs_nhooks; i++) {
 		const struct gs_hook *h = &gs_hooks[i];
 		if (h->lib == GS_LIB_CU && gs_real_get(h->ridx) == got) {
@@ -121,32 +156,15 @@ static void gpa_rewrite(const char *symbol, void **pfn, int ver, cuuint64_t flag
 			return;
 		}
 	}
-	if (!base_known)
-		return;
-	/* The driver answered with an address that is none of the exported
-	 * variants. Up to the CUDA version hooks.def is complete for, the
-	 * variant follows from the version and the per-thread flag; beyond it
-	 * an unknown ABI may be meant, so the answer stays untouched. */
-	if (ver > GS_TABLE_CUDA_VERSION) {
-		gs_debug("cuGetProcAddress(%s, %d): unknown address from the driver, not hooked",
-			 symbol, ver);
-		return;
-	}
-	int want_ptds = base_has_ptds && (flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM);
-	const struct gs_hook *best = NULL;
 	for (size_t i = 0; i < gs_nhooks; i++) {
 		const struct gs_hook *h = &gs_hooks[i];
-		if (h->lib != GS_LIB_CU || strcmp(h->base, symbol) != 0)
-			continue;
-		if (h->version <= ver && h->ptds == want_ptds &&
-		    (best == NULL || h->version > best->version))
-			best = h;
+		if (h->lib == GS_LIB_CU && h->version <= ver && gpa_variant_address(i) == got) {
+			gs_debug("cuGetProcAddress(%s, %d): a private entry point of %s", symbol, ver, h->symbol);
+			*pfn = h->hook;
+			return;
+		}
 	}
-	if (best != NULL) {
-		gs_debug("cuGetProcAddress(%s, %d): unknown address from the driver, using the %s hook",
-			 symbol, ver, best->symbol);
-		*pfn = best->hook;
-	}
+	gs_debug("cuGetProcAddress(%s, %d): an address no hooked variant has, not hooked", symbol, ver);
 }
 
 CUresult cuGetProcAddress(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags)
@@ -157,7 +175,7 @@ CUresult cuGetProcAddress(const char *symbol, void **pfn, int cudaVersion, cuuin
 	CUresult r = real(symbol, pfn, cudaVersion, flags);
 	if (r == CUDA_SUCCESS && symbol != NULL && pfn != NULL && *pfn != NULL &&
 	    gs_state() != GS_ST_INERT)
-		gpa_rewrite(symbol, pfn, cudaVersion, flags);
+		gpa_rewrite(symbol, pfn, cudaVersion);
 	return r;
 }
 
@@ -171,6 +189,6 @@ CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int cudaVersion, cu
 	if (r == CUDA_SUCCESS && symbol != NULL && pfn != NULL && *pfn != NULL &&
 	    (symbolStatus == NULL || *symbolStatus == CU_GET_PROC_ADDRESS_SUCCESS) &&
 	    gs_state() != GS_ST_INERT)
-		gpa_rewrite(symbol, pfn, cudaVersion, flags);
+		gpa_rewrite(symbol, pfn, cudaVersion);
 	return r;
 }

@@ -69,10 +69,6 @@
 #endif
 #define GS_UNLIKELY(x) __builtin_expect(!!(x), 0)
 
-/* CUDA version up to which hooks.def lists every variant of a hooked base
- * name (the TSV is CUDA 12.6); see dispatch.c. */
-#define GS_TABLE_CUDA_VERSION 12060
-
 /* ---- exported hooks: prototypes from the list ---- */
 #define GS_HOOK(lib, base, sym, ver, ptds, ret, params) GS_EXPORT ret sym params;
 #include "hooks.def"

@@ -244,58 +244,6 @@ func TestNVMLReportsQuota(t *testing.T) {
 	}
 }
 
-// cuGetProcAddress: the current version resolves to the hook (charged),
-// the per-thread flag to the per-thread hook, the legacy version passes
-// through, and a lookup of cuGetProcAddress itself returns the hook.
-func TestGetProcAddressPaths(t *testing.T) {
-	d := testenv.StartDaemon(t, testenv.DaemonOptions{})
-	sess := newSession(t, d, client.SessionRequest{QuotaBytes: GiB})
-	l := openLedger(t, d, sess.ID)
-	p := probe.Start(t, sessionEnv(t, d, sess.ID), probe.Bin(t, "gs_probe"),
-		"dev:0",
-		"gpa:cuMemAlloc:12000:0", "gpa:cuMemAlloc:12000:2", "gpa:cuMemAlloc:3020:0", "gpa:cuMemAlloc:2000:0",
-		"gpa:cuMemAllocAsync:12000:0", "gpa:cuMemAllocAsync:12000:2", "gpa:cuMemFreeAsync:12000:2",
-		"gpa:cuGetProcAddress:12000:0", "gpa:cuGetProcAddress:11030:0", "gpa4:cuMemAlloc:12000:0",
-		"gpa:cuInit:12000:0",
-		"gpakeep:12000:0:300M", "gpakeep:12000:2:300M", "gpakeep:12000:0:500M", "pid", "pause")
-	pid := int(p.Expect("pid").Int(t, "pid"))
-	p.Expect("paused")
-	used, ok := slotOf(t, l, pid)
-	p.Send("")
-	if err := p.Wait(); err != nil {
-		t.Fatal(err)
-	}
-	noStderr(t, "probe", p.Stderr())
-	r := p.Result()
-	want := []string{
-		"libgpuslice.so:cuMemAlloc_v2", "libgpuslice.so:cuMemAlloc_v2", "libgpuslice.so:cuMemAlloc_v2",
-		"libcuda.so.1:cuMemAlloc",
-		"libgpuslice.so:cuMemAllocAsync", "libgpuslice.so:cuMemAllocAsync_ptsz", "libgpuslice.so:cuMemFreeAsync_ptsz",
-		"libgpuslice.so:cuGetProcAddress_v2", "libgpuslice.so:cuGetProcAddress",
-	}
-	gpa := r.All("gpa")
-	for i, w := range want {
-		if gpa[i].Get("rc") != "0" || gpa[i].Get("at") != w {
-			t.Errorf("%s: want at=%s", gpa[i].Line, w)
-		}
-	}
-	if g := r.Find(t, "gpa4", 0); g.Get("at") != "libgpuslice.so:cuMemAlloc_v2" {
-		t.Errorf("%s: want the hook through the 4-argument cuGetProcAddress", g.Line)
-	}
-	if g := gpa[len(gpa)-1]; !strings.HasPrefix(g.Get("at"), "libcuda.so.1:") {
-		t.Errorf("%s: an unhooked entry point must stay the driver's", g.Line)
-	}
-	keeps := r.All("gpakeep")
-	for i, w := range []string{"0", "0", "2"} {
-		if keeps[i].Get("alloc") != w {
-			t.Errorf("%s: want alloc=%s", keeps[i].Line, w)
-		}
-	}
-	if !ok || used[0] != 600*MiB {
-		t.Errorf("slot charges %v (attached %v), want 600 MiB through the resolved pointers", used, ok)
-	}
-}
-
 // The attach-time measurement program works under a session (the bench
 // harness runs it; this only checks it runs and admits the allocation).
 func TestAttachBenchRuns(t *testing.T) {

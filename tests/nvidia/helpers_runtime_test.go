@@ -154,13 +154,14 @@ func rtPlainEnv(t *testing.T, devices string) []string {
 		"FAKECUDA_DEVICES="+devices, "FAKECUDA_STATE="+state, "FAKECUDA_CTX_BYTES=0")
 }
 
-// rtGpuslice runs `gpuslice run --gpu-mem quota -- prog args...` against d.
-func rtGpuslice(t *testing.T, d *testenv.Daemon, quota string, prog string, args ...string) rtResult {
+// rtGpuslice runs `gpuslice run --gpu-mem quota -- prog args...` against d,
+// in d's environment plus env (the job's).
+func rtGpuslice(t *testing.T, d *testenv.Daemon, env []string, quota string, prog string, args ...string) rtResult {
 	t.Helper()
 	cli := testenv.Artifact(t, "bin/gpuslice")
 	full := append([]string{"--admin-socket", d.AdminSock, "--ipc-socket", d.IPCSock,
 		"run", "--gpu-mem", quota, "-q", "--", prog}, args...)
-	return rtRun(t, d.Env(), cli, full...)
+	return rtRun(t, append(d.Env(), env...), cli, full...)
 }
 
 // ---- compatibility rows (build/compat/runtime.jsonl, read by `make compat`) ----

@@ -31,7 +31,7 @@ func TestRuntimeCublas(t *testing.T) {
 
 	t.Run("quota", func(t *testing.T) {
 		d := testenv.StartDaemon(t, testenv.DaemonOptions{Devices: "80GiB"})
-		r := rtGpuslice(t, d, fmt.Sprintf("%dM", rtQuota/rtMiB), probe, size)
+		r := rtGpuslice(t, d, nil, fmt.Sprintf("%dM", rtQuota/rtMiB), probe, size)
 		rtCheckLoaded(t, r)
 		if !strings.Contains(strings.Join(r.kv["mapped"], "\n"), "/libgpuslice.so") {
 			t.Errorf("the interceptor is not mapped in the process; mapped: %q", r.kv["mapped"])

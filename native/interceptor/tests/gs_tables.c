@@ -9,6 +9,7 @@
  *                                       per-thread and base names, and BASE_vK for its K-th version
  *   gpa BASE VERSION FLAGS rc=R -> ...  cuGetProcAddress_v2(BASE, VERSION, FLAGS)
  *   gpa4 BASE VERSION FLAGS rc=R -> ... the same through cuGetProcAddress (4 args)
+ *                                       (each version of the row, and 13000)
  *   nvml SYMBOL -> ...                  dlsym(libnvidia-ml handle, SYMBOL)
  *   rtldnext dlsym -> ...               dlsym(RTLD_NEXT, "dlsym") from this program: the
  *                                       interposed dlsym when the caller is seen correctly
@@ -29,6 +30,9 @@ typedef CUresult (*pfn_gpa2)(const char *, void **, int, cuuint64_t, CUdriverPro
 typedef CUresult (*pfn_gpa4)(const char *, void **, int, cuuint64_t);
 typedef void *(*pfn_dlsym)(void *, const char *);
 
+/* a version past every row of the table (what a CUDA 13 runtime asks at) */
+#define LATER_VERSION 13000
+
 static void where(void *p)
 {
 	Dl_info info;
@@ -43,6 +47,23 @@ static void where(void *p)
 	const char *base = strrchr(info.dli_fname, '/');
 	base = base ? base + 1 : info.dli_fname;
 	printf(" -> %s:%s\n", base, info.dli_sname ? info.dli_sname : "?");
+}
+
+/* cuGetProcAddress_v2 and cuGetProcAddress of BASE at VER, without and with
+ * the per-thread flag */
+static void lookups(pfn_gpa2 gpa2, pfn_gpa4 gpa4, const char *base, int ver)
+{
+	for (int fl = 0; fl <= 2; fl += 2) {
+		void *p = NULL;
+		CUdriverProcAddressQueryResult st = CU_GET_PROC_ADDRESS_SUCCESS;
+		CUresult r = gpa2(base, &p, ver, (cuuint64_t)fl, &st);
+		printf("gpa %s %d %d rc=%d/%d", base, ver, fl, r, st);
+		where(r == CUDA_SUCCESS ? p : NULL);
+		p = NULL;
+		r = gpa4(base, &p, ver, (cuuint64_t)fl);
+		printf("gpa4 %s %d %d rc=%d", base, ver, fl, r);
+		where(r == CUDA_SUCCESS ? p : NULL);
+	}
 }
 
 int main(int argc, char **argv)
@@ -107,18 +128,9 @@ int main(int argc, char **argv)
 					where(dlsym(cu, vsym));
 				}
 			}
-			for (int fl = 0; fl <= 2; fl += 2) {
-				void *p = NULL;
-				CUdriverProcAddressQueryResult st = CU_GET_PROC_ADDRESS_SUCCESS;
-				CUresult r = gpa2(base, &p, ver, (cuuint64_t)fl, &st);
-				printf("gpa %s %d %d rc=%d/%d", base, ver, fl, r, st);
-				where(r == CUDA_SUCCESS ? p : NULL);
-				p = NULL;
-				r = gpa4(base, &p, ver, (cuuint64_t)fl);
-				printf("gpa4 %s %d %d rc=%d", base, ver, fl, r);
-				where(r == CUDA_SUCCESS ? p : NULL);
-			}
+			lookups(gpa2, gpa4, base, ver);
 		}
+		lookups(gpa2, gpa4, base, LATER_VERSION);
 	}
 	fclose(f);
 	const char *nvml_names[] = {"nvmlDeviceGetMemoryInfo", "nvmlDeviceGetMemoryInfo_v2", "nvmlDeviceGetUUID",

@@ -3,9 +3,10 @@ the 4-argument cuGetProcAddress, at CUDA versions 12000 and 13000, with
 and without CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM. The cuMemAlloc
 (and, per-thread, cuMemAllocAsync) each answer gives is charged and
 refused past the quota; where each answer points is recorded, with and
-without the interceptor (native/interceptor/dispatch.c's gpa_rewrite
-leaves an address it does not know alone above CUDA 12.6: only a real
-driver can say whether its answers are its exported symbols)."""
+without the interceptor: only a real driver can say whether its answers
+are its exported symbols (native/interceptor/dispatch.c's gpa_rewrite
+names a private entry point by asking the driver for each hooked
+variant; fakecuda's FAKECUDA_PROCADDR=private answers that way)."""
 
 from harness import MiB, OOM, fmt_bytes
 
