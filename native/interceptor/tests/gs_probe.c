@@ -55,7 +55,11 @@
  *                      (the NULL stream when none was created)
  *   array:W:H          cuArrayCreate_v2 (float)  array3d:W:H:D cuArray3DCreate_v2
  *   mipmap:W:H:L       cuMipmappedArrayCreate
- *   fill:S             allocate S-sized blocks until one fails
+ *   fill:S[:N]         allocate S-sized blocks until one fails (or N were made)
+ *   afill:S[:N]        the same with cuMemAllocAsync (NULL stream)
+ *   pthresh:N          the release threshold of the current device's default pool: N bytes,
+ *                      or "max" (keep every freed byte, as PyTorch's and RMM's pools do)
+ *   pinfo              that pool's reserved and used bytes (the driver's figures)
  *   host:S             cuMemAllocHost_v2 S and cuMemHostAlloc S (page-locked host memory,
  *                      held; free/freeall release it with cuMemFreeHost)
  *   free               release the newest allocation (with its kind's call)
@@ -98,6 +102,7 @@
 #include <pthread.h>
 #include <sched.h>
 #include <dlfcn.h>
+#include <limits.h>
 #include <fcntl.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -737,14 +742,44 @@ static void step(char *arg)
 		printf("%s rc=%d bytes=%llu\n", cmd, r, (unsigned long long)bytes);
 	} else if (strcmp(cmd, "fill") == 0 && nf >= 2) {
 		uint64_t n = parse_size(f[1]), total = 0;
-		unsigned count = 0;
+		unsigned count = 0, most = nf >= 3 ? (unsigned)strtoul(f[2], NULL, 10) : UINT_MAX;
 		CUdeviceptr p;
-		while ((r = cuMemAlloc_v2(&p, n)) == CUDA_SUCCESS) {
+		while (count < most && (r = cuMemAlloc_v2(&p, n)) == CUDA_SUCCESS) {
 			push(K_PTR, p, n);
 			total += n;
 			count++;
 		}
 		printf("fill rc=%d n=%u bytes=%llu\n", r, count, (unsigned long long)total);
+	} else if (strcmp(cmd, "afill") == 0 && nf >= 2) {
+		uint64_t n = parse_size(f[1]), total = 0;
+		unsigned count = 0, most = nf >= 3 ? (unsigned)strtoul(f[2], NULL, 10) : UINT_MAX;
+		CUdeviceptr p;
+		while (count < most && (r = cuMemAllocAsync(&p, n, NULL)) == CUDA_SUCCESS) {
+			push(K_ASYNC, p, n);
+			total += n;
+			count++;
+		}
+		printf("afill rc=%d n=%u bytes=%llu\n", r, count, (unsigned long long)total);
+	} else if ((strcmp(cmd, "pthresh") == 0 && nf >= 2) || strcmp(cmd, "pinfo") == 0) {
+		CUdevice d;
+		CUmemoryPool pool = NULL;
+		r = cuCtxGetDevice(&d);
+		if (r == CUDA_SUCCESS)
+			r = cuDeviceGetDefaultMemPool(&pool, d);
+		if (strcmp(cmd, "pthresh") == 0) {
+			cuuint64_t v = strcmp(f[1], "max") == 0 ? UINT64_MAX : parse_size(f[1]);
+			if (r == CUDA_SUCCESS)
+				r = cuMemPoolSetAttribute(pool, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &v);
+			printf("pthresh rc=%d\n", r);
+		} else {
+			cuuint64_t res = 0, used = 0;
+			if (r == CUDA_SUCCESS)
+				r = cuMemPoolGetAttribute(pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, &res);
+			if (r == CUDA_SUCCESS)
+				r = cuMemPoolGetAttribute(pool, CU_MEMPOOL_ATTR_USED_MEM_CURRENT, &used);
+			printf("pinfo rc=%d reserved=%llu used=%llu\n", r, (unsigned long long)res,
+			       (unsigned long long)used);
+		}
 	} else if (strcmp(cmd, "host") == 0 && nf >= 2) {
 		uint64_t n = parse_size(f[1]);
 		void *a = NULL, *b = NULL;
