@@ -3,10 +3,13 @@ The interceptor charges what a program asks for; the driver's own figure
 for the process (NVML, what gpusliced's audit reads) also holds what the
 driver takes beyond that: allocations rounded up to its page size, small
 blocks packed into larger ones, freed memory a stream-ordered pool keeps
-(release threshold "max", as PyTorch's and RMM's pools set it). A process
-that fills its quota that way must stay within the quota by the driver's
-figure and outlive three audit intervals; the figures say how much the
-driver took beyond the charge in each pattern.
+(release threshold "max", as PyTorch's and RMM's pools set it), also
+while the program allocates outside the pool. A process that fills its
+quota that way must stay within the quota by the driver's figure and
+outlive three audit intervals; the figures say how much the driver took
+beyond the charge in each pattern. (fakecuda charges exactly what is
+asked and its pools keep no reserve, so there the figures are 0: only a
+real driver can fail this.)
 
 Each pattern runs in a fresh process: with the interceptor in a session of
 context + 512 MiB, filling until refused; then without the interceptor,
@@ -34,6 +37,10 @@ def patterns():
         # 5 MiB blocks from the same pool
         ("pool_kept_3_then_5MiB", ["pthresh:max", "afill:3M", "freeall", "sync"], "afill:5M", ["pinfo"],
          "afill"),
+        # the same pool's freed memory, then cuMemAlloc, which does not draw
+        # from it: the interceptor gave the pool's bytes back at the frees
+        ("pool_kept_then_cuMemAlloc", ["pthresh:max", "afill:3M", "freeall", "sync"], "fill:3M", ["pinfo"],
+         "fill"),
     ]
 
 
