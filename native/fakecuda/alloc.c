@@ -283,19 +283,37 @@ static inline int record_insert(struct fc_alloc *a, uintptr_t ptr, size_t size, 
 /* ------------------------------------------------------------------ */
 /* device allocations                                                  */
 /* ------------------------------------------------------------------ */
+/* Charges size to the device, or takes it from pool (which charges what
+ * it has to grow by). */
+static inline bool dev_charge(CUmemoryPool pool, unsigned phys, size_t size, fc_limtok *lim)
+{
+	*lim = NULL;
+	if (pool)
+		return fc_pool_take(pool, size) == CUDA_SUCCESS;
+	return fc_charge_lim(phys, size, lim);
+}
+
+static inline void dev_uncharge(CUmemoryPool pool, unsigned phys, size_t size, fc_limtok lim)
+{
+	if (pool)
+		fc_pool_give(pool, size);
+	else
+		fc_uncharge_lim(phys, size, lim);
+}
+
 CUresult fc_dev_alloc(CUcontext ctx, unsigned phys, size_t size, unsigned kind, CUmemoryPool pool, uintptr_t *out)
 {
 	if (size == 0)
 		return CUDA_ERROR_INVALID_VALUE;
 	fc_limtok lim;
-	if (FC_UNLIKELY(!fc_charge_lim(phys, size, &lim)))
+	if (FC_UNLIKELY(!dev_charge(pool, phys, size, &lim)))
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	struct fc_alloc *a = malloc(sizeof(*a));
 	size_t maplen = 0;
 	void *p = a ? map_get(size, &maplen) : NULL;
 	if (FC_UNLIKELY(p == NULL)) {
 		free(a);
-		fc_uncharge_lim(phys, size, lim);
+		dev_uncharge(pool, phys, size, lim);
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	}
 	a->pool = pool;
@@ -304,11 +322,9 @@ CUresult fc_dev_alloc(CUcontext ctx, unsigned phys, size_t size, unsigned kind, 
 	if (FC_UNLIKELY(record_insert(a, (uintptr_t)p, size, maplen, ctx, kind, 0) != 0)) {
 		map_put(a->ptr, maplen);
 		free(a);
-		fc_uncharge_lim(phys, size, lim);
+		dev_uncharge(pool, phys, size, lim);
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	}
-	if (pool)
-		fc_pool_account(pool, (int64_t)size);
 	*out = (uintptr_t)p;
 	return CUDA_SUCCESS;
 }
@@ -318,9 +334,7 @@ CUresult fc_dev_free(uintptr_t ptr, unsigned kind_mask, struct fc_alloc *copy_ou
 	struct fc_alloc *a = table_remove(ptr, kind_mask);
 	if (FC_UNLIKELY(a == NULL))
 		return CUDA_ERROR_INVALID_VALUE;
-	fc_uncharge_lim(a->phys, a->size, a->lim);
-	if (a->pool)
-		fc_pool_account(a->pool, -(int64_t)a->size);
+	dev_uncharge(a->pool, a->phys, a->size, a->lim);
 	map_put(a->ptr, a->maplen);
 	if (copy_out)
 		*copy_out = *a;
@@ -357,9 +371,7 @@ void fc_free_ctx_allocs(CUcontext ctx)
 		while (victims) {
 			struct fc_alloc *a = victims;
 			victims = a->next;
-			fc_uncharge_lim(a->phys, a->size, a->lim);
-			if (a->pool)
-				fc_pool_account(a->pool, -(int64_t)a->size);
+			dev_uncharge(a->pool, a->phys, a->size, a->lim);
 			munmap((void *)a->ptr, a->maplen);
 			free(a);
 		}

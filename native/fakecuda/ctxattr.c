@@ -59,6 +59,8 @@ FC_API CUresult cuCtxSynchronize(void)
 	CUresult r = fc_require_ctx(&c);
 	if (r == CUDA_SUCCESS)
 		fc_tl_wait(c->phys, fc_tl_last(c->phys)); /* everything the process queued on the GPU */
+	if (r == CUDA_SUCCESS)
+		fc_pools_sync();
 	return r;
 }
 

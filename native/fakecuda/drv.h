@@ -145,9 +145,23 @@ struct CUmemPoolHandle_st {
 	uint64_t threshold;
 	int reuse[4];
 	_Atomic uint64_t used, used_high;
+	/* what the pool holds on the GPU (charged to the device and the
+	 * process): its allocations and what was freed into it and kept */
+	pthread_mutex_t lock;
+	uint64_t reserved, reserved_high; /* under lock */
+	fc_limtok lim;                    /* the limits its reserve was charged under */
+	struct CUmemPoolHandle_st *next;  /* every pool of the process (pool.c) */
 };
 CUmemoryPool fc_device_current_pool(int ordinal);
-void fc_pool_account(CUmemoryPool pool, int64_t delta);
+/* An allocation of n bytes from pool: from what it keeps, growing its
+ * reserve (charged) when that is short; 0 or CUDA_ERROR_OUT_OF_MEMORY. */
+CUresult fc_pool_take(CUmemoryPool pool, uint64_t n);
+/* n bytes freed into pool: kept until a synchronisation gives back what
+ * is above its release threshold (a destroyed pool gives it back now). */
+void fc_pool_give(CUmemoryPool pool, uint64_t n);
+/* A synchronisation: every pool gives back its reserve above
+ * max(used, release threshold). */
+void fc_pools_sync(void);
 
 /* ---- virtual memory (vmm.c) ---- */
 int fc_vmm_range(uintptr_t p, uintptr_t *base, size_t *size);

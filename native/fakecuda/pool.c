@@ -1,8 +1,14 @@
 /*
  * Stream-ordered allocation and memory pools. Each device has a default pool;
- * cuMemPoolCreate makes more. Allocations are charged at once and freed
- * memory goes straight back to the device (the pool keeps no reserve), so a
- * release threshold is recorded but has nothing to hold.
+ * cuMemPoolCreate makes more. A pool holds device memory (its reserve,
+ * charged to the device and the process, so NVML shows it): an allocation
+ * takes from what the pool keeps and grows the reserve by what is short; a
+ * free keeps the bytes in the pool; a synchronisation (cuCtxSynchronize,
+ * cuStreamSynchronize, cuEventSynchronize) gives back every pool's reserve
+ * above max(used, release threshold), as the driver does (default threshold
+ * 0: all that is unused), and cuMemPoolTrimTo what is above max(used, the
+ * bytes to keep). Reuse is by bytes: the model has no fragmentation.
+ * FAKECUDA_POOL_RESERVE=0: a pool keeps nothing (every free gives back).
  */
 #include "drv.h"
 
@@ -11,8 +17,22 @@
 
 static struct CUmemPoolHandle_st default_pool[FC_MAX_DEVICES];
 static CUmemoryPool current_pool[FC_MAX_DEVICES];
+static struct CUmemPoolHandle_st *all_pools; /* under pool_lock */
 static pthread_mutex_t pool_lock = PTHREAD_MUTEX_INITIALIZER;
+static int keeps = -1; /* FAKECUDA_POOL_RESERVE; -1: not read yet */
 
+static bool pools_keep(void)
+{
+	int k = __atomic_load_n(&keeps, __ATOMIC_RELAXED);
+	if (k < 0) {
+		const char *e = getenv("FAKECUDA_POOL_RESERVE");
+		k = !(e != NULL && strcmp(e, "0") == 0);
+		__atomic_store_n(&keeps, k, __ATOMIC_RELAXED);
+	}
+	return k;
+}
+
+/* under pool_lock */
 static void pool_init(struct CUmemPoolHandle_st *p, int ordinal, const CUmemPoolProps *props, bool dflt)
 {
 	memset(p, 0, sizeof(*p));
@@ -29,6 +49,9 @@ static void pool_init(struct CUmemPoolHandle_st *p, int ordinal, const CUmemPool
 	p->reuse[CU_MEMPOOL_ATTR_REUSE_FOLLOW_EVENT_DEPENDENCIES] = 1;
 	p->reuse[CU_MEMPOOL_ATTR_REUSE_ALLOW_OPPORTUNISTIC] = 1;
 	p->reuse[CU_MEMPOOL_ATTR_REUSE_ALLOW_INTERNAL_DEPENDENCIES] = 1;
+	pthread_mutex_init(&p->lock, NULL);
+	p->next = all_pools;
+	all_pools = p;
 	atomic_thread_fence(memory_order_release);
 	p->magic = FC_MAGIC_POOL;
 }
@@ -43,16 +66,64 @@ CUmemoryPool fc_device_current_pool(int ordinal)
 	return p;
 }
 
-void fc_pool_account(CUmemoryPool pool, int64_t delta)
+/* Gives back the reserve above keep (under pool->lock). */
+static void pool_release_above(CUmemoryPool pool, uint64_t keep)
 {
-	if (delta >= 0) {
-		uint64_t now = atomic_fetch_add(&pool->used, (uint64_t)delta) + (uint64_t)delta;
-		uint64_t high = atomic_load(&pool->used_high);
-		while (now > high && !atomic_compare_exchange_weak(&pool->used_high, &high, now))
-			;
-	} else {
-		fc_sub_saturating(&pool->used, (uint64_t)(-delta));
+	if (pool->reserved > keep) {
+		fc_uncharge_lim(pool->phys, pool->reserved - keep, pool->lim);
+		pool->reserved = keep;
 	}
+}
+
+CUresult fc_pool_take(CUmemoryPool pool, uint64_t n)
+{
+	pthread_mutex_lock(&pool->lock);
+	uint64_t used = atomic_load(&pool->used);
+	if (pool->props.maxSize && used + n > pool->props.maxSize) {
+		pthread_mutex_unlock(&pool->lock);
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	}
+	uint64_t avail = pool->reserved - used;
+	if (n > avail) {
+		fc_limtok lim;
+		if (!fc_charge_lim(pool->phys, n - avail, &lim)) {
+			pthread_mutex_unlock(&pool->lock);
+			return CUDA_ERROR_OUT_OF_MEMORY;
+		}
+		pool->lim = lim; /* a process's charges all go under the same limits */
+		pool->reserved += n - avail;
+		if (pool->reserved > pool->reserved_high)
+			pool->reserved_high = pool->reserved;
+	}
+	used += n;
+	atomic_store(&pool->used, used);
+	if (used > atomic_load(&pool->used_high))
+		atomic_store(&pool->used_high, used);
+	pthread_mutex_unlock(&pool->lock);
+	return CUDA_SUCCESS;
+}
+
+void fc_pool_give(CUmemoryPool pool, uint64_t n)
+{
+	pthread_mutex_lock(&pool->lock);
+	uint64_t used = atomic_load(&pool->used);
+	used = used > n ? used - n : 0;
+	atomic_store(&pool->used, used);
+	if (!pools_keep() || pool->magic != FC_MAGIC_POOL)
+		pool_release_above(pool, used);
+	pthread_mutex_unlock(&pool->lock);
+}
+
+void fc_pools_sync(void)
+{
+	pthread_mutex_lock(&pool_lock);
+	for (struct CUmemPoolHandle_st *p = all_pools; p != NULL; p = p->next) {
+		pthread_mutex_lock(&p->lock);
+		uint64_t used = atomic_load(&p->used);
+		pool_release_above(p, used > p->threshold ? used : p->threshold);
+		pthread_mutex_unlock(&p->lock);
+	}
+	pthread_mutex_unlock(&pool_lock);
 }
 
 static bool pool_valid(CUmemoryPool p)
@@ -73,8 +144,6 @@ static CUresult alloc_from(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool
 		pool = fc_device_current_pool(c->ordinal);
 	else if (!pool_valid(pool))
 		return CUDA_ERROR_INVALID_VALUE;
-	if (pool->props.maxSize && atomic_load(&pool->used) + bytesize > pool->props.maxSize)
-		return CUDA_ERROR_OUT_OF_MEMORY;
 	/* the memory lives on the pool's device, whatever the stream's context */
 	uintptr_t p;
 	CUresult r = fc_dev_alloc(c, pool->phys, bytesize, FC_KIND_ASYNC, pool, &p);
@@ -158,7 +227,9 @@ FC_API CUresult cuMemPoolCreate(CUmemoryPool *pool, const CUmemPoolProps *poolPr
 	struct CUmemPoolHandle_st *p = malloc(sizeof(*p));
 	if (p == NULL)
 		return CUDA_ERROR_OUT_OF_MEMORY;
+	pthread_mutex_lock(&pool_lock);
 	pool_init(p, poolProps->location.id, poolProps, false);
+	pthread_mutex_unlock(&pool_lock);
 	*pool = p;
 	return CUDA_SUCCESS;
 }
@@ -173,15 +244,23 @@ FC_API CUresult cuMemPoolDestroy(CUmemoryPool pool)
 		if (current_pool[i] == pool)
 			current_pool[i] = NULL;
 	pthread_mutex_unlock(&pool_lock);
+	pthread_mutex_lock(&pool->lock);
 	pool->magic = FC_MAGIC_DEAD; /* outstanding allocations still name it; keep it readable */
+	pool_release_above(pool, atomic_load(&pool->used)); /* and give back each as it is freed */
+	pthread_mutex_unlock(&pool->lock);
 	return CUDA_SUCCESS;
 }
 
 FC_API CUresult cuMemPoolTrimTo(CUmemoryPool pool, size_t minBytesToKeep)
 {
 	FC_CHECK_INIT();
-	(void)minBytesToKeep;
-	return pool_valid(pool) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+	if (!pool_valid(pool))
+		return CUDA_ERROR_INVALID_VALUE;
+	pthread_mutex_lock(&pool->lock);
+	uint64_t used = atomic_load(&pool->used);
+	pool_release_above(pool, used > minBytesToKeep ? used : minBytesToKeep);
+	pthread_mutex_unlock(&pool->lock);
+	return CUDA_SUCCESS;
 }
 
 /* Writes (set) or reads one attribute of pool. */
@@ -200,26 +279,37 @@ static CUresult pool_attribute(CUmemoryPool pool, CUmemPool_attribute attr, void
 			*(int *)value = pool->reuse[attr];
 		return CUDA_SUCCESS;
 	case CU_MEMPOOL_ATTR_RELEASE_THRESHOLD:
+		pthread_mutex_lock(&pool->lock);
 		if (set)
 			pool->threshold = *(cuuint64_t *)value;
 		else
 			*(cuuint64_t *)value = pool->threshold;
+		pthread_mutex_unlock(&pool->lock);
 		return CUDA_SUCCESS;
 	case CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT:
 	case CU_MEMPOOL_ATTR_USED_MEM_CURRENT:
 		if (set)
 			return CUDA_ERROR_INVALID_VALUE; /* read-only */
-		*(cuuint64_t *)value = atomic_load(&pool->used);
+		pthread_mutex_lock(&pool->lock);
+		*(cuuint64_t *)value =
+			attr == CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT ? pool->reserved : atomic_load(&pool->used);
+		pthread_mutex_unlock(&pool->lock);
 		return CUDA_SUCCESS;
 	case CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH:
 	case CU_MEMPOOL_ATTR_USED_MEM_HIGH:
+		pthread_mutex_lock(&pool->lock);
 		if (!set) {
-			*(cuuint64_t *)value = atomic_load(&pool->used_high);
-			return CUDA_SUCCESS;
-		}
-		if (*(cuuint64_t *)value != 0) /* the only write: reset the high mark */
+			*(cuuint64_t *)value = attr == CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH ? pool->reserved_high
+											: atomic_load(&pool->used_high);
+		} else if (*(cuuint64_t *)value != 0) { /* the only write: reset the high mark */
+			pthread_mutex_unlock(&pool->lock);
 			return CUDA_ERROR_INVALID_VALUE;
-		atomic_store(&pool->used_high, atomic_load(&pool->used));
+		} else if (attr == CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH) {
+			pool->reserved_high = pool->reserved;
+		} else {
+			atomic_store(&pool->used_high, atomic_load(&pool->used));
+		}
+		pthread_mutex_unlock(&pool->lock);
 		return CUDA_SUCCESS;
 	default:
 		return CUDA_ERROR_INVALID_VALUE;

@@ -124,6 +124,7 @@ FC_API CUresult cuStreamSynchronize(CUstream hStream)
 {
 	STREAM_OP(hStream);
 	fc_tl_wait(sctx_->phys, stream_last(hStream, sctx_));
+	fc_pools_sync();
 	return CUDA_SUCCESS;
 }
 
@@ -287,6 +288,7 @@ FC_API CUresult cuEventSynchronize(CUevent hEvent)
 	if (hEvent->recorded && hEvent->when == 0)
 		fc_tl_wait(hEvent->phys, hEvent->seq);
 	event_done(hEvent);
+	fc_pools_sync();
 	return CUDA_SUCCESS;
 }
 

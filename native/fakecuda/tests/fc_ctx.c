@@ -117,7 +117,8 @@ int main(void)
 
 	/* a context takes its cuMemAlloc memory with it (the pointer is then
 	 * unknown: CUDA_ERROR_INVALID_VALUE, as on the driver), not memory from a
-	 * pool, which belongs to no context */
+	 * pool, which belongs to no context; freed into its pool, that memory
+	 * stays the pool's until a synchronisation (release threshold 0) */
 	CUdeviceptr gone = 0, pooled = 0;
 	CUcontext owner = NULL;
 	unsigned long long id = 0, pool_id = 0;
@@ -135,7 +136,8 @@ int main(void)
 		      cuPointerGetAttribute(&id, CU_POINTER_ATTRIBUTE_BUFFER_ID, pooled) == CUDA_SUCCESS && id == pool_id &&
 		      cuMemGetInfo(&free1, &total) == CUDA_SUCCESS && free1 == free0 + (64 << 20) &&
 		      cuMemFreeAsync(pooled, NULL) == CUDA_SUCCESS && cuMemGetInfo(&free2, &total) == CUDA_SUCCESS &&
-		      free2 == free1 + (64 << 20));
+		      free2 == free1 /* the pool keeps it */ && cuCtxSynchronize() == CUDA_SUCCESS &&
+		      cuMemGetInfo(&free2, &total) == CUDA_SUCCESS && free2 == free1 + (64 << 20));
 	check("invalid_free", cuMemFree(0x1000) == CUDA_ERROR_INVALID_VALUE);
 
 	/* streams, events, host functions: accepted, synchronous */
@@ -164,12 +166,14 @@ int main(void)
 
 	/* primary release and reset give the primary context's memory back,
 	 * not pool memory */
+	CUmemoryPool dpool = NULL;
 	check("reset_keeps_pool_memory",
 	      cuCtxSetCurrent(prim) == CUDA_SUCCESS && cuMemAllocAsync(&pooled, 64 << 20, NULL) == CUDA_SUCCESS &&
 		      cuMemAlloc(&gone, 64 << 20) == CUDA_SUCCESS && cuMemGetInfo(&free0, &total) == CUDA_SUCCESS &&
 		      cuDevicePrimaryCtxReset(0) == CUDA_SUCCESS && cuMemGetInfo(&free1, &total) == CUDA_SUCCESS &&
 		      free1 == free0 + (64 << 20) && cuMemFree(gone) == CUDA_ERROR_INVALID_VALUE &&
-		      cuMemFreeAsync(pooled, NULL) == CUDA_SUCCESS);
+		      cuMemFreeAsync(pooled, NULL) == CUDA_SUCCESS && cuDeviceGetDefaultMemPool(&dpool, 0) == CUDA_SUCCESS &&
+		      cuMemPoolTrimTo(dpool, 0) == CUDA_SUCCESS); /* the pool gives back what it kept */
 	CUdeviceptr q;
 	check("release", cuCtxSetCurrent(prim) == CUDA_SUCCESS && cuMemAlloc(&q, 1 << 30) == CUDA_SUCCESS &&
 				 cuDevicePrimaryCtxRelease(0) == CUDA_SUCCESS && cuDevicePrimaryCtxRelease(0) == CUDA_SUCCESS &&
