@@ -275,6 +275,7 @@ static void atfork_child(void)
 	gs_tls.st = NULL;
 	gs_tls.dev_last = GS_DEV_NONE;
 	gs_tab_drop(); /* drops this thread's front too */
+	gs_kept_drop();
 	int e = early_socket(); /* the parent's ATTACH: its answer is the parent's */
 	if (e >= 0)
 		close(e);

@@ -3,10 +3,11 @@
  * path"): reserve in the ledger with one CAS before the real allocator is
  * called; the hook gives the bytes back if the driver failed.
  *
- * The hooks by concern: hooks_ptr.c (device pointers, stream-ordered
- * allocations), hooks_pool.c (where a memory pool lives), hooks_vmm.c
- * (physical handles and mappings), hooks_array.c (arrays), hooks_ctx.c
- * (what the driver frees with a context).
+ * The hooks by concern: hooks_ptr.c (device pointers), hooks_async.c
+ * (stream-ordered allocations), hooks_pool.c (where a memory pool lives),
+ * poolkept.c (what pools keep), hooks_vmm.c (physical handles and
+ * mappings), hooks_array.c (arrays), hooks_ctx.c (what the driver frees
+ * with a context).
  */
 #ifndef GPUSLICE_CHARGE_H
 #define GPUSLICE_CHARGE_H
@@ -14,9 +15,10 @@
 #include "gs.h"
 
 struct charge {
-	int active; /* bytes reserved */
-	int g;      /* ledger GPU */
-	uint64_t n; /* bytes */
+	int active;    /* bytes reserved */
+	int g;         /* ledger GPU */
+	uint64_t n;    /* bytes reserved in the ledger */
+	uint64_t kept; /* bytes taken from what pools keep (poolkept.c; pool allocations only) */
 };
 
 
@@ -25,6 +27,7 @@ struct charge {
 GS_INLINE CUresult charge_dev(struct charge *c, int st, int dev, uint64_t n)
 {
 	c->active = 0;
+	c->kept = 0;
 	if (n == 0)
 		return CUDA_SUCCESS; /* nothing to charge; the driver answers */
 	if (GS_UNLIKELY(st != GS_ST_ACTIVE) && gs_failed_retry() != GS_ST_ACTIVE)
@@ -77,5 +80,48 @@ static inline uint64_t add_sat(uint64_t a, uint64_t b)
 	uint64_t r;
 	return __builtin_add_overflow(a, b, &r) ? UINT64_MAX : r;
 }
+
+/* The pointer table is full: said once (hooks_ptr.c). */
+void gs_table_full(void) __attribute__((cold));
+
+/* Take key out of the table: its packed (GPU, bytes), 0 when this process
+ * did not charge it. */
+static inline uint64_t untrack(int st, uint64_t key)
+{
+	return st == GS_ST_ACTIVE ? gs_ptr_remove(key) : 0;
+}
+
+/* After the real release: give the bytes back (a pool's: kept by the
+ * pool, still charged), or keep the entry. */
+static inline void released(CUresult r, uint64_t key, uint64_t v)
+{
+	if (r != CUDA_SUCCESS)
+		gs_tab_insert_val(GS_TAB_PTR, key, v);
+	else if (GS_UNLIKELY(gs_val_pool(v)))
+		gs_kept_put(gs_val_gpu(v), gs_val_bytes(v));
+	else
+		gs_unreserve(gs_val_gpu(v), gs_val_bytes(v));
+}
+
+/*
+ * GS_RELEASE: take `key` out of the pointer table, call the real entry point,
+ * give the bytes back (or put the entry back when the call failed). Keys
+ * this process never charged pass straight through.
+ */
+#define GS_RELEASE(sym, params, call_args, key) GS_RELEASE_AS(sym, sym, params, call_args, key)
+#define GS_RELEASE_AS(fn, sym, params, call_args, key)                          \
+	CUresult fn params                                                      \
+	{                                                                       \
+		gs_pfn_##sym real = GS_REAL(sym);                               \
+		if (GS_UNLIKELY(real == NULL))                                  \
+			return CUDA_ERROR_NOT_INITIALIZED;                      \
+		uint64_t k = (uint64_t)(key);                                   \
+		uint64_t v = untrack(gs_state(), k);                            \
+		if (v == 0)                                                     \
+			return real call_args;                                  \
+		CUresult r = real call_args;                                    \
+		released(r, k, v);                                              \
+		return r;                                                       \
+	}
 
 #endif

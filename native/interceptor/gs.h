@@ -89,6 +89,7 @@
 	X(CU, cuCtxGetApiVersion, CUresult, (CUcontext ctx, unsigned int *version))   \
 	X(CU, cuDeviceGetGraphMemAttribute, CUresult, (CUdevice device, CUgraphMem_attribute attr, void *value)) \
 	X(CU, cuDeviceGetCount, CUresult, (int *count))                               \
+	X(CU, cuMemPoolGetAttribute, CUresult, (CUmemoryPool pool, CUmemPool_attribute attr, void *value)) \
 	X(NVML, nvmlDeviceGetUUID, nvmlReturn_t, (nvmlDevice_t device, char *uuid, unsigned int length)) \
 	X(NVML, nvmlInit_v2, nvmlReturn_t, (void))                                      \
 	X(NVML, nvmlDeviceGetHandleByUUID, nvmlReturn_t, (const char *uuid, nvmlDevice_t *device)) \
@@ -287,6 +288,18 @@ void gs_ctxcost_primary_release(CUdevice dev);
 void gs_ctxcost_drop(void);
 void gs_graph_drop(void); /* hooks_graph.c, after fork */
 void gs_vmm_import_ref(uint64_t handle); /* hooks_vmm.c */
+
+/* ---- what pools keep (poolkept.c) ---- */
+/* Up to n of the bytes pools keep on ledger GPU g, taken for an allocation
+ * from a pool: how many. */
+uint64_t gs_kept_take(int g, uint64_t n);
+/* n bytes of a pool's allocation freed into it: they stay charged. */
+void gs_kept_put(int g, uint64_t n);
+uint64_t gs_kept(int g);
+/* Give back what the pools of g no longer hold (trimming them first when
+ * trim is set): how many bytes. */
+uint64_t gs_kept_refresh(int g, int trim);
+void gs_kept_drop(void); /* after fork */
 
 /* ---- logging (log.c) ---- */
 extern int gs_debug_on;

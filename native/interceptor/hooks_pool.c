@@ -54,9 +54,13 @@ CUresult cuMemPoolDestroy(CUmemoryPool pool)
 	gs_pfn_cuMemPoolDestroy real = GS_REAL(cuMemPoolDestroy);
 	if (GS_UNLIKELY(real == NULL))
 		return CUDA_ERROR_NOT_INITIALIZED;
+	int where = gs_pool_where((uint64_t)(uintptr_t)pool);
 	CUresult r = real(pool);
-	if (r == CUDA_SUCCESS && gs_state() != GS_ST_INERT)
+	if (r == CUDA_SUCCESS && gs_state() != GS_ST_INERT) {
 		gs_pool_forget((uint64_t)(uintptr_t)pool);
+		if (where >= 0) /* what it kept is the GPU's again */
+			gs_kept_refresh(gs_dev_to_gpu(where), 0);
+	}
 	return r;
 }
 

@@ -1,71 +1,16 @@
 /*
- * Device pointers: cuMemAlloc, cuMemAllocManaged, cuMemAllocPitch and the
- * stream-ordered allocations, and their releases (charge.h has the
- * protocol). Stream-ordered allocations are charged to the stream's or the
- * pool's device. What the driver frees with a context: hooks_ctx.c.
+ * Device pointers: cuMemAlloc, cuMemAllocManaged, cuMemAllocPitch and their
+ * releases (charge.h has the protocol). Stream-ordered allocations:
+ * hooks_async.c. What the driver frees with a context: hooks_ctx.c.
  */
 #include "charge.h"
 
 static unsigned char table_full_warned;
 
-/* The device a stream's work runs on: the current context's for the NULL,
- * legacy and per-thread default streams, else the device of the stream's
- * context (made current for the question when it is not). */
-static CUresult stream_device(CUstream s, CUdevice *dev)
+void gs_table_full(void)
 {
-	gs_pfn_cuCtxGetDevice getdev = GS_REAL(cuCtxGetDevice);
-	if (getdev == NULL)
-		return CUDA_ERROR_NOT_INITIALIZED;
-	if (s == NULL || s == CU_STREAM_LEGACY || s == CU_STREAM_PER_THREAD)
-		return getdev(dev);
-	gs_pfn_cuStreamGetCtx getctx = GS_REAL(cuStreamGetCtx);
-	gs_pfn_cuCtxGetCurrent getcur = GS_REAL(cuCtxGetCurrent);
-	gs_pfn_cuCtxPushCurrent_v2 push = GS_REAL(cuCtxPushCurrent_v2);
-	gs_pfn_cuCtxPopCurrent_v2 pop = GS_REAL(cuCtxPopCurrent_v2);
-	if (getctx == NULL || getcur == NULL || push == NULL || pop == NULL)
-		return CUDA_ERROR_NOT_INITIALIZED;
-	CUcontext sc = NULL, cur = NULL;
-	CUresult r = getctx(s, &sc);
-	if (r != CUDA_SUCCESS)
-		return r;
-	if (getcur(&cur) == CUDA_SUCCESS && cur == sc)
-		return getdev(dev);
-	r = push(sc);
-	if (r != CUDA_SUCCESS)
-		return r;
-	r = getdev(dev);
-	CUcontext popped;
-	pop(&popped);
-	return r;
-}
-
-/* Reserve n bytes on the device of stream s. */
-static CUresult charge_stream(struct charge *c, int st, CUstream s, uint64_t n)
-{
-	c->active = 0;
-	if (n == 0)
-		return CUDA_SUCCESS;
-	if (GS_UNLIKELY(st != GS_ST_ACTIVE) && gs_failed_retry() != GS_ST_ACTIVE)
-		return CUDA_ERROR_OUT_OF_MEMORY;
-	CUdevice dev;
-	CUresult r = stream_device(s, &dev);
-	if (r != CUDA_SUCCESS)
-		return r;
-	return charge_dev(c, GS_ST_ACTIVE, dev, n);
-}
-
-/* Reserve n bytes on the device of pool (as recorded when the pool was
- * created or looked up); a pool never seen goes to the stream's device, a
- * pool of host memory is not charged. */
-static CUresult charge_pool(struct charge *c, int st, CUmemoryPool pool, CUstream s, uint64_t n)
-{
-	c->active = 0;
-	int where = gs_pool_where((uint64_t)(uintptr_t)pool);
-	if (where >= 0)
-		return charge_dev(c, st, where, n);
-	if (where == GS_POOL_HOST)
-		return CUDA_SUCCESS;
-	return charge_stream(c, st, s, n);
+	if (!__atomic_exchange_n(&table_full_warned, 1, __ATOMIC_RELAXED))
+		gs_log("allocation table full: allocations are refused until some are freed");
 }
 
 /* After the real allocator: give the bytes back when it failed, else
@@ -90,41 +35,20 @@ GS_INLINE int finish(struct charge *c, CUresult r, uint64_t key)
 static __attribute__((noinline, cold)) CUresult refuse_unrecorded(struct charge *c, CUdeviceptr *dptr)
 {
 	gs_unreserve(c->g, c->n);
-	if (!__atomic_exchange_n(&table_full_warned, 1, __ATOMIC_RELAXED))
-		gs_log("allocation table full: allocations are refused until some are freed");
+	gs_table_full();
 	*dptr = 0;
 	return CUDA_ERROR_OUT_OF_MEMORY;
 }
 
-/* Take key out of the table: its packed (GPU, bytes), 0 when this process
- * did not charge it. */
-static inline uint64_t untrack(int st, uint64_t key)
-{
-	return st == GS_ST_ACTIVE ? gs_ptr_remove(key) : 0;
-}
-
-/* After the real release: give the bytes back, or keep the entry. */
-static inline void released(CUresult r, uint64_t key, uint64_t v)
-{
-	if (r == CUDA_SUCCESS)
-		gs_unreserve(gs_val_gpu(v), gs_val_bytes(v));
-	else
-		gs_tab_insert(GS_TAB_PTR, key, gs_val_gpu(v), gs_val_bytes(v));
-}
-
-
 /*
- * The two shapes of the pointer hooks, spelled out once.
+ * The allocating shape of the pointer hooks, spelled out once (the
+ * releasing one, GS_RELEASE, is in charge.h).
  *
  * GS_CHARGED_CREATE: pass through when inert; otherwise reserve with `reserve`
  * (an expression on `struct charge c` and `st`), call the real entry point
  * and record `key` (evaluated only when it succeeded) in the pointer table;
  * when the table is full, `undo` (the real free of *dptr) runs and the
  * allocation is refused.
- *
- * GS_RELEASE: take `key` out of the pointer table, call the real entry point,
- * give the bytes back (or put the entry back when the call failed). Keys
- * this process never charged pass straight through.
  */
 #define GS_CHARGED_CREATE(sym, params, call_args, reserve, key, undo) \
 	GS_CHARGED_CREATE_AS(sym, sym, params, call_args, reserve, key, undo)
@@ -150,22 +74,6 @@ static inline void released(CUresult r, uint64_t key, uint64_t v)
 		return r;                                                       \
 	}
 
-#define GS_RELEASE(sym, params, call_args, key) GS_RELEASE_AS(sym, sym, params, call_args, key)
-#define GS_RELEASE_AS(fn, sym, params, call_args, key)                          \
-	CUresult fn params                                                      \
-	{                                                                       \
-		gs_pfn_##sym real = GS_REAL(sym);                               \
-		if (GS_UNLIKELY(real == NULL))                                  \
-			return CUDA_ERROR_NOT_INITIALIZED;                      \
-		uint64_t k = (uint64_t)(key);                                   \
-		uint64_t v = untrack(gs_state(), k);                            \
-		if (v == 0)                                                     \
-			return real call_args;                                  \
-		CUresult r = real call_args;                                    \
-		released(r, k, v);                                              \
-		return r;                                                       \
-	}
-
 /* ---- pointer allocations ---- */
 
 #define GS_CHARGED_PTR_ALLOC(sym, call_args, ...)                                              \
@@ -185,30 +93,6 @@ static __attribute__((noinline)) GS_CHARGED_CREATE_AS(alloc_general, cuMemAlloc_
 			    charge_ctx(&c, st, bytesize), *dptr, undo_free(*dptr))
 GS_CHARGED_PTR_ALLOC(cuMemAllocManaged, (dptr, bytesize, flags), unsigned int flags)
 
-/* stream-ordered: the stream's device, or the pool's */
-#define GS_CHARGED_ASYNC_ALLOC(sym, call_args, reserve, freesym, ...)                            \
-	GS_CHARGED_CREATE(sym, (CUdeviceptr * dptr, size_t bytesize, __VA_ARGS__), call_args, \
-			  reserve, *dptr, undo_free_async(GS_R_##freesym, *dptr, stream))
-
-typedef CUresult (*free_async_fn)(CUdeviceptr, CUstream);
-
-static __attribute__((noinline, cold)) void undo_free_async(int ridx, CUdeviceptr p, CUstream s)
-{
-	free_async_fn fr = (free_async_fn)gs_real_get(ridx);
-	if (fr != NULL)
-		fr(p, s);
-}
-
-GS_CHARGED_ASYNC_ALLOC(cuMemAllocAsync, (dptr, bytesize, stream), charge_stream(&c, st, stream, bytesize),
-		       cuMemFreeAsync, CUstream stream)
-GS_CHARGED_ASYNC_ALLOC(cuMemAllocAsync_ptsz, (dptr, bytesize, stream), charge_stream(&c, st, stream, bytesize),
-		       cuMemFreeAsync_ptsz, CUstream stream)
-GS_CHARGED_ASYNC_ALLOC(cuMemAllocFromPoolAsync, (dptr, bytesize, pool, stream),
-		       charge_pool(&c, st, pool, stream, bytesize), cuMemFreeAsync, CUmemoryPool pool,
-		       CUstream stream)
-GS_CHARGED_ASYNC_ALLOC(cuMemAllocFromPoolAsync_ptsz, (dptr, bytesize, pool, stream),
-		       charge_pool(&c, st, pool, stream, bytesize), cuMemFreeAsync_ptsz, CUmemoryPool pool,
-		       CUstream stream)
 /* Charged as pitch * height, the size the driver actually handed out:
  * width * height is reserved first, the padding once the pitch is known. */
 CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pitch, size_t width, size_t height,
@@ -248,12 +132,7 @@ CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pitch, size_t width, size
 	return r;
 }
 
-#define GS_PTR_FREE(sym, call_args, ...) \
-	GS_RELEASE(sym, (CUdeviceptr dptr, ##__VA_ARGS__), call_args, dptr)
-
 static __attribute__((noinline)) GS_RELEASE_AS(free_general, cuMemFree_v2, (CUdeviceptr dptr), (dptr), dptr)
-GS_PTR_FREE(cuMemFreeAsync, (dptr, stream), CUstream stream)
-GS_PTR_FREE(cuMemFreeAsync_ptsz, (dptr, stream), CUstream stream)
 
 /*
  * cuMemAlloc_v2 and cuMemFree_v2, the calls caching allocators make by the

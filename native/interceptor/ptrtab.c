@@ -293,6 +293,18 @@ void gs_pool_forget(uint64_t pool)
 	pthread_mutex_unlock(&pool_mu);
 }
 
+int gs_pool_list(int dev, uint64_t *out, int max)
+{
+	int n = 0;
+	for (unsigned i = 0; i < (1u << GS_POOL_BITS) && n < max; i++) {
+		uint64_t k = __atomic_load_n(&pools[i].key, __ATOMIC_ACQUIRE);
+		if (k != GS_KEY_EMPTY && k != GS_KEY_TOMB &&
+		    __atomic_load_n(&pools[i].val, __ATOMIC_ACQUIRE) == (uint64_t)dev + 1)
+			out[n++] = k;
+	}
+	return n;
+}
+
 /* After fork: the child's driver state is its own. */
 static void pool_drop(void)
 {

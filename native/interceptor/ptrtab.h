@@ -12,14 +12,15 @@
 #define GS_KEY_EMPTY 0ull
 #define GS_KEY_TOMB (~0ull)
 #define GS_VAL_GPU_SHIFT 56
-#define GS_VAL_BYTES_MASK ((1ull << GS_VAL_GPU_SHIFT) - 1)
+#define GS_VAL_POOL (1ull << 55) /* a pool's allocation: its free keeps the bytes (poolkept.c) */
+#define GS_VAL_BYTES_MASK (GS_VAL_POOL - 1)
 #define GS_OVF_ENTRIES 4096
 #define GS_TAB_BITS 20 /* entries of each table: 2^GS_TAB_BITS (a constant: the hot path's hash) */
 #define GS_TAB_MASK ((1ull << GS_TAB_BITS) - 1)
 
 struct gs_ent {
 	uint64_t key;
-	uint64_t val; /* gpu << 56 | bytes; never 0 for a live entry */
+	uint64_t val; /* gpu << 56 | pool flag | bytes; never 0 for a live entry */
 };
 
 struct gs_tab {
@@ -53,14 +54,15 @@ static inline uint64_t gs_val_pack(int g, uint64_t bytes)
 
 static inline int gs_val_gpu(uint64_t v) { return (int)(v >> GS_VAL_GPU_SHIFT); }
 static inline uint64_t gs_val_bytes(uint64_t v) { return v & GS_VAL_BYTES_MASK; }
+static inline int gs_val_pool(uint64_t v) { return (v & GS_VAL_POOL) != 0; }
 
-/* Remember key -> (g, bytes); 0 on success, -1 when no slot was found. */
-static inline int gs_tab_insert(int kind, uint64_t key, int g, uint64_t bytes)
+/* Remember key -> val (packed, never 0); 0 on success, -1 when no slot
+ * was found. */
+static inline int gs_tab_insert_val(int kind, uint64_t key, uint64_t val)
 {
 	struct gs_tab *t = &gs_tabs[kind];
 	if (!gs_key_ok(key) || t->e == NULL)
 		return -1;
-	uint64_t val = gs_val_pack(g, bytes);
 	uint64_t h = gs_tab_hash(key);
 	for (unsigned i = 0; i < GS_PROBE; i++) {
 		struct gs_ent *e = &t->e[(h + i) & GS_TAB_MASK];
@@ -75,6 +77,12 @@ static inline int gs_tab_insert(int kind, uint64_t key, int g, uint64_t bytes)
 		}
 	}
 	return gs_tab_insert_slow(t, key, val);
+}
+
+/* Remember key -> (g, bytes) */
+static inline int gs_tab_insert(int kind, uint64_t key, int g, uint64_t bytes)
+{
+	return gs_tab_insert_val(kind, key, gs_val_pack(g, bytes));
 }
 
 /* Take key out; returns its packed value, 0 when it is not there. */
@@ -176,5 +184,7 @@ int gs_pool_where(uint64_t pool);
 /* 0, or -1 when the table is full (the caller refuses the pool) */
 int gs_pool_set(uint64_t pool, int where);
 void gs_pool_forget(uint64_t pool);
+/* The pools recorded on device ordinal dev: up to max into out; how many. */
+int gs_pool_list(int dev, uint64_t *out, int max);
 
 #endif

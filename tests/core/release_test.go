@@ -51,7 +51,8 @@ func TestReleaseAfterRebaseDoesNotWrap(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			args := append([]string{"dev:0"}, tc.steps...)
-			args = append(args, "pid", "pause", "free", "alloc:900M", "pause", "freeall")
+			// (a pool keeps what is freed into it until a synchronisation)
+			args = append(args, "pid", "pause", "free", "sync", "alloc:900M", "pause", "freeall")
 			p := probe.Start(t, sessionEnv(t, d, sess.ID), probe.Bin(t, "gs_probe"), args...)
 			pid := int(p.Expect("pid").Int(t, "pid"))
 			p.Expect("paused")

@@ -42,7 +42,8 @@ func TestAsyncChargedToStreamOrPoolDevice(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			sess := newSession(t, d, client.SessionRequest{Quotas: quota})
 			l := openLedger(t, d, sess.ID)
-			args := append(append([]string{}, tc.steps...), "pid", "pause", "freeall", "pause")
+			// a pool keeps what is freed into it until a synchronisation
+			args := append(append([]string{}, tc.steps...), "pid", "pause", "freeall", "sync", "pause")
 			p := probe.Start(t, sessionEnv(t, d, sess.ID), probe.Bin(t, "gs_probe"), args...)
 			pid := int(p.Expect("pid").Int(t, "pid"))
 			p.Expect("paused")
@@ -80,7 +81,7 @@ func TestAsyncChargedToStreamOrPoolDevice(t *testing.T) {
 						ord, g, held[g], tc.want[ord], held)
 				}
 				if after[g] != 0 {
-					t.Errorf("device %d: %d bytes left after the frees", ord, after[g])
+					t.Errorf("device %d: %d bytes left after the frees and a synchronisation", ord, after[g])
 				}
 			}
 			probe.Eventually(t, 30*time.Second, "used back to 0", func() (bool, string) {

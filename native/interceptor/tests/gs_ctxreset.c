@@ -142,6 +142,15 @@ static void set_free(struct set *s)
 	held -= SET_BYTES;
 }
 
+/* Memory freed into a pool stays the pool's until a synchronisation or
+ * a trim: trim the device's default pool. */
+static CUresult pool_trim(void)
+{
+	CUmemoryPool p;
+	CUresult r = cuDeviceGetDefaultMemPool(&p, dev);
+	return r == CUDA_SUCCESS ? cuMemPoolTrimTo(p, 0) : r;
+}
+
 /* ---- (a) a created context destroyed with its memory ---- */
 
 static void scenario_ctx(void)
@@ -173,6 +182,7 @@ static void scenario_ctx(void)
 	checkpoint("again", held);
 
 	OK("pool_free", cuMemFreeAsync(pooled, NULL));
+	OK("pool_trim", pool_trim()); /* the pool gives back what it kept */
 	OK("vmm_release", cuMemRelease(vmm));
 	held -= 18 * MiB;
 	OK("ctx_destroy2", ctx_destroy(c2));
@@ -204,6 +214,7 @@ static void scenario_reset(void)
 	/* a reset with nothing charged in the context, then a release to 0 */
 	set_free(&s);
 	OK("pool_free", cuMemFreeAsync(pooled, NULL));
+	OK("pool_trim", pool_trim()); /* the pool gives back what it kept */
 	held -= 16 * MiB;
 	OK("reset_empty", primary_reset());
 	OK("release", primary_release());
@@ -288,6 +299,7 @@ static void scenario_runtime(void)
 	OK("cudaFree", rt_free(a));
 	OK("cudaFree", rt_free(b));
 	OK("cudaFreeAsync", rt_free_async(pooled, NULL));
+	OK("pool_trim", pool_trim());
 	held -= 216 * MiB;
 	checkpoint("end", held);
 }

@@ -8,8 +8,8 @@ while the program allocates outside the pool. A process that fills its
 quota that way must stay within the quota by the driver's figure and
 outlive three audit intervals; the figures say how much the driver took
 beyond the charge in each pattern. (fakecuda charges exactly what is
-asked and its pools keep no reserve, so there the figures are 0: only a
-real driver can fail this.)
+asked, so its size patterns give 0; its pools keep what is freed as the
+driver's do, which the interceptor charges: docs/interceptor.md "Pools".)
 
 Each pattern runs in a fresh process: with the interceptor in a session of
 context + 512 MiB, filling until refused; then without the interceptor,
