@@ -21,6 +21,10 @@
 #include <pthread.h>
 
 static uint64_t kept[GS_MAX_GPUS];
+/* kept on g when a refresh last found nothing to give back (the pools
+ * keep it all: release threshold "max"), ~0 otherwise: a synchronisation
+ * with kept unchanged since then skips the driver's figures */
+static uint64_t idle_at[GS_MAX_GPUS];
 static pthread_mutex_t refresh_mu = PTHREAD_MUTEX_INITIALIZER;
 
 #define POOLS_MAX 64 /* pools looked at per device in one refresh */
@@ -109,6 +113,7 @@ static uint64_t refresh_locked(int g, int trim)
 		if (back != 0)
 			gs_unreserve_slow(g, back);
 	}
+	__atomic_store_n(&idle_at[g], back == 0 ? k : ~0ull, __ATOMIC_RELAXED);
 	if (back != 0)
 		gs_debug("pools on GPU %d: %llu bytes kept, %llu unused by the driver's figures%s: %llu given back",
 			 g, (unsigned long long)k, (unsigned long long)unused, trim ? " after a trim" : "",
@@ -126,14 +131,17 @@ uint64_t gs_kept_refresh(int g, int trim)
 	return back;
 }
 
-/* After a synchronisation or a trim: each GPU whose pools keep bytes
- * gives back what they released. Nothing when nothing is kept (one load per GPU);
- * skipped when another thread is refreshing. */
-static void after_sync(void)
+/* After a synchronisation (or a trim: force): each GPU whose pools keep
+ * bytes gives back what they released. Nothing when nothing is kept, or
+ * (unless forced) when kept has not changed since a refresh found the
+ * pools keeping it all: one or two loads per GPU. Skipped when another
+ * thread is refreshing. */
+static void after_sync(int force)
 {
 	uint32_t n = __atomic_load_n(&gs.ngpus, __ATOMIC_RELAXED);
 	for (uint32_t g = 0; g < n && g < GS_MAX_GPUS; g++) {
-		if (__atomic_load_n(&kept[g], __ATOMIC_RELAXED) == 0)
+		uint64_t k = __atomic_load_n(&kept[g], __ATOMIC_RELAXED);
+		if (k == 0 || (!force && k == __atomic_load_n(&idle_at[g], __ATOMIC_RELAXED)))
 			continue;
 		if (pthread_mutex_trylock(&refresh_mu) != 0)
 			return;
@@ -142,7 +150,7 @@ static void after_sync(void)
 	}
 }
 
-#define GS_SYNC_HOOK(sym, params, call_args)                   \
+#define GS_SYNC_HOOK(sym, params, call_args, force)            \
 	CUresult sym params                                    \
 	{                                                      \
 		gs_pfn_##sym real = GS_REAL(sym);              \
@@ -150,20 +158,22 @@ static void after_sync(void)
 			return CUDA_ERROR_NOT_INITIALIZED;     \
 		CUresult r = real call_args;                   \
 		if (r == CUDA_SUCCESS)                         \
-			after_sync();                          \
+			after_sync(force);                     \
 		return r;                                      \
 	}
 
-GS_SYNC_HOOK(cuCtxSynchronize, (void), ())
-GS_SYNC_HOOK(cuStreamSynchronize, (CUstream hStream), (hStream))
-GS_SYNC_HOOK(cuStreamSynchronize_ptsz, (CUstream hStream), (hStream))
-GS_SYNC_HOOK(cuEventSynchronize, (CUevent hEvent), (hEvent))
-GS_SYNC_HOOK(cuMemPoolTrimTo, (CUmemoryPool pool, size_t minBytesToKeep), (pool, minBytesToKeep))
+GS_SYNC_HOOK(cuCtxSynchronize, (void), (), 0)
+GS_SYNC_HOOK(cuStreamSynchronize, (CUstream hStream), (hStream), 0)
+GS_SYNC_HOOK(cuStreamSynchronize_ptsz, (CUstream hStream), (hStream), 0)
+GS_SYNC_HOOK(cuEventSynchronize, (CUevent hEvent), (hEvent), 0)
+GS_SYNC_HOOK(cuMemPoolTrimTo, (CUmemoryPool pool, size_t minBytesToKeep), (pool, minBytesToKeep), 1)
 
 /* After fork: the child's pools are its own. */
 void gs_kept_drop(void)
 {
-	for (int g = 0; g < GS_MAX_GPUS; g++)
+	for (int g = 0; g < GS_MAX_GPUS; g++) {
 		__atomic_store_n(&kept[g], 0, __ATOMIC_RELAXED);
+		__atomic_store_n(&idle_at[g], ~0ull, __ATOMIC_RELAXED);
+	}
 	pthread_mutex_init(&refresh_mu, NULL);
 }
