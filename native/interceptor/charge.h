@@ -21,10 +21,11 @@ struct charge {
 	uint64_t kept; /* bytes taken from what pools keep (poolkept.c; pool allocations only) */
 };
 
-
-/* Reserve n bytes on device dev for a charged allocation. CUDA_SUCCESS
- * means: call the driver (c->active says whether bytes are held). */
-GS_INLINE CUresult charge_dev(struct charge *c, int st, int dev, uint64_t n)
+/* Reserve n bytes on device dev for a charged allocation; a pool's
+ * allocation (pool: a constant) takes first from what the pools of its
+ * GPU keep (c->kept), and reserves the rest. CUDA_SUCCESS means: call the
+ * driver (c->active says whether bytes are held). */
+GS_INLINE CUresult charge_dev_as(struct charge *c, int st, int dev, uint64_t n, int pool)
 {
 	c->active = 0;
 	c->kept = 0;
@@ -35,12 +36,22 @@ GS_INLINE CUresult charge_dev(struct charge *c, int st, int dev, uint64_t n)
 	int g = gs_dev_to_gpu(dev);
 	if (GS_UNLIKELY(g < 0))
 		return CUDA_ERROR_OUT_OF_MEMORY;
-	if (gs_reserve(g, n) < 0)
+	uint64_t t = pool ? gs_kept_take(g, n) : 0;
+	if (t < n && gs_reserve(g, n - t) < 0) {
+		if (pool)
+			gs_kept_put(g, t);
 		return CUDA_ERROR_OUT_OF_MEMORY;
+	}
 	c->active = 1;
 	c->g = g;
-	c->n = n;
+	c->n = n - t;
+	c->kept = t;
 	return CUDA_SUCCESS;
+}
+
+GS_INLINE CUresult charge_dev(struct charge *c, int st, int dev, uint64_t n)
+{
+	return charge_dev_as(c, st, dev, n, 0);
 }
 
 /* The same on the current context's device. */
@@ -102,6 +113,35 @@ static inline void released(CUresult r, uint64_t key, uint64_t v)
 	else
 		gs_unreserve(gs_val_gpu(v), gs_val_bytes(v));
 }
+
+/*
+ * The shapes of the pointer hooks, spelled out once.
+ *
+ * GS_CHARGED_CREATE_WITH: pass through when inert; otherwise reserve with
+ * `reserve` (an expression on `struct charge c` and `st`), call the real
+ * entry point and record `key` (evaluated only when it succeeded) with
+ * `finish_fn` (-1: no room); when there is no room, `refuse` (an expression
+ * that frees *dptr and returns the refusal) is the answer.
+ */
+#define GS_CHARGED_CREATE_WITH(fn, sym, params, call_args, reserve, finish_fn, key, refuse) \
+	CUresult fn params                                                      \
+	{                                                                       \
+		gs_pfn_##sym real = GS_REAL(sym);                               \
+		if (GS_UNLIKELY(real == NULL))                                  \
+			return CUDA_ERROR_NOT_INITIALIZED;                      \
+		int st = gs_state();                                            \
+		if (st == GS_ST_INERT)                                          \
+			return real call_args;                                  \
+		struct charge c;                                                \
+		CUresult r = (reserve);                                         \
+		if (r != CUDA_SUCCESS)                                          \
+			return r;                                               \
+		r = real call_args;                                             \
+		if (GS_UNLIKELY(finish_fn(&c, r,                                 \
+					  r == CUDA_SUCCESS ? (uint64_t)(key) : 0) < 0)) \
+			return (refuse);                                        \
+		return r;                                                       \
+	}
 
 /*
  * GS_RELEASE: take `key` out of the pointer table, call the real entry point,

@@ -184,7 +184,7 @@ static int reserve(int g, uint64_t n, int claim)
 	}
 	/* pools of g keep freed memory still charged: trim them, give back
 	 * what they let go of, and try again */
-	if (gs_kept(g) != 0 && gs_kept_refresh(g, 1) != 0 && reserve_exact(g, n, claim) == 0)
+	if (gs_kept_refresh(g, 1) != 0 && reserve_exact(g, n, claim) == 0)
 		return 0;
 	__atomic_fetch_add(&gs.ctr->gpu[g].denied, 1, __ATOMIC_RELAXED);
 	return -1;

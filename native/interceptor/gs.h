@@ -295,9 +295,9 @@ void gs_vmm_import_ref(uint64_t handle); /* hooks_vmm.c */
 uint64_t gs_kept_take(int g, uint64_t n);
 /* n bytes of a pool's allocation freed into it: they stay charged. */
 void gs_kept_put(int g, uint64_t n);
-uint64_t gs_kept(int g);
 /* Give back what the pools of g no longer hold (trimming them first when
- * trim is set): how many bytes. */
+ * trim is set): how many bytes (0 at once when nothing is kept or g is
+ * no GPU of the session). */
 uint64_t gs_kept_refresh(int g, int trim);
 void gs_kept_drop(void); /* after fork */
 

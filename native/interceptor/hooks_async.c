@@ -38,31 +38,6 @@ static CUresult stream_device(CUstream s, CUdevice *dev)
 	return r;
 }
 
-/* A pool's allocation of n bytes on device dev: taken first from what the
- * pools of its GPU keep (c->kept), the rest reserved in the ledger (c->n). */
-static CUresult charge_pool_dev(struct charge *c, int st, int dev, uint64_t n)
-{
-	c->active = 0;
-	c->kept = 0;
-	if (n == 0)
-		return CUDA_SUCCESS;
-	if (GS_UNLIKELY(st != GS_ST_ACTIVE) && gs_failed_retry() != GS_ST_ACTIVE)
-		return CUDA_ERROR_OUT_OF_MEMORY;
-	int g = gs_dev_to_gpu(dev);
-	if (GS_UNLIKELY(g < 0))
-		return CUDA_ERROR_OUT_OF_MEMORY;
-	uint64_t t = gs_kept_take(g, n);
-	if (t < n && gs_reserve(g, n - t) < 0) {
-		gs_kept_put(g, t);
-		return CUDA_ERROR_OUT_OF_MEMORY;
-	}
-	c->active = 1;
-	c->g = g;
-	c->n = n - t;
-	c->kept = t;
-	return CUDA_SUCCESS;
-}
-
 /* A pool's allocation of n bytes on the device of stream s (the device's
  * current pool). */
 static CUresult charge_stream(struct charge *c, int st, CUstream s, uint64_t n)
@@ -76,7 +51,7 @@ static CUresult charge_stream(struct charge *c, int st, CUstream s, uint64_t n)
 	CUresult r = stream_device(s, &dev);
 	if (r != CUDA_SUCCESS)
 		return r;
-	return charge_pool_dev(c, GS_ST_ACTIVE, dev, n);
+	return charge_dev_as(c, GS_ST_ACTIVE, dev, n, 1);
 }
 
 /* The same from pool, on its device (as recorded when the pool was
@@ -87,7 +62,7 @@ static CUresult charge_pool(struct charge *c, int st, CUmemoryPool pool, CUstrea
 	c->active = 0;
 	int where = gs_pool_where((uint64_t)(uintptr_t)pool);
 	if (where >= 0)
-		return charge_pool_dev(c, st, where, n);
+		return charge_dev_as(c, st, where, n, 1);
 	if (where == GS_POOL_HOST)
 		return CUDA_SUCCESS;
 	return charge_stream(c, st, s, n);
@@ -110,24 +85,9 @@ static int finish_pool(struct charge *c, CUresult r, uint64_t key)
 
 /* stream-ordered: the stream's device, or the pool's; when the allocation
  * cannot be recorded it is freed into its pool, which keeps it */
-#define GS_CHARGED_ASYNC_ALLOC(sym, call_args, reserve, freesym, ...)                 \
-	CUresult sym(CUdeviceptr *dptr, size_t bytesize, __VA_ARGS__)                 \
-	{                                                                             \
-		gs_pfn_##sym real = GS_REAL(sym);                                     \
-		if (GS_UNLIKELY(real == NULL))                                        \
-			return CUDA_ERROR_NOT_INITIALIZED;                            \
-		int st = gs_state();                                                  \
-		if (st == GS_ST_INERT)                                                \
-			return real call_args;                                        \
-		struct charge c;                                                      \
-		CUresult r = (reserve);                                               \
-		if (r != CUDA_SUCCESS)                                                \
-			return r;                                                     \
-		r = real call_args;                                                   \
-		if (GS_UNLIKELY(finish_pool(&c, r, r == CUDA_SUCCESS ? *dptr : 0) < 0)) \
-			return refuse_pool(GS_R_##freesym, &c, dptr, stream);        \
-		return r;                                                             \
-	}
+#define GS_CHARGED_ASYNC_ALLOC(sym, call_args, reserve, freesym, ...)                          \
+	GS_CHARGED_CREATE_WITH(sym, sym, (CUdeviceptr * dptr, size_t bytesize, __VA_ARGS__), call_args, \
+			       reserve, finish_pool, *dptr, refuse_pool(GS_R_##freesym, &c, dptr, stream))
 
 typedef CUresult (*free_async_fn)(CUdeviceptr, CUstream);
 

@@ -44,8 +44,7 @@ CUresult cuMemGetInfo_v2(size_t *free, size_t *total)
 		int g = GS_MAP_NONE;
 		if (getdev != NULL && getdev(&dev) == CUDA_SUCCESS)
 			g = gs_dev_to_gpu(dev);
-		if (g >= 0 && gs_kept(g) != 0)
-			gs_kept_refresh(g, 0); /* what synchronisations let go of */
+		gs_kept_refresh(g, 0); /* what synchronisations let go of */
 		virtual_mem(g, rf, rt, &f, &t, &u);
 	}
 	if (free != NULL)

@@ -40,39 +40,14 @@ static __attribute__((noinline, cold)) CUresult refuse_unrecorded(struct charge 
 	return CUDA_ERROR_OUT_OF_MEMORY;
 }
 
-/*
- * The allocating shape of the pointer hooks, spelled out once (the
- * releasing one, GS_RELEASE, is in charge.h).
- *
- * GS_CHARGED_CREATE: pass through when inert; otherwise reserve with `reserve`
- * (an expression on `struct charge c` and `st`), call the real entry point
- * and record `key` (evaluated only when it succeeded) in the pointer table;
- * when the table is full, `undo` (the real free of *dptr) runs and the
- * allocation is refused.
- */
+/* GS_CHARGED_CREATE (charge.h's GS_CHARGED_CREATE_WITH): recorded in the
+ * pointer table (finish); when it is full, `undo` (the real free of *dptr)
+ * runs and the allocation is refused. */
 #define GS_CHARGED_CREATE(sym, params, call_args, reserve, key, undo) \
 	GS_CHARGED_CREATE_AS(sym, sym, params, call_args, reserve, key, undo)
-#define GS_CHARGED_CREATE_AS(fn, sym, params, call_args, reserve, key, undo) \
-	CUresult fn params                                                      \
-	{                                                                       \
-		gs_pfn_##sym real = GS_REAL(sym);                               \
-		if (GS_UNLIKELY(real == NULL))                                  \
-			return CUDA_ERROR_NOT_INITIALIZED;                      \
-		int st = gs_state();                                            \
-		if (st == GS_ST_INERT)                                          \
-			return real call_args;                                  \
-		struct charge c;                                                \
-		CUresult r = (reserve);                                         \
-		if (r != CUDA_SUCCESS)                                          \
-			return r;                                               \
-		r = real call_args;                                             \
-		if (GS_UNLIKELY(finish(&c, r,                                    \
-				       r == CUDA_SUCCESS ? (uint64_t)(key) : 0) < 0)) { \
-			undo;                                                   \
-			return refuse_unrecorded(&c, dptr);                     \
-		}                                                               \
-		return r;                                                       \
-	}
+#define GS_CHARGED_CREATE_AS(fn, sym, params, call_args, reserve, key, undo)                   \
+	GS_CHARGED_CREATE_WITH(fn, sym, params, call_args, reserve, finish, key, \
+			       (undo, refuse_unrecorded(&c, dptr)))
 
 /* ---- pointer allocations ---- */
 

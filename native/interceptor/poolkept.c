@@ -46,11 +46,6 @@ void gs_kept_put(int g, uint64_t n)
 		__atomic_fetch_add(&kept[g], n, __ATOMIC_RELAXED);
 }
 
-uint64_t gs_kept(int g)
-{
-	return (unsigned)g < GS_MAX_GPUS ? __atomic_load_n(&kept[g], __ATOMIC_RELAXED) : 0;
-}
-
 /* Adds pool to list (n entries) unless it is there; the new count. */
 static int add_pool(uint64_t *list, int n, uint64_t pool)
 {
