@@ -123,6 +123,6 @@ $(EXAMPLES)/%: $(FC_EXDIR)/%.c $(FC_EXHDRS) | $(FC_LIBS)
 	@mkdir -p $(@D)
 	$(CC) $(FC_EXFLAGS) -o $@ $< $(FC_EXLINK) $(FC_EXLIBS_$*)
 
-$(FC_TESTS)/%: $(FC_DIR)/tests/%.c $(FC_EXHDRS) | $(FC_LIBS)
+$(FC_TESTS)/%: $(FC_DIR)/tests/%.c $(FC_EXHDRS) $(wildcard $(FC_DIR)/tests/*.h) | $(FC_LIBS)
 	@mkdir -p $(@D)
 	$(CC) $(FC_EXFLAGS) -I$(FC_EXDIR) -o $@ $< $(LDFLAGS_COMMON) -L$(LIB) -Wl,-rpath,'$$ORIGIN/../../lib' -lcudart -lcuda -ldl

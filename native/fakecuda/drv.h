@@ -144,11 +144,12 @@ struct CUmemPoolHandle_st {
 	CUmemPoolProps props;
 	uint64_t threshold;
 	int reuse[4];
-	_Atomic uint64_t used, used_high;
 	/* what the pool holds on the GPU (charged to the device and the
-	 * process): its allocations and what was freed into it and kept */
+	 * process): its allocations (used) and what was freed into it and
+	 * kept; all under lock */
 	pthread_mutex_t lock;
-	uint64_t reserved, reserved_high; /* under lock */
+	uint64_t used, used_high;
+	uint64_t reserved, reserved_high;
 	fc_limtok lim;                    /* the limits its reserve was charged under */
 	struct CUmemPoolHandle_st *next;  /* every pool of the process (pool.c) */
 };

@@ -78,7 +78,7 @@ static void pool_release_above(CUmemoryPool pool, uint64_t keep)
 CUresult fc_pool_take(CUmemoryPool pool, uint64_t n)
 {
 	pthread_mutex_lock(&pool->lock);
-	uint64_t used = atomic_load(&pool->used);
+	uint64_t used = pool->used;
 	if (pool->props.maxSize && used + n > pool->props.maxSize) {
 		pthread_mutex_unlock(&pool->lock);
 		return CUDA_ERROR_OUT_OF_MEMORY;
@@ -95,10 +95,9 @@ CUresult fc_pool_take(CUmemoryPool pool, uint64_t n)
 		if (pool->reserved > pool->reserved_high)
 			pool->reserved_high = pool->reserved;
 	}
-	used += n;
-	atomic_store(&pool->used, used);
-	if (used > atomic_load(&pool->used_high))
-		atomic_store(&pool->used_high, used);
+	pool->used = used + n;
+	if (pool->used > pool->used_high)
+		pool->used_high = pool->used;
 	pthread_mutex_unlock(&pool->lock);
 	return CUDA_SUCCESS;
 }
@@ -106,11 +105,9 @@ CUresult fc_pool_take(CUmemoryPool pool, uint64_t n)
 void fc_pool_give(CUmemoryPool pool, uint64_t n)
 {
 	pthread_mutex_lock(&pool->lock);
-	uint64_t used = atomic_load(&pool->used);
-	used = used > n ? used - n : 0;
-	atomic_store(&pool->used, used);
+	pool->used = pool->used > n ? pool->used - n : 0;
 	if (!pools_keep() || pool->magic != FC_MAGIC_POOL)
-		pool_release_above(pool, used);
+		pool_release_above(pool, pool->used);
 	pthread_mutex_unlock(&pool->lock);
 }
 
@@ -119,8 +116,7 @@ void fc_pools_sync(void)
 	pthread_mutex_lock(&pool_lock);
 	for (struct CUmemPoolHandle_st *p = all_pools; p != NULL; p = p->next) {
 		pthread_mutex_lock(&p->lock);
-		uint64_t used = atomic_load(&p->used);
-		pool_release_above(p, used > p->threshold ? used : p->threshold);
+		pool_release_above(p, p->used > p->threshold ? p->used : p->threshold);
 		pthread_mutex_unlock(&p->lock);
 	}
 	pthread_mutex_unlock(&pool_lock);
@@ -246,7 +242,7 @@ FC_API CUresult cuMemPoolDestroy(CUmemoryPool pool)
 	pthread_mutex_unlock(&pool_lock);
 	pthread_mutex_lock(&pool->lock);
 	pool->magic = FC_MAGIC_DEAD; /* outstanding allocations still name it; keep it readable */
-	pool_release_above(pool, atomic_load(&pool->used)); /* and give back each as it is freed */
+	pool_release_above(pool, pool->used); /* and give back each as it is freed */
 	pthread_mutex_unlock(&pool->lock);
 	return CUDA_SUCCESS;
 }
@@ -257,7 +253,7 @@ FC_API CUresult cuMemPoolTrimTo(CUmemoryPool pool, size_t minBytesToKeep)
 	if (!pool_valid(pool))
 		return CUDA_ERROR_INVALID_VALUE;
 	pthread_mutex_lock(&pool->lock);
-	uint64_t used = atomic_load(&pool->used);
+	uint64_t used = pool->used;
 	pool_release_above(pool, used > minBytesToKeep ? used : minBytesToKeep);
 	pthread_mutex_unlock(&pool->lock);
 	return CUDA_SUCCESS;
@@ -292,7 +288,7 @@ static CUresult pool_attribute(CUmemoryPool pool, CUmemPool_attribute attr, void
 			return CUDA_ERROR_INVALID_VALUE; /* read-only */
 		pthread_mutex_lock(&pool->lock);
 		*(cuuint64_t *)value =
-			attr == CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT ? pool->reserved : atomic_load(&pool->used);
+			attr == CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT ? pool->reserved : pool->used;
 		pthread_mutex_unlock(&pool->lock);
 		return CUDA_SUCCESS;
 	case CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH:
@@ -300,14 +296,14 @@ static CUresult pool_attribute(CUmemoryPool pool, CUmemPool_attribute attr, void
 		pthread_mutex_lock(&pool->lock);
 		if (!set) {
 			*(cuuint64_t *)value = attr == CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH ? pool->reserved_high
-											: atomic_load(&pool->used_high);
+											: pool->used_high;
 		} else if (*(cuuint64_t *)value != 0) { /* the only write: reset the high mark */
 			pthread_mutex_unlock(&pool->lock);
 			return CUDA_ERROR_INVALID_VALUE;
 		} else if (attr == CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH) {
 			pool->reserved_high = pool->reserved;
 		} else {
-			atomic_store(&pool->used_high, atomic_load(&pool->used));
+			pool->used_high = pool->used;
 		}
 		pthread_mutex_unlock(&pool->lock);
 		return CUDA_SUCCESS;

@@ -7,15 +7,7 @@
 
 #include "common.h"
 #include "drvctx.h"
-
-static int checks, failed;
-
-static void check(const char *name, int ok)
-{
-	checks++;
-	failed += !ok;
-	printf("event=check name=%s status=%s\n", name, ok ? "ok" : "failed");
-}
+#include "fc_check.h"
 
 static CUresult thread_result;
 
@@ -188,6 +180,5 @@ int main(void)
 				       strcmp(str, "CUDA_ERROR_INVALID_CONTEXT") == 0 &&
 				       cuGetErrorString(CUDA_ERROR_OUT_OF_MEMORY, &str) == CUDA_SUCCESS &&
 				       strcmp(str, "out of memory") == 0 && cuGetErrorName((CUresult)12345, &str) == CUDA_ERROR_INVALID_VALUE);
-	printf("event=summary checks=%d failed=%d\n", checks, failed);
-	return failed ? 1 : 0;
+	return summary();
 }

@@ -10,17 +10,9 @@
 
 #include "common.h"
 #include "drvctx.h"
+#include "fc_check.h"
 
 CUresult cuGetExportTable(const void **ppExportTable, const CUuuid *pExportTableId);
-
-static int checks, failed;
-
-static void check(const char *name, int ok)
-{
-	checks++;
-	failed += !ok;
-	printf("event=check name=%s status=%s\n", name, ok ? "ok" : "failed");
-}
 
 static const unsigned char runtime_id[16] = { 0x6b, 0xd5, 0xfb, 0x6c, 0x5b, 0xf4, 0xe7, 0x4a,
 					      0x89, 0x87, 0xd9, 0x39, 0x12, 0xfd, 0x9d, 0xf9 };
@@ -333,6 +325,5 @@ int main(void)
 	context_storage(dev);
 	driver_check(dev);
 	module_globals(dev);
-	printf("event=summary checks=%d failed=%d\n", checks, failed);
-	return failed != 0;
+	return summary();
 }

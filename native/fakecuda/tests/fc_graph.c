@@ -4,23 +4,8 @@
  */
 #include "common.h"
 #include "drvctx.h"
+#include "fc_check.h"
 #include "cuda_ext.h"
-
-static int checks, failed;
-
-static void check(const char *name, int ok)
-{
-	checks++;
-	failed += !ok;
-	printf("event=check name=%s status=%s\n", name, ok ? "ok" : "failed");
-}
-
-static size_t free_now(void)
-{
-	size_t f = 0, t = 0;
-	cuMemGetInfo(&f, &t);
-	return f;
-}
 
 static uint64_t attr(CUgraphMem_attribute a)
 {
@@ -118,6 +103,5 @@ int main(void)
 	check("ipc_own_process", cuMemAlloc(&p, mib) == CUDA_SUCCESS && cuIpcGetMemHandle(&ih, p) == CUDA_SUCCESS &&
 					 cuIpcOpenMemHandle_v2(&q, ih, 0) == CUDA_ERROR_INVALID_CONTEXT);
 	cuMemFree(p);
-	printf("event=summary checks=%d failed=%d\n", checks, failed);
-	return failed ? 1 : 0;
+	return summary();
 }

@@ -9,23 +9,8 @@
  */
 #include "common.h"
 #include "drvctx.h"
+#include "fc_check.h"
 #include "cuda_ext.h"
-
-static int checks, failed;
-
-static void check(const char *name, int ok)
-{
-	checks++;
-	failed += !ok;
-	printf("event=check name=%s status=%s\n", name, ok ? "ok" : "failed");
-}
-
-static size_t free_now(void)
-{
-	size_t f = 0, t = 0;
-	cuMemGetInfo(&f, &t);
-	return f;
-}
 
 static uint64_t pattr(CUmemoryPool p, CUmemPool_attribute a)
 {
@@ -61,8 +46,7 @@ int main(int argc, char **argv)
 		check("nokeep_free_gives_back", cuMemAllocAsync(&a, 100 * mib, NULL) == CUDA_SUCCESS &&
 							free_now() == f0 - 100 * mib && cuMemFreeAsync(a, NULL) == CUDA_SUCCESS &&
 							free_now() == f0 && holds(dp, 0, 0));
-		printf("event=summary checks=%d failed=%d\n", checks, failed);
-		return failed != 0;
+		return summary();
 	}
 
 	/* release threshold 0 (the default): kept until a synchronisation */
@@ -121,6 +105,5 @@ int main(int argc, char **argv)
 		      cuMemFreeAsync(a, NULL) == CUDA_SUCCESS && cuCtxSynchronize() == CUDA_SUCCESS &&
 		      free_now() == f0 - 40 * mib && cuMemPoolDestroy(cp) == CUDA_SUCCESS && free_now() == f0);
 
-	printf("event=summary checks=%d failed=%d\n", checks, failed);
-	return failed != 0;
+	return summary();
 }

@@ -11,6 +11,7 @@
  */
 #include "common.h"
 #include "drvctx.h"
+#include "fc_check.h"
 #include "cuda_ext.h"
 #include "fakecuda_time.h"
 #include "nvml.h"
@@ -18,15 +19,7 @@
 #include <dlfcn.h>
 #include <unistd.h>
 
-static int checks, failed;
 static CUfunction fn;
-
-static void check(const char *name, int ok)
-{
-	checks++;
-	failed += !ok;
-	printf("event=check name=%s status=%s\n", name, ok ? "ok" : "failed");
-}
 
 /* Queues one kernel of ns nanoseconds on s. */
 static CUresult kernel_ns(CUstream s, unsigned long long ns)
@@ -174,6 +167,5 @@ int main(int argc, char **argv)
 	if (argc == 4 && strcmp(argv[1], "load") == 0)
 		return load(atof(argv[2]), atoi(argv[3]));
 	checks_one();
-	printf("event=summary checks=%d failed=%d\n", checks, failed);
-	return failed ? 1 : 0;
+	return summary();
 }
