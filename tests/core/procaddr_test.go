@@ -9,29 +9,37 @@ import (
 	"github.com/gpuslice/gpuslice/tests/interceptor/probe"
 )
 
-// cuGetProcAddress: the current version resolves to the hook (charged),
-// the per-thread flag to the per-thread hook, the legacy version passes
-// through, and a lookup of cuGetProcAddress itself returns the hook.
-func TestGetProcAddressPaths(t *testing.T) {
+// gpaProbe runs gs_probe's steps on device 0 in a fresh session of 1 GiB
+// (env added to the process's environment): its result, and what its slot
+// charged once the steps were done (attached: whether it had a slot).
+func gpaProbe(t *testing.T, env []string, steps ...string) (r probe.Result, used []uint64, attached bool) {
+	t.Helper()
 	d := testenv.StartDaemon(t, testenv.DaemonOptions{})
 	sess := newSession(t, d, client.SessionRequest{QuotaBytes: GiB})
 	l := openLedger(t, d, sess.ID)
-	p := probe.Start(t, sessionEnv(t, d, sess.ID), probe.Bin(t, "gs_probe"),
-		"dev:0",
-		"gpa:cuMemAlloc:12000:0", "gpa:cuMemAlloc:12000:2", "gpa:cuMemAlloc:3020:0", "gpa:cuMemAlloc:2000:0",
-		"gpa:cuMemAllocAsync:12000:0", "gpa:cuMemAllocAsync:12000:2", "gpa:cuMemFreeAsync:12000:2",
-		"gpa:cuGetProcAddress:12000:0", "gpa:cuGetProcAddress:11030:0", "gpa4:cuMemAlloc:12000:0",
-		"gpa:cuInit:12000:0",
-		"gpakeep:12000:0:300M", "gpakeep:12000:2:300M", "gpakeep:12000:0:500M", "pid", "pause")
+	args := append(append([]string{"dev:0"}, steps...), "pid", "pause")
+	p := probe.Start(t, sessionEnv(t, d, sess.ID, env...), probe.Bin(t, "gs_probe"), args...)
 	pid := int(p.Expect("pid").Int(t, "pid"))
 	p.Expect("paused")
-	used, ok := slotOf(t, l, pid)
+	used, attached = slotOf(t, l, pid)
 	p.Send("")
 	if err := p.Wait(); err != nil {
 		t.Fatal(err)
 	}
 	noStderr(t, "probe", p.Stderr())
-	r := p.Result()
+	return p.Result(), used, attached
+}
+
+// cuGetProcAddress: the current version resolves to the hook (charged),
+// the per-thread flag to the per-thread hook, the legacy version passes
+// through, and a lookup of cuGetProcAddress itself returns the hook.
+func TestGetProcAddressPaths(t *testing.T) {
+	r, used, ok := gpaProbe(t, nil,
+		"gpa:cuMemAlloc:12000:0", "gpa:cuMemAlloc:12000:2", "gpa:cuMemAlloc:3020:0", "gpa:cuMemAlloc:2000:0",
+		"gpa:cuMemAllocAsync:12000:0", "gpa:cuMemAllocAsync:12000:2", "gpa:cuMemFreeAsync:12000:2",
+		"gpa:cuGetProcAddress:12000:0", "gpa:cuGetProcAddress:11030:0", "gpa4:cuMemAlloc:12000:0",
+		"gpa:cuInit:12000:0",
+		"gpakeep:12000:0:300M", "gpakeep:12000:2:300M", "gpakeep:12000:0:500M")
 	want := []string{
 		"libgpuslice.so:cuMemAlloc_v2", "libgpuslice.so:cuMemAlloc_v2", "libgpuslice.so:cuMemAlloc_v2",
 		"libcuda.so.1:cuMemAlloc",
@@ -66,24 +74,10 @@ func TestGetProcAddressPaths(t *testing.T) {
 // version a CUDA 13 runtime asks at: what those answers allocate is charged
 // and refused past the quota, as through exported ones.
 func TestGetProcAddressPrivateEntryPoints(t *testing.T) {
-	d := testenv.StartDaemon(t, testenv.DaemonOptions{})
-	sess := newSession(t, d, client.SessionRequest{QuotaBytes: GiB})
-	l := openLedger(t, d, sess.ID)
-	p := probe.Start(t, sessionEnv(t, d, sess.ID, "FAKECUDA_PROCADDR=private"), probe.Bin(t, "gs_probe"),
-		"dev:0",
+	r, used, ok := gpaProbe(t, []string{"FAKECUDA_PROCADDR=private"},
 		"gpa:cuMemAlloc:13000:0", "gpa:cuMemAllocAsync:13000:2", "gpa:cuGraphInstantiate:13000:0",
 		"gpa:cuMemAlloc:2000:0",
-		"gpakeep:13000:0:300M", "gpa4keep:13000:2:300M", "gpaasync:13000:2:100M", "gpakeep:13000:0:500M",
-		"pid", "pause")
-	pid := int(p.Expect("pid").Int(t, "pid"))
-	p.Expect("paused")
-	used, ok := slotOf(t, l, pid)
-	p.Send("")
-	if err := p.Wait(); err != nil {
-		t.Fatal(err)
-	}
-	noStderr(t, "probe", p.Stderr())
-	r := p.Result()
+		"gpakeep:13000:0:300M", "gpa4keep:13000:2:300M", "gpaasync:13000:2:100M", "gpakeep:13000:0:500M")
 	gpa := r.All("gpa")
 	for i, w := range []string{"libgpuslice.so:cuMemAlloc_v2", "libgpuslice.so:cuMemAllocAsync_ptsz",
 		"libgpuslice.so:cuGraphInstantiateWithFlags"} {

@@ -740,26 +740,18 @@ static void step(char *arg)
 				push(K_MIPMAP, (uint64_t)(uintptr_t)m, bytes);
 		}
 		printf("%s rc=%d bytes=%llu\n", cmd, r, (unsigned long long)bytes);
-	} else if (strcmp(cmd, "fill") == 0 && nf >= 2) {
+	} else if ((strcmp(cmd, "fill") == 0 || strcmp(cmd, "afill") == 0) && nf >= 2) {
+		int async = cmd[0] == 'a';
 		uint64_t n = parse_size(f[1]), total = 0;
 		unsigned count = 0, most = nf >= 3 ? (unsigned)strtoul(f[2], NULL, 10) : UINT_MAX;
 		CUdeviceptr p;
-		while (count < most && (r = cuMemAlloc_v2(&p, n)) == CUDA_SUCCESS) {
-			push(K_PTR, p, n);
+		while (count < most &&
+		       (r = async ? cuMemAllocAsync(&p, n, NULL) : cuMemAlloc_v2(&p, n)) == CUDA_SUCCESS) {
+			push(async ? K_ASYNC : K_PTR, p, n);
 			total += n;
 			count++;
 		}
-		printf("fill rc=%d n=%u bytes=%llu\n", r, count, (unsigned long long)total);
-	} else if (strcmp(cmd, "afill") == 0 && nf >= 2) {
-		uint64_t n = parse_size(f[1]), total = 0;
-		unsigned count = 0, most = nf >= 3 ? (unsigned)strtoul(f[2], NULL, 10) : UINT_MAX;
-		CUdeviceptr p;
-		while (count < most && (r = cuMemAllocAsync(&p, n, NULL)) == CUDA_SUCCESS) {
-			push(K_ASYNC, p, n);
-			total += n;
-			count++;
-		}
-		printf("afill rc=%d n=%u bytes=%llu\n", r, count, (unsigned long long)total);
+		printf("%s rc=%d n=%u bytes=%llu\n", cmd, r, count, (unsigned long long)total);
 	} else if ((strcmp(cmd, "pthresh") == 0 && nf >= 2) || strcmp(cmd, "pinfo") == 0) {
 		CUdevice d;
 		CUmemoryPool pool = NULL;
