@@ -253,7 +253,7 @@ func startAudit(ctx context.Context, cfg config.Config, log *slog.Logger, mgr *s
 	if kill {
 		actor = audit.Killer{Log: log, Jobs: jobs}
 	}
-	loop := &audit.Loop{Source: src, Jobs: jobs, Actor: actor, Interval: cfg.AuditInterval,
+	loop := &audit.Loop{Source: src, Jobs: jobs, Actor: actor, Driver: mgr.DriverMemory(), Interval: cfg.AuditInterval,
 		Confirm: min(cfg.AuditInterval/5, 20*time.Millisecond), Log: log, Kick: kick, MinGap: shortAuditGap, KickConfirm: shortAuditConfirm,
 		Events: audit.Events{
 			Usage: mgr.ObserveAudit,

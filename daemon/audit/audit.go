@@ -27,6 +27,21 @@ type Jobs interface {
 	Quotas() Quotas
 }
 
+// Driver charges each job's processes what the driver holds for them
+// beyond what their hooks charged (docs/ledger.md "Driver memory"), from
+// every read of the Source.
+type Driver interface {
+	// Mark notes what the processes' hooks have charged, just before a
+	// read.
+	Mark()
+	// Charge takes the read made after Mark. It returns whether a
+	// process's figure grew: a growth is charged once a second read
+	// confirms it, which the same pass makes.
+	Charge(usage []Attributed) (grew bool)
+	// Settle is called at the end of every pass that read.
+	Settle()
+}
+
 // Actor does what the policy says with an overrun.
 type Actor interface {
 	Act(o Overrun) (stopped []uint32)
@@ -47,6 +62,7 @@ type Loop struct {
 	Source   Source
 	Jobs     Jobs
 	Actor    Actor
+	Driver   Driver // optional
 	Events   Events
 	Interval time.Duration
 	// Confirm is the pause before the second read that confirms an
@@ -117,25 +133,32 @@ func (l *Loop) Run(ctx context.Context) {
 // Pass reads, decides and acts once.
 func (l *Loop) Pass() error { return l.pass(l.Confirm) }
 
-// pass is Pass with the pause before the confirming read.
+// pass is Pass with the pause before the confirming read, made when an
+// overrun or a process's driver memory grew (the Driver charges a growth
+// once two reads agree).
 func (l *Loop) pass(confirm time.Duration) error {
-	first, err := l.Source.Read()
+	first, grew, err := l.read()
 	if err != nil {
-		return fmt.Errorf("audit read: %w", err)
+		return err
 	}
 	q := l.Jobs.Quotas()
 	usage := l.attribute(first)
 	overruns := Decide(q, usage)
-	if len(overruns) > 0 {
+	if len(overruns) > 0 || grew {
 		// Confirm with a second read: only what a process holds in both
 		// counts.
 		time.Sleep(confirm)
-		second, err := l.Source.Read()
+		second, _, err := l.read()
 		if err != nil {
-			return fmt.Errorf("audit read: %w", err)
+			return err
 		}
-		usage = l.attribute(Steady(first, second))
-		overruns = Decide(l.Jobs.Quotas(), usage)
+		if len(overruns) > 0 {
+			usage = l.attribute(Steady(first, second))
+			overruns = Decide(l.Jobs.Quotas(), usage)
+		}
+	}
+	if l.Driver != nil {
+		l.Driver.Settle()
 	}
 	if l.Events.Usage != nil {
 		l.Events.Usage(Sums(usage))
@@ -147,6 +170,21 @@ func (l *Loop) pass(confirm time.Duration) error {
 		}
 	}
 	return nil
+}
+
+// read reads the Source once and gives what it read to the Driver.
+func (l *Loop) read() (s []Sample, grew bool, err error) {
+	if l.Driver != nil {
+		l.Driver.Mark()
+	}
+	s, err = l.Source.Read()
+	if err != nil {
+		return nil, false, fmt.Errorf("audit read: %w", err)
+	}
+	if l.Driver != nil {
+		grew = l.Driver.Charge(l.attribute(s))
+	}
+	return s, grew, nil
 }
 
 func (l *Loop) attribute(samples []Sample) []Attributed {

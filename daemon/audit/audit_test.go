@@ -72,3 +72,53 @@ func TestLoopPass(t *testing.T) {
 		})
 	}
 }
+
+// driverLog is a Driver that records its calls; Charge reports growth
+// while grow says so.
+type driverLog struct {
+	calls []string
+	seen  [][]Attributed
+	grow  []bool
+}
+
+func (d *driverLog) Mark() { d.calls = append(d.calls, "mark") }
+func (d *driverLog) Charge(u []Attributed) bool {
+	d.calls = append(d.calls, "charge")
+	d.seen = append(d.seen, u)
+	g := len(d.grow) > 0 && d.grow[0]
+	if len(d.grow) > 0 {
+		d.grow = d.grow[1:]
+	}
+	return g
+}
+func (d *driverLog) Settle() { d.calls = append(d.calls, "settle") }
+
+// Every read goes to the Driver between a Mark and a Charge; a read that
+// shows driver memory growing is confirmed by a second one in the same
+// pass; the pass ends with Settle.
+func TestLoopDriver(t *testing.T) {
+	jobs := table{owner: map[uint32]string{1: "a"}, q: Quotas{"a": {0: 100}}}
+	for _, tc := range []struct {
+		name string
+		grow []bool
+		want []string
+	}{
+		{"steady: one read", []bool{false}, []string{"mark", "charge", "settle"}},
+		{"growth: a confirming read", []bool{true, false}, []string{"mark", "charge", "mark", "charge", "settle"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			d := &driverLog{grow: tc.grow}
+			l := &Loop{Source: &script{reads: [][]Sample{{{1, 0, 50}}}}, Jobs: jobs, Actor: &recorder{}, Driver: d,
+				Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+			if err := l.Pass(); err != nil {
+				t.Fatal(err)
+			}
+			if !reflect.DeepEqual(d.calls, tc.want) {
+				t.Fatalf("calls %v, want %v", d.calls, tc.want)
+			}
+			if want := []Attributed{{Sample{1, 0, 50}, "a"}}; !reflect.DeepEqual(d.seen[0], want) {
+				t.Fatalf("charged %+v, want %+v", d.seen[0], want)
+			}
+		})
+	}
+}

@@ -89,10 +89,11 @@ type Manager struct {
 
 // Session is one live session.
 type Session struct {
-	mu       sync.Mutex     // serialises slot changes and limit changes
-	released bool           // set under mu when the session is released
-	deleting bool           // delete asked while processes were alive: released when they are gone
-	images   map[int]uint64 // slot -> program image of its process (reclaim.ImageToken)
+	mu       sync.Mutex          // serialises slot changes and limit changes
+	released bool                // set under mu when the session is released
+	deleting bool                // delete asked while processes were alive: released when they are gone
+	images   map[int]uint64      // slot -> program image of its process (reclaim.ImageToken)
+	drv      map[int]*driverAcct // slot -> driver memory charged to its process (driver.go)
 
 	auditPeak   []uint64 // per ledger GPU: the most the driver reported the session holding
 	seenPeak    []uint64 // per ledger GPU: the most the daemon read in the ledger itself (figures.go)

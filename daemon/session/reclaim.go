@@ -9,6 +9,7 @@ import (
 func (m *Manager) reclaimSlotLocked(s *Session, slot int) {
 	delete(s.images, slot)
 	got := s.led.Reclaim(slot)
+	s.forgetDriverLocked(slot)
 	var total uint64
 	for g, b := range got {
 		b = s.addReclaimed(g, b)

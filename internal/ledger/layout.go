@@ -61,6 +61,8 @@ const (
 	CtrGPUOffDenied    = 16
 	CtrGPUOffReclaimed = 24
 	CtrGPUOffCtxCost   = 32   // a context's cost + 1 as first measured by a process of the session (0: none yet)
+	CtrGPUOffDriver    = 40   // driver memory the daemon charged on the slots' shared stripes
+	CtrGPUOffSettled   = 48   // audit passes that read the session's processes
 	CtrHdrStructSize   = 1088 // sizeof(struct gs_counters_hdr)
 
 	SlotOffPID       = 0

@@ -69,6 +69,8 @@ int main(void) {
 	P("CtrGPUOffDenied", offsetof(struct gs_counter_gpu, denied));
 	P("CtrGPUOffReclaimed", offsetof(struct gs_counter_gpu, reclaimed));
 	P("CtrGPUOffCtxCost", offsetof(struct gs_counter_gpu, ctx_cost));
+	P("CtrGPUOffDriver", offsetof(struct gs_counter_gpu, driver));
+	P("CtrGPUOffSettled", offsetof(struct gs_counter_gpu, settled));
 	P("CtrHdrStructSize", sizeof(struct gs_counters_hdr));
 	P("SlotOffPID", offsetof(struct gs_slot, pid));
 	P("SlotOffState", offsetof(struct gs_slot, state));
@@ -125,7 +127,8 @@ int main(void) {
 		"CtrOffMagic": CtrOffMagic, "CtrOffVersion": CtrOffVersion, "CtrOffNGPUs": CtrOffNGPUs,
 		"CtrOffNSlots": CtrOffNSlots, "CtrOffSlotHWM": CtrOffSlotHWM, "CtrOffGPU": CtrOffGPU, "CtrOffCreditMap": CtrOffCreditMap, "CreditMapSlots": CreditMapSlots, "CtrGPUStride": CtrGPUStride,
 		"CtrGPUOffUsed": CtrGPUOffUsed, "CtrGPUOffPeak": CtrGPUOffPeak, "CtrGPUOffDenied": CtrGPUOffDenied,
-		"CtrGPUOffReclaimed": CtrGPUOffReclaimed, "CtrGPUOffCtxCost": CtrGPUOffCtxCost, "CtrHdrStructSize": CtrHdrStructSize,
+		"CtrGPUOffReclaimed": CtrGPUOffReclaimed, "CtrGPUOffCtxCost": CtrGPUOffCtxCost,
+		"CtrGPUOffDriver": CtrGPUOffDriver, "CtrGPUOffSettled": CtrGPUOffSettled, "CtrHdrStructSize": CtrHdrStructSize,
 		"SlotOffPID": SlotOffPID, "SlotOffState": SlotOffState, "SlotOffStartTime": SlotOffStartTime,
 		"SlotOffAttachNS": SlotOffAttachNS, "SlotOffOwned": SlotOffOwned, "SlotStripes": SlotStripes, "SlotOffStripe": SlotOffStripe, "SlotStripeStride": SlotStripeStride,
 		"SlotOwned": SlotOwned, "SlotShared": SlotShared, "StripeOffBusy": StripeOffBusy, "StripeOffOwner": StripeOffOwner,

@@ -322,6 +322,7 @@ func (l *Ledger) Rebase() {
 	defer l.freeze()
 	for g := 0; g < l.ngpus; g++ {
 		atomic.StoreUint64(l.gpuCtr(g, CtrGPUOffUsed), 0)
+		atomic.StoreUint64(l.gpuCtr(g, CtrGPUOffDriver), 0)
 	}
 }
 

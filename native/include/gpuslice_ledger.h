@@ -56,7 +56,12 @@ struct gs_counter_gpu {
 	uint64_t ctx_cost;   /* 32: what a context costs on this GPU, plus 1, as the session's
 	                      * first process to create one there measured it (0: not yet);
 	                      * the session's later processes charge it without measuring */
-	uint64_t reserved[3];/* 40..63 */
+	uint64_t driver;     /* 40: bytes gpusliced charged for memory the driver holds for the
+	                      * session's processes beyond what they charged (modules, library
+	                      * handles): the sum of its charges on the slots' shared stripes */
+	uint64_t settled;    /* 48: audit passes that read the session's processes on this GPU;
+	                      * a process that asked for one (SHORT) waits for it to move */
+	uint64_t reserved[1];/* 56..63 */
 };                       /* 64 bytes, one cache line */
 
 /* What one process holds, spread over stripes so that the threads of a

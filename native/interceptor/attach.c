@@ -433,8 +433,16 @@ void gs_short(int g)
 	if ((prev != 0 && now - prev < GS_SHORT_GAP_NS) ||
 	    !__atomic_compare_exchange_n(&last, &prev, now, 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED))
 		return;
+	gs_short_send(g);
+}
+
+/* One SHORT for ledger GPU g, now (settle.c rate-limits its own). */
+int gs_short_send(int g)
+{
+	if (gs.lim == NULL || g < 0 || (uint32_t)g >= gs.ngpus || sock_path[0] == '\0')
+		return -1;
 	char uuid[GS_UUID_LEN];
 	memcpy(uuid, gs.lim->gpu[g].uuid, sizeof(uuid));
 	uuid[sizeof(uuid) - 1] = '\0';
-	gs_ipc_short(sock_path, uuid);
+	return gs_ipc_short(sock_path, uuid);
 }

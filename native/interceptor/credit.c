@@ -175,6 +175,8 @@ static int reserve_exact(int g, uint64_t n, int claim)
 static int reserve(int g, uint64_t n, int claim)
 {
 	refresh_caps();
+	if (claim) /* not for a context's cost: the driver already holds it */
+		gs_settle(g, n);
 	if (reserve_exact(g, n, claim) == 0)
 		return 0;
 	if (gs.credit_ok) {

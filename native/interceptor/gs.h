@@ -213,6 +213,11 @@ int gs_failed_retry(void);
 /* The driver refused an allocation the quota allowed on ledger GPU g:
  * tell gpusliced (rate-limited; attach.c). */
 void gs_short(int g) __attribute__((cold));
+int gs_short_send(int g) __attribute__((cold));
+/* Before a reservation of n bytes on ledger GPU g that brings used near
+ * the limit: wait (bounded) for an audit pass to charge the driver's
+ * memory (settle.c). */
+void gs_settle(int g, uint64_t n);
 int gs_session_configured(void);
 
 /* One acquire load; the slow path runs once per process (and after fork). */

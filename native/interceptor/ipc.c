@@ -285,29 +285,32 @@ out:
 	return rv;
 }
 
-/* Sends one SHORT (the driver refused an allocation the quota allowed, on
- * the GPU with that UUID) and closes: gpusliced answers OK, which nobody
- * waits for. Neither the connect nor the send waits; failing is silent
- * (the audit's next pass comes anyway). */
-void gs_ipc_short(const char *sock_path, const char *uuid)
+/* Sends one SHORT (audit now: the driver refused an allocation the quota
+ * allowed, or a reservation near the limit waits for the driver's figure,
+ * on the GPU with that UUID) and closes: gpusliced answers OK, which
+ * nobody waits for. Neither the connect nor the send waits. 0 when sent,
+ * -1 when not (the audit's next pass comes anyway). */
+int gs_ipc_short(const char *sock_path, const char *uuid)
 {
 	int s = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
 	if (s < 0)
-		return;
+		return -1;
 	struct sockaddr_un a = {.sun_family = AF_UNIX};
 	size_t plen = strlen(sock_path), ulen = strnlen(uuid, GS_UUID_LEN);
 	if (plen >= sizeof(a.sun_path) || ulen == 0) {
 		close(s);
-		return;
+		return -1;
 	}
 	memcpy(a.sun_path, sock_path, plen + 1);
+	int rv = -1;
 	if (connect(s, (struct sockaddr *)&a, sizeof(a)) == 0) {
 		unsigned char req[GS_IPC_HDR + 2 + GS_UUID_LEN];
 		put_hdr(req, GS_IPC_SHORT, (uint32_t)(2 + ulen));
 		put16(req + 12, (uint16_t)ulen);
 		memcpy(req + 14, uuid, ulen);
 		ssize_t n = send(s, req, GS_IPC_HDR + 2 + ulen, MSG_NOSIGNAL | MSG_DONTWAIT);
-		(void)n;
+		rv = n == (ssize_t)(GS_IPC_HDR + 2 + ulen) ? 0 : -1;
 	}
 	close(s);
+	return rv;
 }

@@ -32,6 +32,6 @@ int gs_ipc_attach_send(const char *sock_path, const char *session, const char *t
 		       struct gs_attach_err *err);
 int gs_ipc_attach_recv(int s, struct gs_attach_reply *rep, struct gs_attach_err *err);
 /* One SHORT message (docs/protocol.md): fire and forget. */
-void gs_ipc_short(const char *sock_path, const char *uuid);
+int gs_ipc_short(const char *sock_path, const char *uuid);
 
 #endif

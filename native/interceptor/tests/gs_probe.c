@@ -55,6 +55,8 @@
  *                      (the NULL stream when none was created)
  *   array:W:H          cuArrayCreate_v2 (float)  array3d:W:H:D cuArray3DCreate_v2
  *   mipmap:W:H:L       cuMipmappedArrayCreate
+ *   modload            cuModuleLoadData of an image with no code (on fakecuda it holds
+ *                      FAKECUDA_MODULE_BYTES of device memory no allocation shows)
  *   fill:S[:N]         allocate S-sized blocks until one fails (or N were made)
  *   afill:S[:N]        the same with cuMemAllocAsync (NULL stream)
  *   pthresh:N          the release threshold of the current device's default pool: N bytes,
@@ -830,6 +832,13 @@ static void step(char *arg)
 			printf("crossfree alloc_failed=%llu free_failed=%llu loops=%llu\n", a.failed, bad, a.loops);
 		}
 		free(a.p);
+	} else if (strcmp(cmd, "modload") == 0) {
+		/* a module the driver holds device memory for (fakecuda:
+		 * FAKECUDA_MODULE_BYTES); the image holds no code */
+		static const unsigned char image[64];
+		CUmodule m;
+		r = cuModuleLoadData(&m, image);
+		printf("modload rc=%d\n", r);
 	} else if (strcmp(cmd, "meminfo") == 0) {
 		size_t fr = 0, to = 0;
 		r = cuMemGetInfo_v2(&fr, &to);

@@ -1,0 +1,166 @@
+package session
+
+// Driver memory (docs/ledger.md "Driver memory"): at every read of the
+// audit, each attached process is charged what the driver's per-process
+// figure holds beyond what its hooks charged: the modules a framework's
+// kernels load lazily, cuBLAS and cuDNN handles, NCCL's and the driver's
+// own structures. None of it goes through an allocation entry point, and
+// on a GPU it is tens to hundreds of MiB per process. Charged on the
+// process's slot, it is what the session's next reservations see, so a job
+// gets out-of-memory at its quota by the driver's figure instead of being
+// stopped by the audit; the slot's reclaim gives it back.
+//
+// The estimate is a lower bound: what the hooks had charged is read just
+// before the driver's figure and just after, and the larger counts (an
+// allocation is charged before the driver makes it, a free given back
+// after the driver frees). An increase is charged once two reads in a row
+// agree; a decrease at once.
+
+import (
+	"github.com/gpuslice/gpuslice/daemon/audit"
+)
+
+// driverAcct is what the daemon charged one attached process.
+type driverAcct struct {
+	pid     uint32
+	charged []uint64 // per ledger GPU: on the slot's shared stripe
+	last    []uint64 // per ledger GPU: the previous read's estimate
+	hooks   []uint64 // per ledger GPU: the hooks' charges just before the read
+}
+
+// driverMemory is the audit's Driver for the manager's sessions.
+type driverMemory struct{ m *Manager }
+
+// DriverMemory returns the audit.Driver that charges the sessions'
+// processes their driver memory.
+func (m *Manager) DriverMemory() audit.Driver { return driverMemory{m} }
+
+// Mark notes what each attached process's hooks have charged.
+func (d driverMemory) Mark() {
+	d.m.eachAttached(func(s *Session, slot int, pid uint32) {
+		a := s.driverAcctLocked(slot, pid)
+		for g := range a.hooks {
+			a.hooks[g] = s.hooksHeld(slot, g, a)
+		}
+	})
+}
+
+// Charge moves each attached process's driver charge to what this read
+// shows: down at once, up to what this read and the one before agree on.
+// It returns whether a figure is above its charge (a confirming read
+// would charge it).
+func (d driverMemory) Charge(usage []audit.Attributed) (grew bool) {
+	type key struct {
+		pid uint32
+		gpu int
+	}
+	seen := make(map[key]uint64, len(usage))
+	for _, u := range usage {
+		if u.Session != "" {
+			seen[key{u.PID, u.GPU}] += u.Bytes
+		}
+	}
+	d.m.eachAttached(func(s *Session, slot int, pid uint32) {
+		a := s.driverAcctLocked(slot, pid)
+		for g, gi := range s.gidx {
+			est := uint64(0)
+			if gi >= 0 {
+				hooks := max(a.hooks[g], s.hooksHeld(slot, g, a))
+				if b := seen[key{pid, gi}]; b > hooks {
+					est = b - hooks
+				}
+			}
+			want := min(est, a.last[g])
+			a.last[g] = est
+			s.led.ChargeDriver(slot, g, a.charged[g], want)
+			a.charged[g] = want
+			grew = grew || est > want
+		}
+	})
+	return grew
+}
+
+// Settle counts a pass on the GPUs of every session with a process
+// attached: a process that asked for one (SHORT) waits for the count to
+// move by two (a whole pass begun after its ask).
+func (d driverMemory) Settle() {
+	seen := map[*Session]bool{}
+	d.m.eachAttached(func(s *Session, _ int, _ uint32) {
+		if !seen[s] {
+			seen[s] = true
+			for g := range s.gidx {
+				s.led.MarkSettled(g)
+			}
+		}
+	})
+}
+
+// eachAttached calls fn for every attached process of every live session,
+// under the session's lock.
+func (m *Manager) eachAttached(fn func(s *Session, slot int, pid uint32)) {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	for _, s := range m.sessions {
+		if s.led.NInUse() == 0 {
+			continue
+		}
+		s.mu.Lock()
+		if !s.released {
+			for _, slot := range s.led.InUse() {
+				if _, pid := s.led.SlotState(slot); pid != 0 {
+					fn(s, slot, pid)
+				}
+			}
+		}
+		s.mu.Unlock()
+	}
+}
+
+// driverAcctLocked is slot's account, new when the slot changed hands.
+// Caller holds s.mu.
+func (s *Session) driverAcctLocked(slot int, pid uint32) *driverAcct {
+	a := s.drv[slot]
+	if a != nil && a.pid == pid {
+		return a
+	}
+	if a != nil {
+		s.forgetDriverLocked(slot) // a new process in a slot not reclaimed yet
+	}
+	n := len(s.gidx)
+	a = &driverAcct{pid: pid, charged: make([]uint64, n), last: make([]uint64, n), hooks: make([]uint64, n)}
+	if s.drv == nil {
+		s.drv = map[int]*driverAcct{}
+	}
+	s.drv[slot] = a
+	return a
+}
+
+// hooksHeld is what slot's hooks hold on ledger GPU g: the slot's charges
+// less the daemon's own.
+func (s *Session) hooksHeld(slot, g int, a *driverAcct) uint64 {
+	h := s.led.SlotUsed(slot, g)
+	if h < a.charged[g] {
+		return 0
+	}
+	return h - a.charged[g]
+}
+
+// forgetDriverLocked drops slot's account. Its charges left with the
+// slot's stripes when it was reclaimed; a slot still attached gives them
+// back here. Caller holds s.mu.
+func (s *Session) forgetDriverLocked(slot int) {
+	a := s.drv[slot]
+	if a == nil {
+		return
+	}
+	delete(s.drv, slot)
+	if st, pid := s.led.SlotState(slot); pid == a.pid && st != 0 {
+		for g, c := range a.charged {
+			s.led.ChargeDriver(slot, g, c, 0)
+		}
+		return
+	}
+	for g, c := range a.charged {
+		s.led.ForgetDriver(g, c)
+	}
+}

@@ -1,0 +1,66 @@
+/*
+ * Reservations near the limit wait for the driver's figure. The driver
+ * holds memory for a process that no allocation entry point shows: the
+ * modules a framework's kernels load lazily, library handles, NCCL's
+ * structures (100-180 MiB for PyTorch on an H100). gpusliced charges it to
+ * the process's slot at each audit pass (docs/ledger.md "Driver memory").
+ * A job filling its quota faster than the passes come would otherwise
+ * reach the limit by its charges with the driver's figure above it, and
+ * the audit would stop it. So a reservation that would leave less than
+ * GS_SETTLE_MARGIN of the limit asks for a pass (SHORT) and waits for the
+ * GPU's settled count to move by two (the pass that was running may have
+ * read before the ask), at most GS_SETTLE_WAIT_NS, at most every
+ * GS_SETTLE_GAP_NS per process and GPU. Far from the limit, or past it,
+ * nothing is done: a load and two compares. A context's cost is not
+ * settled for (credit.c): the driver holds the context before it is
+ * charged, and a pass would count it uncharged.
+ */
+#include <time.h>
+
+#include "gs.h"
+
+#define GS_SETTLE_MARGIN_MAX (256ull << 20)
+#define GS_SETTLE_GAP_NS (250ll * 1000 * 1000)
+#define GS_SETTLE_WAIT_NS (200ll * 1000 * 1000)
+
+static int64_t last[GS_MAX_GPUS];
+
+static int64_t now_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000000000ll + ts.tv_nsec;
+}
+
+void gs_settle(int g, uint64_t n)
+{
+	if (gs.lim == NULL || gs.ctr == NULL || g < 0 || (uint32_t)g >= gs.ngpus)
+		return;
+	struct gs_counter_gpu *c = &gs.ctr->gpu[g];
+	uint64_t limit = __atomic_load_n(&gs.lim->gpu[g].limit, __ATOMIC_RELAXED);
+	uint64_t margin = limit / 8 < GS_SETTLE_MARGIN_MAX ? limit / 8 : GS_SETTLE_MARGIN_MAX;
+	uint64_t used = __atomic_load_n(&c->used, __ATOMIC_RELAXED);
+	if (n > limit || used > limit - n)
+		return; /* it does not fit anyway */
+	if (margin <= limit - n && used <= limit - n - margin)
+		return; /* far from the limit */
+	int64_t t0 = now_ns(), prev = __atomic_load_n(&last[g], __ATOMIC_RELAXED);
+	if ((prev != 0 && t0 - prev < GS_SETTLE_GAP_NS) ||
+	    !__atomic_compare_exchange_n(&last[g], &prev, t0, 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED))
+		return;
+	uint64_t s0 = __atomic_load_n(&c->settled, __ATOMIC_ACQUIRE);
+	if (gs_short_send(g) != 0)
+		return;
+	struct timespec nap = {.tv_sec = 0, .tv_nsec = 1000 * 1000};
+	while (now_ns() - t0 < GS_SETTLE_WAIT_NS) {
+		if (__atomic_load_n(&c->settled, __ATOMIC_ACQUIRE) - s0 >= 2) {
+			gs_debug("settled on GPU %d in %lld us: driver memory %llu bytes", g,
+				 (long long)(now_ns() - t0) / 1000,
+				 (unsigned long long)__atomic_load_n(&c->driver, __ATOMIC_RELAXED));
+			return;
+		}
+		nanosleep(&nap, NULL);
+	}
+	gs_debug("no audit pass on GPU %d within %lld ms; reserving without it", g,
+		 (long long)GS_SETTLE_WAIT_NS / 1000000);
+}

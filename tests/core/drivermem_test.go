@@ -1,0 +1,63 @@
+package core
+
+import (
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/gpuslice/gpuslice/internal/client"
+	"github.com/gpuslice/gpuslice/internal/testenv"
+	"github.com/gpuslice/gpuslice/tests/interceptor/probe"
+)
+
+// The driver holds memory for a process that no allocation entry point
+// shows: on an H100, PyTorch's context grew 92-176 MiB past what a bare
+// context costs (modules, library handles). fakecuda models it with
+// FAKECUDA_MODULE_BYTES: each loaded module holds that much. gpusliced
+// charges it to the process from the audit's figures, and a reservation
+// near the limit waits for a pass, so a job that loads a module and at
+// once fills its quota gets out-of-memory at the quota by the driver's
+// figure, instead of being stopped by the audit (which is what happened
+// before). The charge goes back when the process exits.
+func TestDriverMemoryCharged(t *testing.T) {
+	d := testenv.StartDaemon(t, testenv.DaemonOptions{ExtraArgs: []string{"--audit-interval", "50ms"}})
+	sess := newSession(t, d, client.SessionRequest{QuotaBytes: GiB})
+	l := openLedger(t, d, sess.ID)
+	env := sessionEnv(t, d, sess.ID, "FAKECUDA_MODULE_BYTES="+strconv.FormatUint(200*MiB, 10))
+	p := probe.Start(t, env, probe.Bin(t, "gs_probe"),
+		"dev:0", "modload", "pid", "fill:100M", "meminfo", "sleep:300", "pause")
+	pid := int(p.Expect("pid").Int(t, "pid"))
+	p.Expect("paused")
+	held, _ := slotOf(t, l, pid)
+	drv := l.Driver(0)
+	p.Send("")
+	if err := p.Wait(); err != nil {
+		t.Fatalf("probe: %v (stopped by the audit?)\n%s\ndaemon log:\n%s", err, p.Output(), d.Log())
+	}
+	noStderr(t, "probe", p.Stderr())
+	r := p.Result()
+	if m := r.Find(t, "modload", 0); m.Get("rc") != "0" {
+		t.Fatalf("%s: want rc=0", m.Line)
+	}
+	// 1 GiB: the module (200 MiB), 8 blocks of 100 MiB (a context costs
+	// nothing here)
+	if f := r.Find(t, "fill", 0); f.Get("n") != "8" || f.Get("rc") != "2" {
+		t.Errorf("%s: want 8 blocks of 100 MiB, then out of memory", f.Line)
+	}
+	if free := r.Find(t, "meminfo", 0).Uint(t, "free"); free != GiB-1000*MiB {
+		t.Errorf("cuMemGetInfo free = %d MiB, want %d MiB", free/MiB, (GiB-1000*MiB)/MiB)
+	}
+	if len(held) == 0 || held[0] != 1000*MiB {
+		t.Errorf("the process's slot holds %v, want 1000 MiB (its charges and the module's 200 MiB)", held)
+	}
+	if drv != 200*MiB {
+		t.Errorf("driver memory charged: %d MiB, want 200 MiB", drv/MiB)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for l.Used(0) != 0 && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if u := l.Used(0); u != 0 {
+		t.Errorf("after the process exited the ledger still holds %d bytes", u)
+	}
+}
