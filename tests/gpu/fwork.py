@@ -46,6 +46,8 @@ def torch_oom(args):
                         held.append(f.result())
                     except Exception as e:  # torch.OutOfMemoryError, or what went wrong instead
                         oom = e
+                # the futures hold their tensors: only `held` may keep them
+                futs = None
     else:
         while len(held) < most:
             try:

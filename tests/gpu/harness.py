@@ -30,6 +30,9 @@ import time
 MiB = 1 << 20
 GiB = 1 << 30
 OOM = 2  # CUDA_ERROR_OUT_OF_MEMORY
+# how long a reading waits for gpusliced to charge the driver's own memory
+# (Harness.settled): two audit passes and their confirming reads
+SETTLE_S = 1.2
 
 
 class Skip(Exception):
@@ -502,10 +505,27 @@ class Harness:
         snaps = []
         for _ in range(list(steps).count("pause")):
             p.until("paused", timeout)
-            snaps.append({"truth": self.truth(p.pid), "used": session.used() if session else None,
-                          "n": len(p.lines)})
+            truth, used = self.settled(p.pid, session)
+            snaps.append({"truth": truth, "used": used, "n": len(p.lines)})
             p.cont()
         return p.wait(timeout), p, snaps
+
+    def settled(self, pid, session):
+        """The driver's figure for pid and the session's charge, once
+        gpusliced has read the driver: it charges what the driver holds
+        beyond the hooks' charges (modules, library handles) at its audit
+        passes (docs/ledger.md "Driver memory"), every 500 ms here. While
+        the driver's figure is above the charge, wait for up to two passes
+        (the process is paused: its figure holds still)."""
+        truth = self.truth(pid)
+        if session is None:
+            return truth, None
+        used = session.used()
+        deadline = time.monotonic() + SETTLE_S
+        while truth is not None and used < truth and time.monotonic() < deadline:
+            time.sleep(0.1)
+            truth, used = self.truth(pid), session.used()
+        return truth, used
 
     def worker(self, case_file, args, env, name="worker"):
         return Proc(self, [self.python, case_file, "worker"] + list(args), env, name)
@@ -534,13 +554,11 @@ class Harness:
                 continue  # a framework's own printing
             if d["_"] == "sync":
                 snap = {k: v for k, v in d.items() if k not in ("_", "event")}
-                snap["truth"] = self.truth(p.pid)
+                snap["truth"], snap["used"] = self.settled(p.pid, session)
                 if isinstance(d.get("children"), list):
                     snap["truth_children"] = {str(x): self.truth(int(x)) for x in d["children"]}
-                snap["used"] = None
                 if session:
                     st = session.status()
-                    snap["used"] = int(st["gpus"][0]["used_bytes"])
                     snap["session_pids"] = sorted(int(x["pid"]) for x in st.get("processes") or [])
                 out["syncs"][d.get("at")] = snap
                 p.cont()

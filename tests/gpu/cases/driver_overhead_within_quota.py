@@ -7,9 +7,11 @@ blocks packed into larger ones, freed memory a stream-ordered pool keeps
 while the program allocates outside the pool. A process that fills its
 quota that way must stay within the quota by the driver's figure and
 outlive three audit intervals; the figures say how much the driver took
-beyond the charge in each pattern. (fakecuda charges exactly what is
-asked, so its size patterns give 0; its pools keep what is freed as the
-driver's do, which the interceptor charges: docs/interceptor.md "Pools".)
+beyond the charge in each pattern, and (without the interceptor) how much
+the driver's figure grows per block of each size. (fakecuda rounds as an
+H100 with driver 580 was seen to, docs/fakecuda.md; its pools keep what is
+freed as the driver's do, which the interceptor charges:
+docs/interceptor.md "What a pool keeps".)
 
 Each pattern runs in a fresh process: with the interceptor in a session of
 context + 512 MiB, filling until refused; then without the interceptor,
@@ -44,7 +46,30 @@ def patterns():
     ]
 
 
+# block sizes whose cost the driver's figure shows, without the
+# interceptor: where rounding to its page starts (docs/interceptor.md)
+GRANULE_SIZES = ["4K", "64K", "512K", "1020K", "1M", "1028K", "1536K", "2044K", "2M", "2052K", "3M"]
+GRANULE_BLOCKS = 64
+
+
+def granule(h, c):
+    """Without the interceptor: how much the driver's figure for the
+    process grows per cuMemAlloc block of each size (GRANULE_BLOCKS
+    blocks each, held)."""
+    steps = ["dev:0", "pause"]
+    for sz in GRANULE_SIZES:
+        steps += ["fill:%s:%d" % (sz, GRANULE_BLOCKS), "pause"]
+    rc, p, snaps = h.snapshots(steps, h.env(), "granule")
+    out = {}
+    for k, sz in enumerate(GRANULE_SIZES):
+        if k + 1 < len(snaps) and snaps[k]["truth"] is not None and snaps[k + 1]["truth"] is not None:
+            out[sz] = (snaps[k + 1]["truth"] - snaps[k]["truth"]) // GRANULE_BLOCKS
+    c.fig("driver_bytes_per_block_without", out)
+
+
 def run(h, c):
+    if h.truth_source() == "NVML per-process":
+        granule(h, c)
     ctx = h.ctx_cost()
     quota = ctx + ROOM
     c.fig("quota_bytes", quota)
