@@ -17,7 +17,7 @@ from harness import GiB, worker_main  # noqa: E402
 
 NAME = "compute_share_matmul"
 PROVES = "two matmul loops in sessions of 30 and 70 % GPU time share get about 30/70 of the GPU's throughput; alone, the 30 % session gets the whole GPU"
-ORDER = 96
+ORDER = 62
 TIMEOUT = 180
 
 SECS = 6.0  # each phase's measured loop

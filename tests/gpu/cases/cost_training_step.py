@@ -16,7 +16,7 @@ from harness import GiB, worker_main  # noqa: E402
 
 NAME = "cost_training_step"
 PROVES = "a small transformer's training step with and without the interceptor (figures; target beside)"
-ORDER = 95
+ORDER = 63
 TIMEOUT = 240
 
 

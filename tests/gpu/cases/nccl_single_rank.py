@@ -98,12 +98,18 @@ def run(h, c):
     wo = out["without"]["syncs"]
     if wo.get("before_init", {}).get("truth") is not None and wo.get("after_all_reduce", {}).get("truth") is not None:
         c.fig("without_nccl_driver_delta", wo["after_all_reduce"]["truth"] - wo["before_init"]["truth"])
-    # two ranks on one GPU: whatever NCCL says, it must say the same with the interceptor
-    two = h.framework(c, __file__, ["two"], 2 * h.ctx_cost() + 2 * GiB, env, timeout=45)
+    # two ranks on one GPU: whatever NCCL says, it must say the same with
+    # the interceptor (NCCL 2.28 refuses: "Duplicate GPU detected"; then
+    # the interceptor's side is not run)
+    quota2 = 2 * h.ctx_cost() + 2 * GiB
+    two = h.framework(c, __file__, ["two"], quota2, env, timeout=45, sides=("without",))
     tb = (two["without"].get("result") or {}).get("ranks")
-    tw = (two["with"].get("result") or {}).get("ranks")
-    c.fig("two_ranks_one_gpu", {"without": tb, "with": tw})
     ok_b = bool(tb) and all(x[2] is None for x in tb)
+    tw = None
+    if ok_b:
+        two = h.framework(c, __file__, ["two"], quota2, env, timeout=45, sides=("with",))
+        tw = (two["with"].get("result") or {}).get("ranks")
+    c.fig("two_ranks_one_gpu", {"without": tb, "with": tw if ok_b else "not run: NCCL refused two ranks on one GPU"})
     ok_w = bool(tw) and all(x[2] is None for x in tw)
     c.expect(ok_w or not ok_b, "two ranks on one GPU work without the interceptor but not with it: %s" % tw)
     if ok_w:
