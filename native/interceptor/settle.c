@@ -7,21 +7,27 @@
  * A job filling its quota faster than the passes come would otherwise
  * reach the limit by its charges with the driver's figure above it, and
  * the audit would stop it. So a reservation that would leave less than
- * GS_SETTLE_MARGIN of the limit asks for a pass (SHORT) and waits for the
- * GPU's settled count to move by two (the pass that was running may have
- * read before the ask), at most GS_SETTLE_WAIT_NS, at most every
- * GS_SETTLE_GAP_NS per process and GPU. Far from the limit, or past it,
- * nothing is done: a load and two compares. A context's cost is not
- * settled for (credit.c): the driver holds the context before it is
- * charged, and a pass would count it uncharged.
+ * an eighth of the limit (at most GS_SETTLE_MARGIN_MAX) asks for a pass
+ * (SHORT) and waits for the GPU's settled count to move by two (the pass
+ * that was running may have read before the ask), at most
+ * GS_SETTLE_WAIT_NS, at most every GS_SETTLE_GAP_NS per process and GPU
+ * (a job living near its limit stalls at most one pass, ~10-25 ms, a
+ * second); never while no pass has read the session yet (the audit may
+ * be off), and only every GS_SETTLE_BACKOFF_NS after a wait that no pass
+ * ended. Far from the limit, or past it, nothing is done: a load and two
+ * compares. A context's cost is not settled for (credit.c): the driver
+ * holds the context before it is charged, and a pass would count it
+ * uncharged.
  */
 #include <time.h>
 
 #include "gs.h"
 
 #define GS_SETTLE_MARGIN_MAX (256ull << 20)
-#define GS_SETTLE_GAP_NS (250ll * 1000 * 1000)
+#define GS_SETTLE_GAP_NS (1000ll * 1000 * 1000)
 #define GS_SETTLE_WAIT_NS (200ll * 1000 * 1000)
+/* after a wait no pass ended: the audit is slow or off; ask less often */
+#define GS_SETTLE_BACKOFF_NS (10ll * 1000 * 1000 * 1000)
 
 static int64_t last[GS_MAX_GPUS];
 
@@ -49,8 +55,8 @@ void gs_settle(int g, uint64_t n)
 	    !__atomic_compare_exchange_n(&last[g], &prev, t0, 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED))
 		return;
 	uint64_t s0 = __atomic_load_n(&c->settled, __ATOMIC_ACQUIRE);
-	if (gs_short_send(g) != 0)
-		return;
+	if (gs_short_send(g) != 0 || s0 == 0)
+		return; /* no pass has read this session yet (the audit may be off): never wait for one */
 	struct timespec nap = {.tv_sec = 0, .tv_nsec = 1000 * 1000};
 	while (now_ns() - t0 < GS_SETTLE_WAIT_NS) {
 		if (__atomic_load_n(&c->settled, __ATOMIC_ACQUIRE) - s0 >= 2) {
@@ -63,4 +69,5 @@ void gs_settle(int g, uint64_t n)
 	}
 	gs_debug("no audit pass on GPU %d within %lld ms; reserving without it", g,
 		 (long long)GS_SETTLE_WAIT_NS / 1000000);
+	__atomic_store_n(&last[g], now_ns() + GS_SETTLE_BACKOFF_NS - GS_SETTLE_GAP_NS, __ATOMIC_RELAXED);
 }

@@ -18,14 +18,16 @@ import (
 // near the limit waits for a pass, so a job that loads a module and at
 // once fills its quota gets out-of-memory at the quota by the driver's
 // figure, instead of being stopped by the audit (which is what happened
-// before). The charge goes back when the process exits.
+// before). The charge goes back when the process exits. (The sleep lets
+// the audit read the session first: a reservation never waits for a
+// pass before one has.)
 func TestDriverMemoryCharged(t *testing.T) {
 	d := testenv.StartDaemon(t, testenv.DaemonOptions{ExtraArgs: []string{"--audit-interval", "50ms"}})
 	sess := newSession(t, d, client.SessionRequest{QuotaBytes: GiB})
 	l := openLedger(t, d, sess.ID)
 	env := sessionEnv(t, d, sess.ID, "FAKECUDA_MODULE_BYTES="+strconv.FormatUint(200*MiB, 10))
 	p := probe.Start(t, env, probe.Bin(t, "gs_probe"),
-		"dev:0", "modload", "pid", "fill:100M", "meminfo", "sleep:300", "pause")
+		"dev:0", "pid", "sleep:150", "modload", "fill:100M", "meminfo", "sleep:300", "pause")
 	pid := int(p.Expect("pid").Int(t, "pid"))
 	p.Expect("paused")
 	held, _ := slotOf(t, l, pid)
