@@ -9,8 +9,12 @@
  * alloc/free). Mappings of up to 2 MiB are recycled through a small
  * per-thread cache instead of being unmapped, so the common path costs no
  * system call; freed device memory keeps its contents, as on a GPU.
+ * cuMemAlloc and cuMemAllocPitch take what the driver's do on the device
+ * (alloc_granule.h: from 1 MiB on, a multiple of 2 MiB), the pointer valid
+ * for the size asked; FAKECUDA_ALLOC_GRANULE=0 takes the size asked.
  */
 #include "drv.h"
+#include "alloc_granule.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -301,32 +305,47 @@ static inline void dev_uncharge(CUmemoryPool pool, unsigned phys, size_t size, f
 		fc_uncharge_lim(phys, size, lim);
 }
 
-CUresult fc_dev_alloc(CUcontext ctx, unsigned phys, size_t size, unsigned kind, CUmemoryPool pool, uintptr_t *out)
+/* An allocation of size bytes (mapped: the pointer is valid for size)
+ * that takes `taken` bytes (>= size) on the device. */
+static CUresult dev_alloc(CUcontext ctx, unsigned phys, size_t size, size_t taken, unsigned kind, CUmemoryPool pool,
+			  uintptr_t *out)
 {
 	if (size == 0)
 		return CUDA_ERROR_INVALID_VALUE;
 	fc_limtok lim;
-	if (FC_UNLIKELY(!dev_charge(pool, phys, size, &lim)))
+	if (FC_UNLIKELY(!dev_charge(pool, phys, taken, &lim)))
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	struct fc_alloc *a = malloc(sizeof(*a));
 	size_t maplen = 0;
 	void *p = a ? map_get(size, &maplen) : NULL;
 	if (FC_UNLIKELY(p == NULL)) {
 		free(a);
-		dev_uncharge(pool, phys, size, lim);
+		dev_uncharge(pool, phys, taken, lim);
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	}
 	a->pool = pool;
 	a->phys = phys;
 	a->lim = lim;
+	a->taken = taken;
 	if (FC_UNLIKELY(record_insert(a, (uintptr_t)p, size, maplen, ctx, kind, 0) != 0)) {
 		map_put(a->ptr, maplen);
 		free(a);
-		dev_uncharge(pool, phys, size, lim);
+		dev_uncharge(pool, phys, taken, lim);
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	}
 	*out = (uintptr_t)p;
 	return CUDA_SUCCESS;
+}
+
+CUresult fc_dev_alloc(CUcontext ctx, unsigned phys, size_t size, unsigned kind, CUmemoryPool pool, uintptr_t *out)
+{
+	return dev_alloc(ctx, phys, size, size, kind, pool, out);
+}
+
+/* What a cuMemAlloc / cuMemAllocPitch of size takes on the device. */
+static inline size_t alloc_taken(size_t size)
+{
+	return FC_LIKELY(fc_alloc_granule) ? (size_t)gs_alloc_rounded(size) : size;
 }
 
 CUresult fc_dev_free(uintptr_t ptr, unsigned kind_mask, struct fc_alloc *copy_out)
@@ -334,7 +353,7 @@ CUresult fc_dev_free(uintptr_t ptr, unsigned kind_mask, struct fc_alloc *copy_ou
 	struct fc_alloc *a = table_remove(ptr, kind_mask);
 	if (FC_UNLIKELY(a == NULL))
 		return CUDA_ERROR_INVALID_VALUE;
-	dev_uncharge(a->pool, a->phys, a->size, a->lim);
+	dev_uncharge(a->pool, a->phys, a->taken, a->lim);
 	map_put(a->ptr, a->maplen);
 	if (copy_out)
 		*copy_out = *a;
@@ -371,7 +390,7 @@ void fc_free_ctx_allocs(CUcontext ctx)
 		while (victims) {
 			struct fc_alloc *a = victims;
 			victims = a->next;
-			dev_uncharge(a->pool, a->phys, a->size, a->lim);
+			dev_uncharge(a->pool, a->phys, a->taken, a->lim);
 			munmap((void *)a->ptr, a->maplen);
 			free(a);
 		}
@@ -384,7 +403,7 @@ FC_API CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize)
 	if (FC_UNLIKELY(dptr == NULL))
 		return CUDA_ERROR_INVALID_VALUE;
 	uintptr_t p;
-	CUresult r = fc_dev_alloc(c, c->phys, bytesize, FC_KIND_DEVICE, NULL, &p);
+	CUresult r = dev_alloc(c, c->phys, bytesize, alloc_taken(bytesize), FC_KIND_DEVICE, NULL, &p);
 	if (r == CUDA_SUCCESS)
 		*dptr = (CUdeviceptr)p;
 	return r;
@@ -411,7 +430,7 @@ FC_API CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pPitch, size_t Wid
 	if (Height > SIZE_MAX / pitch)
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	uintptr_t p;
-	CUresult r = fc_dev_alloc(c, c->phys, pitch * Height, FC_KIND_DEVICE, NULL, &p);
+	CUresult r = dev_alloc(c, c->phys, pitch * Height, alloc_taken(pitch * Height), FC_KIND_DEVICE, NULL, &p);
 	if (r == CUDA_SUCCESS) {
 		*dptr = (CUdeviceptr)p;
 		*pPitch = pitch;

@@ -106,7 +106,8 @@ enum fc_kind {
 
 struct fc_alloc {
 	uintptr_t ptr;
-	size_t size;    /* bytes requested (and charged, for device kinds) */
+	size_t size;    /* bytes requested */
+	size_t taken;   /* bytes charged to the device (device kinds): size, or what cuMemAlloc rounds it to */
 	size_t maplen;  /* bytes mapped */
 	struct fc_alloc *next;
 	CUcontext ctx;

@@ -205,6 +205,10 @@ bool fc_devnode_gpu_usable(unsigned phys);
  * process's slot (the per-process usage NVML reports). */
 #define FC_DEFAULT_CTX_BYTES (300ULL << 20)
 extern uint64_t fc_ctx_bytes;
+/* 1 (default): cuMemAlloc and cuMemAllocPitch take what the driver's do on
+ * the device (alloc_granule.h); 0 (FAKECUDA_ALLOC_GRANULE=0): the size
+ * asked. Read when the state is attached. */
+extern int fc_alloc_granule;
 /* Charge one context on physical device phys: the bytes charged (0 when
  * contexts cost nothing), or UINT64_MAX when the device has no room. */
 uint64_t fc_ctx_charge(unsigned phys, const struct fc_limset **tok);

@@ -41,6 +41,7 @@ FC_HIDDEN struct fc_shm *fc_shm;
 FC_HIDDEN struct fc_shm_slot *fc_self_slot;
 FC_HIDDEN _Atomic int fc_released;
 FC_HIDDEN uint64_t fc_ctx_bytes = FC_DEFAULT_CTX_BYTES;
+FC_HIDDEN int fc_alloc_granule = 1;
 FC_HIDDEN struct fc_shm_slot fc_fork_slot; /* placeholder in a forked child until first use */
 static pthread_mutex_t register_lock = PTHREAD_MUTEX_INITIALIZER;
 
@@ -165,6 +166,8 @@ int fc_state_attach(const struct fc_config *cfg)
 {
 	if (ctx_cost_load() != 0)
 		return -1;
+	const char *g = getenv("FAKECUDA_ALLOC_GRANULE");
+	fc_alloc_granule = !(g != NULL && strcmp(g, "0") == 0);
 	char path[256];
 	if (fc_state_path(path, sizeof(path), cfg, "") != 0)
 		return -1;

@@ -37,6 +37,51 @@ func TestCapacityExhaustion(t *testing.T) {
 	}
 }
 
+// cuMemAlloc takes on the device what NVIDIA's driver takes (an H100,
+// driver 580): a size of 1 MiB or more a multiple of 2 MiB, a smaller one
+// exactly, through the driver API and the runtime alike. The device's
+// free memory and NVML's figure for the process count what was taken;
+// FAKECUDA_ALLOC_GRANULE=0 takes the sizes asked.
+func TestAllocTakesWhatTheDriverTakes(t *testing.T) {
+	tests := []struct {
+		name  string
+		env   []string
+		args  []string
+		taken int64 // by each allocation
+	}{
+		{"3 MiB", nil, []string{"--api", "driver", "--step", "3MiB"}, 4 * MiB},
+		{"2 MiB + 4 KiB, runtime", nil, []string{"--step", "2101248"}, 4 * MiB},
+		{"64 KiB", nil, []string{"--api", "driver", "--step", "64KiB"}, 64 << 10},
+		{"3 MiB, granule off", []string{"FAKECUDA_ALLOC_GRANULE=0"}, []string{"--api", "driver", "--step", "3MiB"}, 3 * MiB},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			n := newNode(t, "1GiB")
+			r := n.run(tc.env, "target_app", append(tc.args, "--count", "20000", "--until-denied")...).ok(t)
+			fits := GiB / tc.taken
+			if s := r.one(t, "summary"); s.int(t, "allowed") != fits || s["denied"] != "1" {
+				t.Errorf("filling 1 GiB: %v, want %d allowed, then one denied", s, fits)
+			}
+			for _, m := range r.all("meminfo") {
+				if m["when"] == "held" && m.int(t, "free") != GiB-fits*tc.taken {
+					t.Errorf("full: %v, want free=%d", m, GiB-fits*tc.taken)
+				}
+			}
+			h := n.start(tc.env, "hold", "target_app", append(tc.args, "--count", "10", "--hold", "30")...)
+			q := n.run(nil, "nvml_query").ok(t)
+			if !hasProcess(q, strconv.Itoa(h.pid()), 10*tc.taken) {
+				t.Errorf("NVML does not list the holder with %d bytes: %v", 10*tc.taken, q.all("process"))
+			}
+			if m := q.all("memory")[0]; m.int(t, "used") != 10*tc.taken {
+				t.Errorf("NVML memory %v: want used=%d", m, 10*tc.taken)
+			}
+			if code := h.release(t); code != 0 {
+				t.Errorf("holder exited %d: %v", code, h.lines)
+			}
+		})
+	}
+}
+
 // Two processes on the same fake GPU compete for the same capacity, and what
 // one frees (or leaves behind by exiting) is available to the next.
 func TestCapacitySharedAcrossProcesses(t *testing.T) {
