@@ -193,8 +193,8 @@ func TestThreadMovingBetweenGPUsChargedOnEach(t *testing.T) {
 	sess := newSession(t, d, client.SessionRequest{QuotaBytes: GiB})
 	l := openLedger(t, d, sess.ID)
 	p := probe.Start(t, sessionEnv(t, d, sess.ID), probe.Bin(t, "gs_probe"),
-		"dev:0", "alloc:8M", "free", "dev:1", "alloc:1M", "free", // credit: 8 MiB on GPU 0, 1 MiB on GPU 1
-		"dev:0", "alloc:1M", "dev:1", "alloc:2M", "dev:0", "alloc:3M", "dev:1", "alloc:4M", "pause",
+		"dev:0", "alloc:16M", "free", "dev:1", "alloc:2M", "free", // credit: 16 MiB on GPU 0, 2 MiB on GPU 1
+		"dev:0", "alloc:2M", "dev:1", "alloc:4M", "dev:0", "alloc:6M", "dev:1", "alloc:8M", "pause",
 		"freeall", "pause")
 	for i := 0; i < 6; i++ {
 		if a := p.Expect("alloc"); a.Get("rc") != "0" {
@@ -203,8 +203,8 @@ func TestThreadMovingBetweenGPUsChargedOnEach(t *testing.T) {
 	}
 	p.Expect("paused")
 	g0, g1 := gpuIndex(t, l, gpus[0].UUID), gpuIndex(t, l, gpus[1].UUID)
-	if u0, u1 := l.Used(g0), l.Used(g1); u0 != 4*MiB || u1 != 6*MiB {
-		t.Errorf("used %d on GPU 0 and %d on GPU 1, want %d and %d", u0, u1, 4*MiB, 6*MiB)
+	if u0, u1 := l.Used(g0), l.Used(g1); u0 != 8*MiB || u1 != 12*MiB {
+		t.Errorf("used %d on GPU 0 and %d on GPU 1, want %d and %d", u0, u1, 8*MiB, 12*MiB)
 	}
 	p.Send("")
 	p.Expect("paused")

@@ -317,7 +317,7 @@ func TestReattachAfterDaemonReturns(t *testing.T) {
 	sess := newSession(t, d, client.SessionRequest{QuotaBytes: GiB})
 	d.Kill()
 	p := probe.Start(t, sessionEnv(t, d, sess.ID), probe.Bin(t, "gs_probe"),
-		"dev:0", "alloc:1M", "pause", "sleep:1100", "alloc:1M", "alloc:1M", "meminfo")
+		"dev:0", "alloc:2M", "pause", "sleep:1100", "alloc:2M", "alloc:2M", "meminfo")
 	p.Expect("paused")
 	d.Restart()
 	p.Send("")
@@ -330,7 +330,7 @@ func TestReattachAfterDaemonReturns(t *testing.T) {
 			t.Errorf("alloc #%d: %s, want rc=%s", i, a.Line, want)
 		}
 	}
-	if mi := r.Find(t, "meminfo", 0); mi.Uint(t, "total") != GiB || mi.Uint(t, "free") != GiB-2*MiB {
+	if mi := r.Find(t, "meminfo", 0); mi.Uint(t, "total") != GiB || mi.Uint(t, "free") != GiB-4*MiB {
 		t.Errorf("meminfo after re-attach: %s", mi.Line)
 	}
 	lines := r.StderrLines()

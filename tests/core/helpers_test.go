@@ -126,12 +126,13 @@ func twoGPUNode(t *testing.T) (*testenv.Daemon, []client.GPU) {
 	return d, gpus
 }
 
-// holdFirstAlloc runs target_app in env until it holds one 1 MiB
-// allocation, and returns it with whether it has NVML mapped.
+// holdFirstAlloc runs target_app in env until it holds one 2 MiB
+// allocation (a whole granule: docs/interceptor.md "Charging"), and
+// returns it with whether it has NVML mapped.
 func holdFirstAlloc(t *testing.T, env []string, dev int) (*probe.Proc, bool) {
 	t.Helper()
 	p := probe.Start(t, env, example(t, "target_app"), "--api", "driver", "--device", fmt.Sprint(dev),
-		"--step", "1MiB", "--count", "1", "--hold", "30")
+		"--step", "2MiB", "--count", "1", "--hold", "30")
 	p.Expect("hold")
 	maps, err := os.ReadFile(fmt.Sprintf("/proc/%d/maps", p.Cmd.Process.Pid))
 	if err != nil {

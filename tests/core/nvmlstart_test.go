@@ -87,7 +87,7 @@ func TestNVMLStartMakesHookedCall(t *testing.T) {
 	// A process stuck in its first attach never finishes: killed after 30 s.
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, example(t, "target_app"), "--api", "driver", "--step", "1MiB", "--count", "1")
+	cmd := exec.CommandContext(ctx, example(t, "target_app"), "--api", "driver", "--step", "2MiB", "--count", "1")
 	cmd.Env = env
 	var stderr strings.Builder
 	cmd.Stderr = &stderr
@@ -95,10 +95,10 @@ func TestNVMLStartMakesHookedCall(t *testing.T) {
 	if err != nil {
 		t.Fatalf("target_app: %v (stuck in its first attach?)\n%s%s", err, out, stderr.String())
 	}
-	if !strings.Contains(string(out), "event=alloc index=1 bytes=1048576 status=allowed") {
+	if !strings.Contains(string(out), "event=alloc index=1 bytes=2097152 status=allowed") {
 		t.Errorf("allocation not admitted:\n%s%s", out, stderr.String())
 	}
-	if p := l.Peak(0); p != 64*MiB+MiB {
-		t.Errorf("ledger peak %d bytes, want the context's 64 MiB and 1 MiB", p)
+	if p := l.Peak(0); p != 64*MiB+2*MiB {
+		t.Errorf("ledger peak %d bytes, want the context's 64 MiB and 2 MiB", p)
 	}
 }

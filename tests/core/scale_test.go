@@ -62,12 +62,12 @@ func TestIdleSessionsCostNoFDAndTwoPages(t *testing.T) {
 	}
 	// A process attaches through the reopened files and is charged.
 	l := openLedger(t, d, ids[0])
-	r := runTarget(t, sessionEnv(t, d, ids[0]), "--step", "1MiB", "--count", "1")
+	r := runTarget(t, sessionEnv(t, d, ids[0]), "--step", "2MiB", "--count", "1")
 	if !strings.Contains(r, "status=allowed") {
 		t.Fatalf("target_app in an idle session:\n%s", r)
 	}
-	if got := l.Peak(0); got != 1<<20 {
-		t.Errorf("peak after one 1 MiB allocation: %d", got)
+	if got := l.Peak(0); got != 2<<20 {
+		t.Errorf("peak after one 2 MiB allocation: %d", got)
 	}
 }
 
@@ -210,7 +210,7 @@ func TestRestartKeepsManySessions(t *testing.T) {
 		}
 	}
 	for _, id := range busy {
-		holders(t, sessionEnv(t, d, id), 2, "1M")
+		holders(t, sessionEnv(t, d, id), 2, "2M")
 	}
 	d.Restart()
 	got, err := d.Client().ListSessions(ctx(t))
@@ -228,8 +228,8 @@ func TestRestartKeepsManySessions(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(v.Processes) != 2 || v.GPUs[0].UsedBytes != 2<<20 {
-			t.Errorf("session %s after restart: %d processes, used %d, want 2 and 2 MiB", id, len(v.Processes), v.GPUs[0].UsedBytes)
+		if len(v.Processes) != 2 || v.GPUs[0].UsedBytes != 4<<20 {
+			t.Errorf("session %s after restart: %d processes, used %d, want 2 and 4 MiB", id, len(v.Processes), v.GPUs[0].UsedBytes)
 		}
 	}
 	if _, err := os.Stat(filepath.Join(d.LedgerDir, busy[0]+".counters")); err != nil {
