@@ -12,6 +12,7 @@
 #ifndef GPUSLICE_CHARGE_H
 #define GPUSLICE_CHARGE_H
 
+#include "alloc_granule.h"
 #include "gs.h"
 
 struct charge {

@@ -2,6 +2,9 @@
  * Device pointers: cuMemAlloc, cuMemAllocManaged, cuMemAllocPitch and their
  * releases (charge.h has the protocol). Stream-ordered allocations:
  * hooks_async.c. What the driver frees with a context: hooks_ctx.c.
+ * cuMemAlloc and cuMemAllocPitch are charged what the driver takes for
+ * them (alloc_granule.h: from 1 MiB on, a multiple of 2 MiB), recorded
+ * with the pointer and given back by its release.
  */
 #include "charge.h"
 
@@ -65,11 +68,12 @@ static __attribute__((noinline, cold)) void undo_free(CUdeviceptr p)
 /* cuMemAlloc_v2 and cuMemFree_v2: their common case at the end of this
  * file, which falls back to these. */
 static __attribute__((noinline)) GS_CHARGED_CREATE_AS(alloc_general, cuMemAlloc_v2, (CUdeviceptr * dptr, size_t bytesize), (dptr, bytesize),
-			    charge_ctx(&c, st, bytesize), *dptr, undo_free(*dptr))
+			    charge_ctx(&c, st, gs_alloc_rounded(bytesize)), *dptr, undo_free(*dptr))
 GS_CHARGED_PTR_ALLOC(cuMemAllocManaged, (dptr, bytesize, flags), unsigned int flags)
 
-/* Charged as pitch * height, the size the driver actually handed out:
- * width * height is reserved first, the padding once the pitch is known. */
+/* Charged as pitch * height, the size the driver actually handed out,
+ * rounded as it takes it on the device: width * height is reserved first,
+ * the rest once the pitch is known. */
 CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pitch, size_t width, size_t height,
 			    unsigned int elemsize)
 {
@@ -80,12 +84,12 @@ CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pitch, size_t width, size
 	if (st == GS_ST_INERT)
 		return real(dptr, pitch, width, height, elemsize);
 	struct charge c;
-	CUresult r = charge_ctx(&c, st, mul_sat(width, height));
+	CUresult r = charge_ctx(&c, st, gs_alloc_rounded(mul_sat(width, height)));
 	if (r != CUDA_SUCCESS)
 		return r;
 	r = real(dptr, pitch, width, height, elemsize);
 	if (r == CUDA_SUCCESS && c.active) {
-		uint64_t actual = mul_sat(*pitch, height);
+		uint64_t actual = gs_alloc_rounded(mul_sat(*pitch, height));
 		if (actual > c.n) {
 			if (gs_reserve(c.g, actual - c.n) < 0) {
 				gs_pfn_cuMemFree_v2 fr = GS_REAL(cuMemFree_v2);
@@ -183,9 +187,10 @@ __attribute__((no_stack_protector)) CUresult cuMemAlloc_v2(CUdeviceptr *dptr, si
 	/* gs_tls.hot (an owned stripe and front) implies the state is ACTIVE
 	 * (only an attach's threads claim them, and fork, the only way out,
 	 * drops them: attach.c) and the real cuMemAlloc_v2 and cuCtxGetDevice
-	 * known (gs_own_slow). No check of bytesize: the credit that covers
-	 * it is at most an eighth of the limit (far below GS_VAL_BYTES_MASK),
-	 * and 0 bytes, charged and recorded as 0, give back 0. */
+	 * known (gs_own_slow). The charge n is bytesize as the driver takes
+	 * it (alloc_granule.h). No check of n: the credit that covers it is
+	 * at most an eighth of the limit (far below GS_VAL_BYTES_MASK), and
+	 * 0 bytes, charged and recorded as 0, give back 0. */
 	if (GS_UNLIKELY(gs_tls.hot == NULL))
 		return alloc_general(dptr, bytesize);
 	CUdevice dev;
@@ -194,18 +199,25 @@ __attribute__((no_stack_protector)) CUresult cuMemAlloc_v2(CUdeviceptr *dptr, si
 	long g = gs_tls.dev_gpu;
 	if (GS_UNLIKELY((uint32_t)dev != gs_tls.dev_last) && GS_UNLIKELY((g = dev_gpu()) < 0))
 		return alloc_general(dptr, bytesize);
-	if (GS_UNLIKELY(!gs_credit_spend(gs_tls.hot, g, bytesize)))
+#if defined(__x86_64__)
+	/* bytesize in the register it is passed in, to the driver or the
+	 * general hook: n takes its saved register across the call, not one
+	 * more (a push and a pop) */
+	__asm__("" : "+S"(bytesize));
+#endif
+	uint64_t n = gs_alloc_rounded(bytesize);
+	if (GS_UNLIKELY(!gs_credit_spend(gs_tls.hot, g, n)))
 		return alloc_general(dptr, bytesize);
 	CUresult r = gs_hot_alloc(dptr, bytesize);
 	/* g again from where it was taken (dev_gpu sets it too): one load
 	 * instead of a register kept across the call */
 	g = gs_tls.dev_gpu;
 	if (GS_UNLIKELY(r != CUDA_SUCCESS))
-		return alloc_failed(g, bytesize, r);
+		return alloc_failed(g, n, r);
 	uint64_t key = *dptr;
-	if (GS_LIKELY(gs_key_ok(key)) && GS_LIKELY(gs_front_store(gs_tls.fr, key, g, bytesize)))
+	if (GS_LIKELY(gs_key_ok(key)) && GS_LIKELY(gs_front_store(gs_tls.fr, key, g, n)))
 		return CUDA_SUCCESS;
-	return alloc_record(dptr, g, bytesize);
+	return alloc_record(dptr, g, n);
 }
 
 __attribute__((no_stack_protector)) CUresult cuMemFree_v2(CUdeviceptr dptr)

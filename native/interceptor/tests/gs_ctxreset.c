@@ -15,8 +15,9 @@
  *
  *   paused at=NAME held=BYTES driver=BYTES
  *
- * (held: what the program holds by its own count; driver: what the driver
- * says this process holds, from NVML's process list) and waits for a line
+ * (held: what the program holds by its own count, each cuMemAlloc as the
+ * driver takes it (alloc_granule.h); driver: what the driver says this
+ * process holds, from NVML's process list) and waits for a line
  * on stdin, so the caller can compare the ledger with both. The last line
  * is "done errors=E".
  *
@@ -38,6 +39,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "alloc_granule.h"
 #include "cuda.h"
 #include "nvml.h"
 
@@ -362,13 +364,14 @@ static void *worker_main(void *arg)
 		if (w->n == BLOCKS || (w->n > 0 && r % 2)) {
 			worker_free(w, (int)((r >> 8) % (uint64_t)w->n));
 		} else {
-			uint64_t bytes = (1 + (r >> 8) % 4) * MiB;
+			uint64_t bytes = (1 + (r >> 8) % 4) * MiB, taken = bytes;
 			CUresult rc;
 			uint64_t h = 0;
 			int kind = 0;
 			switch ((r >> 16) % 3) {
 			case 0:
 				rc = cuMemAlloc_v2((CUdeviceptr *)&h, bytes);
+				taken = gs_alloc_rounded(bytes); /* what the driver takes */
 				break;
 			case 1:
 				rc = cuMemAllocManaged((CUdeviceptr *)&h, bytes, CU_MEM_ATTACH_GLOBAL);
@@ -389,9 +392,9 @@ static void *worker_main(void *arg)
 			} else {
 				w->b[w->n].kind = kind;
 				w->b[w->n].h = h;
-				w->b[w->n].bytes = bytes;
+				w->b[w->n].bytes = taken;
 				w->n++;
-				w->held += bytes;
+				w->held += taken;
 			}
 		}
 		__atomic_fetch_add(&w->ops, 1, __ATOMIC_RELEASE);

@@ -8,7 +8,8 @@
  *
  * Control lines on stdin:
  *   pause   every thread finishes its current step and waits; then prints
- *           "held bytes=N" (what this process holds by its own count)
+ *           "held bytes=N" (what this process holds on the GPU by its own
+ *           count: each block as the driver takes it, alloc_granule.h)
  *   resume  the threads go on
  *   stop    the threads free everything and the program prints
  *           "done allocs=A denied=D errors=E" and exits
@@ -21,6 +22,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "alloc_granule.h"
 #include "cuda.h"
 
 struct worker {
@@ -92,8 +94,8 @@ static void *run(void *arg)
 			uint64_t n = min_size + rnd(&seed) % (max_size - min_size + 1);
 			CUresult r = cuMemAlloc_v2(&ptrs[i], n);
 			if (r == CUDA_SUCCESS) {
-				sizes[i] = n;
-				me->held += n;
+				sizes[i] = gs_alloc_rounded(n);
+				me->held += sizes[i];
 				me->allocs++;
 			} else {
 				ptrs[i] = 0;
