@@ -112,7 +112,9 @@ func Render(w io.Writer, suites []Suite) error {
 	b.WriteString("Each program is NVIDIA's or Debian's own binary, unpacked from Debian bookworm (contrib,\n" +
 		"non-free) by `make nvidia-debs`, and runs on fakecuda's `libcuda.so.1` / `libnvidia-ml.so.1`\n" +
 		"(checked from the dynamic loader in every test). No GPU is involved: fakecuda stands in for it,\n" +
-		"so \"runs\" means the program's own code path works against the driver interface; kernels do not run.\n\n")
+		"so \"runs\" means the program's own code path works against the driver interface; kernels do not run.\n" +
+		"PyTorch, JAX, CuPy and NCCL on NVIDIA's driver and a real GPU: [real-gpu.md](real-gpu.md)\n" +
+		"(`make real-gpu-report`, from the suite under `tests/gpu/`).\n\n")
 	b.WriteString("- **runs on fakecuda**: the program does its job without the interceptor.\n" +
 		"- **quota enforced**: under `gpuslice run --gpu-mem` (the real gpusliced, the interceptor\n" +
 		"  preloaded) allocations past the quota are refused with the program's normal out-of-memory error.\n" +
