@@ -38,7 +38,9 @@ type Driver interface {
 	// process's figure grew: a growth is charged once a second read
 	// confirms it, which the same pass makes.
 	Charge(usage []Attributed) (grew bool)
-	// Settle is called at the end of every pass that read.
+	// Begin and Settle are called at the start and the end of every
+	// pass.
+	Begin()
 	Settle()
 }
 
@@ -137,6 +139,10 @@ func (l *Loop) Pass() error { return l.pass(l.Confirm) }
 // overrun or a process's driver memory grew (the Driver charges a growth
 // once two reads agree).
 func (l *Loop) pass(confirm time.Duration) error {
+	if l.Driver != nil {
+		l.Driver.Begin()
+		defer l.Driver.Settle()
+	}
 	first, grew, err := l.read()
 	if err != nil {
 		return err
@@ -156,9 +162,6 @@ func (l *Loop) pass(confirm time.Duration) error {
 			usage = l.attribute(Steady(first, second))
 			overruns = Decide(l.Jobs.Quotas(), usage)
 		}
-	}
-	if l.Driver != nil {
-		l.Driver.Settle()
 	}
 	if l.Events.Usage != nil {
 		l.Events.Usage(Sums(usage))

@@ -91,11 +91,12 @@ func (d *driverLog) Charge(u []Attributed) bool {
 	}
 	return g
 }
+func (d *driverLog) Begin()  { d.calls = append(d.calls, "begin") }
 func (d *driverLog) Settle() { d.calls = append(d.calls, "settle") }
 
 // Every read goes to the Driver between a Mark and a Charge; a read that
 // shows driver memory growing is confirmed by a second one in the same
-// pass; the pass ends with Settle.
+// pass; the pass begins with Begin and ends with Settle.
 func TestLoopDriver(t *testing.T) {
 	jobs := table{owner: map[uint32]string{1: "a"}, q: Quotas{"a": {0: 100}}}
 	for _, tc := range []struct {
@@ -103,8 +104,8 @@ func TestLoopDriver(t *testing.T) {
 		grow []bool
 		want []string
 	}{
-		{"steady: one read", []bool{false}, []string{"mark", "charge", "settle"}},
-		{"growth: a confirming read", []bool{true, false}, []string{"mark", "charge", "mark", "charge", "settle"}},
+		{"steady: one read", []bool{false}, []string{"begin", "mark", "charge", "settle"}},
+		{"growth: a confirming read", []bool{true, false}, []string{"begin", "mark", "charge", "mark", "charge", "settle"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			d := &driverLog{grow: tc.grow}

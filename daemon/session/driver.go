@@ -29,14 +29,17 @@ type driverAcct struct {
 }
 
 // driverMemory is the audit's Driver for the manager's sessions.
-type driverMemory struct{ m *Manager }
+type driverMemory struct {
+	m       *Manager
+	passing []*Session // the sessions Begin counted (the audit loop's goroutine only)
+}
 
 // DriverMemory returns the audit.Driver that charges the sessions'
 // processes their driver memory.
-func (m *Manager) DriverMemory() audit.Driver { return driverMemory{m} }
+func (m *Manager) DriverMemory() audit.Driver { return &driverMemory{m: m} }
 
 // Mark notes what each attached process's hooks have charged.
-func (d driverMemory) Mark() {
+func (d *driverMemory) Mark() {
 	d.m.eachAttached(func(s *Session, slot int, pid uint32) {
 		a := s.driverAcctLocked(slot, pid)
 		for g := range a.hooks {
@@ -49,7 +52,7 @@ func (d driverMemory) Mark() {
 // shows: down at once, up to what this read and the one before agree on.
 // It returns whether a figure is above its charge (a confirming read
 // would charge it).
-func (d driverMemory) Charge(usage []audit.Attributed) (grew bool) {
+func (d *driverMemory) Charge(usage []audit.Attributed) (grew bool) {
 	type key struct {
 		pid uint32
 		gpu int
@@ -80,19 +83,37 @@ func (d driverMemory) Charge(usage []audit.Attributed) (grew bool) {
 	return grew
 }
 
-// Settle counts a pass on the GPUs of every session with a process
-// attached: a process that asked for one (SHORT) waits for the count to
-// move by two (a whole pass begun after its ask).
-func (d driverMemory) Settle() {
-	seen := map[*Session]bool{}
+// Begin and Settle count a pass on the GPUs of every session with a
+// process attached when it began, once at its start and once at its end
+// (the count is odd while a pass runs): a process that asked for a pass
+// (SHORT) waits for the end of one begun after its ask.
+func (d *driverMemory) Begin() {
+	d.passing = d.passing[:0]
 	d.m.eachAttached(func(s *Session, _ int, _ uint32) {
-		if !seen[s] {
-			seen[s] = true
-			for g := range s.gidx {
-				s.led.MarkSettled(g)
-			}
+		if len(d.passing) == 0 || d.passing[len(d.passing)-1] != s {
+			d.passing = append(d.passing, s)
+			s.markSettledLocked()
 		}
 	})
+}
+
+// Settle: see Begin.
+func (d *driverMemory) Settle() {
+	for _, s := range d.passing {
+		s.mu.Lock()
+		s.markSettledLocked()
+		s.mu.Unlock()
+	}
+	d.passing = d.passing[:0]
+}
+
+// markSettledLocked counts half a pass on s's GPUs. Caller holds s.mu.
+func (s *Session) markSettledLocked() {
+	if !s.released {
+		for g := range s.gidx {
+			s.led.MarkSettled(g)
+		}
+	}
 }
 
 // eachAttached calls fn for every attached process of every live session,

@@ -132,6 +132,12 @@ func (l *Ledger) thaw(rebase bool) {
 	if rebase {
 		for g := 0; g < l.ngpus; g++ {
 			atomic.StoreUint64(l.gpuCtr(g, CtrGPUOffUsed), 0)
+			// no pass runs for an idle session: settled is even (a
+			// pass that began while it was attached may have ended
+			// after its last process left, uncounted)
+			if v := atomic.LoadUint64(l.gpuCtr(g, CtrGPUOffSettled)); v&1 != 0 {
+				atomic.StoreUint64(l.gpuCtr(g, CtrGPUOffSettled), v+1)
+			}
 		}
 	}
 	l.frozen.Store(nil)

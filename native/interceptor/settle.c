@@ -8,10 +8,10 @@
  * reach the limit by its charges with the driver's figure above it, and
  * the audit would stop it. So a reservation that would leave less than
  * an eighth of the limit (at most GS_SETTLE_MARGIN_MAX) asks for a pass
- * (SHORT) and waits for the GPU's settled count to move by two (the pass
- * that was running may have read before the ask), at most
- * GS_SETTLE_WAIT_NS, at most every GS_SETTLE_GAP_NS per process and GPU
- * (a job living near its limit stalls at most one pass, ~10-25 ms, a
+ * (SHORT) and waits for the GPU's settled count to show the end of a
+ * pass begun after the ask (the one running may have read before it), at
+ * most GS_SETTLE_WAIT_NS, at most every GS_SETTLE_GAP_NS per process and
+ * GPU (a job living near its limit stalls at most one pass, ~10-25 ms, a
  * second); never while no pass has read the session yet (the audit may
  * be off), and only every GS_SETTLE_BACKOFF_NS after a wait that no pass
  * ended. Far from the limit, or past it, nothing is done: a load and two
@@ -54,12 +54,15 @@ void gs_settle(int g, uint64_t n)
 	if ((prev != 0 && t0 - prev < GS_SETTLE_GAP_NS) ||
 	    !__atomic_compare_exchange_n(&last[g], &prev, t0, 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED))
 		return;
+	/* gpusliced counts each pass twice, at its start and its end: odd
+	 * while one runs. Wanted: the end of a pass begun after the ask. */
 	uint64_t s0 = __atomic_load_n(&c->settled, __ATOMIC_ACQUIRE);
 	if (gs_short_send(g) != 0 || s0 == 0)
 		return; /* no pass has read this session yet (the audit may be off): never wait for one */
+	uint64_t want = s0 + 2 + (s0 & 1);
 	struct timespec nap = {.tv_sec = 0, .tv_nsec = 1000 * 1000};
 	while (now_ns() - t0 < GS_SETTLE_WAIT_NS) {
-		if (__atomic_load_n(&c->settled, __ATOMIC_ACQUIRE) - s0 >= 2) {
+		if (__atomic_load_n(&c->settled, __ATOMIC_ACQUIRE) - want < (1ull << 63)) {
 			gs_debug("settled on GPU %d in %lld us: driver memory %llu bytes", g,
 				 (long long)(now_ns() - t0) / 1000,
 				 (unsigned long long)__atomic_load_n(&c->driver, __ATOMIC_RELAXED));

@@ -2,6 +2,7 @@ package core
 
 import (
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -61,5 +62,28 @@ func TestDriverMemoryCharged(t *testing.T) {
 	}
 	if u := l.Used(0); u != 0 {
 		t.Errorf("after the process exited the ledger still holds %d bytes", u)
+	}
+}
+
+// A reservation near the limit waits for the end of one pass begun after
+// its ask, and that pass comes: with no periodic pass (an hour apart) the
+// SHORT's pass alone ends the wait. The first process finds no pass has
+// read the session and does not wait (its SHORT makes one); a later
+// process waits for the pass its SHORT makes. (Each pass once counted one
+// step and the wait asked for two: a later process waited its 200 ms
+// out, at its first allocation near the limit.)
+func TestSettleEndsWithOnePass(t *testing.T) {
+	d := testenv.StartDaemon(t, testenv.DaemonOptions{ExtraArgs: []string{"--audit-interval", "1h"}})
+	sess := newSession(t, d, client.SessionRequest{QuotaBytes: 32 * MiB})
+	env := sessionEnv(t, d, sess.ID, "GPUSLICE_DEBUG=1")
+	for i, want := range []string{"", "gpuslice: settled on GPU 0"} {
+		// attached until the pass its SHORT asked for has read it
+		r := probe.Run(t, env, probe.Bin(t, "gs_probe"), "dev:0", "alloc:30M", "sleep:200")
+		if rc := r.Find(t, "alloc", 0).Int(t, "rc"); rc != 0 {
+			t.Fatalf("process %d: alloc rc=%d\n%s", i, rc, r.Stdout)
+		}
+		if strings.Contains(r.Stderr, "no audit pass") || !strings.Contains(r.Stderr, want) {
+			t.Errorf("process %d near the limit: want %q, no timeout; stderr:\n%s", i, want, r.Stderr)
+		}
 	}
 }
