@@ -3,7 +3,7 @@
  * releases (charge.h has the protocol). Stream-ordered allocations:
  * hooks_async.c. What the driver frees with a context: hooks_ctx.c.
  * cuMemAlloc and cuMemAllocPitch are charged what the driver takes for
- * them (alloc_granule.h: from 1 MiB on, a multiple of 2 MiB), recorded
+ * them (alloc_granule.h: above 1 MiB, a multiple of 2 MiB), recorded
  * with the pointer and given back by its release.
  */
 #include "charge.h"

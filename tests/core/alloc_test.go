@@ -85,7 +85,7 @@ func TestAllocationKindsEnforced(t *testing.T) {
 	})
 }
 
-// The driver serves a cuMemAlloc of 1 MiB or more with a multiple of
+// The driver serves a cuMemAlloc above 1 MiB with a multiple of
 // 2 MiB (a real H100: 3 MiB and 2 MiB + 4 KiB blocks took 4 MiB each by
 // NVML's figure), and cuMemAllocPitch the same way; fakecuda does too.
 // Each is charged what the driver takes, on the general path and on the

@@ -38,7 +38,7 @@ func TestCapacityExhaustion(t *testing.T) {
 }
 
 // cuMemAlloc takes on the device what NVIDIA's driver takes (an H100,
-// driver 580): a size of 1 MiB or more a multiple of 2 MiB, a smaller one
+// driver 580): a size above 1 MiB a multiple of 2 MiB, a smaller one
 // exactly, through the driver API and the runtime alike. The device's
 // free memory and NVML's figure for the process count what was taken;
 // FAKECUDA_ALLOC_GRANULE=0 takes the sizes asked.
@@ -52,6 +52,8 @@ func TestAllocTakesWhatTheDriverTakes(t *testing.T) {
 		{"3 MiB", nil, []string{"--api", "driver", "--step", "3MiB"}, 4 * MiB},
 		{"2 MiB + 4 KiB, runtime", nil, []string{"--step", "2101248"}, 4 * MiB},
 		{"64 KiB", nil, []string{"--api", "driver", "--step", "64KiB"}, 64 << 10},
+		{"1 MiB", nil, []string{"--api", "driver", "--step", "1MiB"}, MiB},
+		{"1 MiB + 4 KiB", nil, []string{"--api", "driver", "--step", "1052672"}, 2 * MiB},
 		{"3 MiB, granule off", []string{"FAKECUDA_ALLOC_GRANULE=0"}, []string{"--api", "driver", "--step", "3MiB"}, 3 * MiB},
 	}
 	for _, tc := range tests {
