@@ -83,7 +83,10 @@ func (c *Controller) Pass(now time.Time) {
 		dt = float64(now.Sub(c.last))
 	}
 	c.last = now
-	if c.state == nil {
+	// resuming (the first pass, or the first since no session had a
+	// share): the samples the driver kept meanwhile are not this pass's
+	resuming := c.state == nil
+	if resuming {
 		c.state = map[int]map[string]*Entry{}
 	}
 	live := map[string]bool{}   // every live session: it keeps its slot
@@ -145,6 +148,9 @@ func (c *Controller) Pass(now time.Time) {
 	if err != nil {
 		c.Log.Warn("compute share: cannot measure GPU time", "err", err)
 		busy = nil
+	}
+	if resuming {
+		busy = nil // what ran before any share: nobody owes it
 	}
 	others := map[int]float64{}
 	for g, procs := range busy {

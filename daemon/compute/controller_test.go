@@ -24,7 +24,8 @@ func (f *fakeBusy) Busy() (map[int]map[uint32]float64, error) { return f.next, n
 
 // A pass attributes NVML's per-process time to sessions (attached pids,
 // else the kernel's pid->job), holds the one ahead of its share on the
-// ledger GPU where it is ahead, and frees the slot of a session that is gone.
+// ledger GPU where it is ahead, and frees the slot of a session that is
+// gone. The first pass counts nothing.
 func TestControllerPass(t *testing.T) {
 	page, err := OpenPage(filepath.Join(t.TempDir(), "compute"))
 	if err != nil {
@@ -49,6 +50,12 @@ func TestControllerPass(t *testing.T) {
 		}
 	}
 	now := time.Unix(1000, 0)
+	// the first pass's samples are what ran before any share (the driver
+	// keeps seconds of them): nobody is held for them
+	c.Pass(now.Add(-100 * time.Millisecond))
+	if got := page.Throttle("a"); got != 0 {
+		t.Errorf("a held at the first pass (throttle bits %b) for what ran before it", got)
+	}
 	c.Pass(now)
 	// on GPU 0 a used 50 ms of 100 against a share of 25: held there, which
 	// is its ledger GPU 1; b is behind and free

@@ -1,62 +1,140 @@
 package compute
 
+/*
+#cgo LDFLAGS: -ldl
+#include <dlfcn.h>
+#include <stdlib.h>
+
+// nvmlProcessUtilizationSample_t and the calls NVMLBusy takes from the
+// NVML library with dlsym (nvml.h).
+typedef struct {
+	unsigned int pid;
+	unsigned long long timeStamp;
+	unsigned int smUtil, memUtil, encUtil, decUtil;
+} gs_util_sample;
+typedef int (*gs_util_fn)(void *dev, gs_util_sample *s, unsigned int *n, unsigned long long since);
+typedef int (*gs_init_fn)(void);
+typedef int (*gs_by_index_fn)(unsigned int, void **);
+typedef const char *(*gs_err_fn)(int);
+
+static int gs_util(void *f, void *dev, gs_util_sample *s, unsigned int *n, unsigned long long since)
+{
+	return ((gs_util_fn)f)(dev, s, n, since);
+}
+static int gs_init(void *f) { return ((gs_init_fn)f)(); }
+static int gs_by_index(void *f, unsigned int i, void **dev) { return ((gs_by_index_fn)f)(i, dev); }
+static const char *gs_errstr(void *f, int r) { return f ? ((gs_err_fn)f)(r) : "unknown"; }
+*/
+import "C"
+
 import (
 	"fmt"
-
-	"github.com/NVIDIA/go-nvml/pkg/nvml"
-
-	nvmlgpu "github.com/gpuslice/gpuslice/daemon/gpu"
+	"unsafe"
 )
+
+// NVML return codes nvmlDeviceGetProcessUtilization answers (nvml.h).
+const (
+	nvmlSuccess          = 0
+	nvmlNotFound         = 6
+	nvmlInsufficientSize = 7
+)
+
+// maxSamples bounds the buffer one read may grow to: 64 processes with a
+// few seconds of samples each.
+const maxSamples = 1 << 14
 
 // NVMLBusy measures GPU time per process from the driver:
 // nvmlDeviceGetProcessUtilization's samples (each a process's percent of
 // one sample period) since the last read.
+//
+// The call is taken from the library with dlsym and given a buffer of
+// its own, grown while the driver answers INSUFFICIENT_SIZE. go-nvml's
+// wrapper sizes its buffer from a first call with none, and NVIDIA's
+// driver answers that call with a fixed count (100) whatever the samples
+// are (go-nvml issues 11 and 27): once more samples than that are kept
+// since the last one read, as on a GPU that ran for a while before the
+// first read, every read was INSUFFICIENT_SIZE, none advanced, and no
+// share was ever enforced (an H100 with driver 580: two sessions of 30 and
+// 70 % got 50/50).
 type NVMLBusy struct {
-	lib    nvml.Interface
-	devs   []nvml.Device
+	lib    unsafe.Pointer
+	fn     unsafe.Pointer
+	errStr unsafe.Pointer
+	devs   []unsafe.Pointer
 	seen   []uint64 // newest sample timestamp read, per GPU (us)
-	Period float64  // the driver's sample period, ns
+	buf    []C.gs_util_sample
+	Period float64 // the driver's sample period, ns
 }
 
-// OpenNVMLBusy loads NVML (libPath, else the default lookup) for n GPUs.
+// OpenNVMLBusy loads NVML (libPath, else libnvidia-ml.so.1) for the
+// first n GPUs by NVML index (the inventory's order).
 func OpenNVMLBusy(libPath string, n int) (*NVMLBusy, error) {
-	lib, devs, err := nvmlgpu.OpenDevices(libPath, n, "nvmlDeviceGetProcessUtilization", "has no per-process utilisation")
-	if err != nil {
+	where := "libnvidia-ml.so.1"
+	if libPath != "" {
+		where = libPath
+	}
+	cpath := C.CString(where)
+	defer C.free(unsafe.Pointer(cpath))
+	lib := C.dlopen(cpath, C.RTLD_NOW|C.RTLD_LOCAL)
+	if lib == nil {
+		return nil, fmt.Errorf("load NVML %s: %s", where, C.GoString(C.dlerror()))
+	}
+	sym := func(name string) unsafe.Pointer {
+		c := C.CString(name)
+		defer C.free(unsafe.Pointer(c))
+		return C.dlsym(lib, c)
+	}
+	b := &NVMLBusy{lib: lib, fn: sym("nvmlDeviceGetProcessUtilization"), errStr: sym("nvmlErrorString"),
+		seen: make([]uint64, n), buf: make([]C.gs_util_sample, 256), Period: 100e6}
+	initFn, byIndex := sym("nvmlInit_v2"), sym("nvmlDeviceGetHandleByIndex_v2")
+	if b.fn == nil || initFn == nil || byIndex == nil {
+		C.dlclose(lib)
+		return nil, fmt.Errorf("NVML %s has no per-process utilisation (nvmlDeviceGetProcessUtilization)", where)
+	}
+	if r := C.gs_init(initFn); r != nvmlSuccess {
+		err := fmt.Errorf("NVML %s: nvmlInit_v2: %s", where, b.errString(r))
+		C.dlclose(lib)
 		return nil, err
 	}
-	return &NVMLBusy{lib: lib, devs: devs, seen: make([]uint64, n), Period: 100e6}, nil
+	for i := 0; i < n; i++ {
+		var dev unsafe.Pointer
+		if r := C.gs_by_index(byIndex, C.uint(i), &dev); r != nvmlSuccess {
+			err := fmt.Errorf("NVML device %d: %s", i, b.errString(r))
+			b.Close()
+			return nil, err
+		}
+		b.devs = append(b.devs, dev)
+	}
+	return b, nil
 }
 
-// processUtilization calls go-nvml's wrapper, which sizes its buffer with
-// a first call and slices it with the count of the second: when samples
-// arrive between the two, NVML answers INSUFFICIENT_SIZE with the larger
-// count and the wrapper panics (go-nvml v0.13.0-1, device.go:1912). That
-// is a retry at the next pass, never a dead daemon.
-func processUtilization(dev nvml.Device, since uint64) (s []nvml.ProcessUtilizationSample, ret nvml.Return) {
-	defer func() {
-		if recover() != nil {
-			s, ret = nil, nvml.ERROR_INSUFFICIENT_SIZE
-		}
-	}()
-	return dev.GetProcessUtilization(since)
-}
+func (b *NVMLBusy) errString(r C.int) string { return C.GoString(C.gs_errstr(b.errStr, r)) }
 
 // Busy returns, per GPU index and pid, the ns of GPU time in the samples
 // that appeared since the last call.
 func (b *NVMLBusy) Busy() (map[int]map[uint32]float64, error) {
 	out := map[int]map[uint32]float64{}
 	for i, dev := range b.devs {
-		samples, ret := processUtilization(dev, b.seen[i])
-		if ret == nvml.ERROR_NOT_FOUND || ret == nvml.ERROR_INSUFFICIENT_SIZE { // none, or more arrived meanwhile: next pass
+		var n C.uint
+		var r C.int
+		for {
+			n = C.uint(len(b.buf))
+			r = C.gs_util(b.fn, dev, &b.buf[0], &n, C.ulonglong(b.seen[i]))
+			if r != nvmlInsufficientSize || len(b.buf) >= maxSamples {
+				break
+			}
+			b.buf = make([]C.gs_util_sample, min(max(2*len(b.buf), int(n)), maxSamples))
+		}
+		if r == nvmlNotFound || r == nvmlInsufficientSize { // none since the last read; or more than maxSamples: next pass
 			continue
 		}
-		if ret != nvml.SUCCESS {
-			return nil, fmt.Errorf("NVML device %d process utilisation: %s", i, b.lib.ErrorString(ret))
+		if r != nvmlSuccess {
+			return nil, fmt.Errorf("NVML device %d process utilisation: %s", i, b.errString(r))
 		}
 		m := map[uint32]float64{}
-		for _, s := range samples {
-			m[s.Pid] += float64(s.SmUtil) / 100 * b.Period
-			b.seen[i] = max(b.seen[i], s.TimeStamp)
+		for _, s := range b.buf[:min(int(n), len(b.buf))] {
+			m[uint32(s.pid)] += float64(s.smUtil) / 100 * b.Period
+			b.seen[i] = max(b.seen[i], uint64(s.timeStamp))
 		}
 		out[i] = m
 	}
@@ -64,4 +142,13 @@ func (b *NVMLBusy) Busy() (map[int]map[uint32]float64, error) {
 }
 
 // Close unloads NVML.
-func (b *NVMLBusy) Close() { b.lib.Shutdown() }
+func (b *NVMLBusy) Close() {
+	if sd := func() unsafe.Pointer {
+		c := C.CString("nvmlShutdown")
+		defer C.free(unsafe.Pointer(c))
+		return C.dlsym(b.lib, c)
+	}(); sd != nil {
+		C.gs_init(sd)
+	}
+	C.dlclose(b.lib)
+}

@@ -24,9 +24,13 @@ FC_API nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t device, nvmlUtili
 	return NVML_SUCCESS;
 }
 
-/* As NVML: with utilization NULL (or *count too small) *count is set to the
+/* As NVML: with utilization NULL, *count is set to a fixed 100 and
+ * NVML_ERROR_INSUFFICIENT_SIZE returned (below); with *count too small
+ * for the samples newer than lastSeenTimeStamp, *count is set to the
  * samples there are and NVML_ERROR_INSUFFICIENT_SIZE returned; no sample
  * newer than lastSeenTimeStamp gives NVML_ERROR_NOT_FOUND. */
+#define FC_NVML_UTIL_QUERY_COUNT 100
+
 FC_API nvmlReturn_t nvmlDeviceGetProcessUtilization(nvmlDevice_t device, nvmlProcessUtilizationSample_t *utilization,
 						    unsigned int *processSamplesCount,
 						    unsigned long long lastSeenTimeStamp)
@@ -35,7 +39,16 @@ FC_API nvmlReturn_t nvmlDeviceGetProcessUtilization(nvmlDevice_t device, nvmlPro
 		return NVML_ERROR_UNINITIALIZED;
 	if (fc_nvml_dev(device) == NULL || processSamplesCount == NULL)
 		return NVML_ERROR_INVALID_ARGUMENT;
-	unsigned cap = utilization != NULL ? *processSamplesCount : 0;
+	/* Asked with no buffer, NVIDIA's driver answers a fixed count (100)
+	 * whatever the samples kept since lastSeenTimeStamp (go-nvml issues 11
+	 * and 27): a buffer of that size can be too small, and the call with
+	 * it then answers INSUFFICIENT_SIZE. */
+	if (utilization == NULL) {
+		unsigned n = fc_tl_process_samples(fc_nvml_index(device), lastSeenTimeStamp, NULL, 0);
+		*processSamplesCount = FC_NVML_UTIL_QUERY_COUNT;
+		return n == 0 ? NVML_ERROR_NOT_FOUND : NVML_ERROR_INSUFFICIENT_SIZE;
+	}
+	unsigned cap = *processSamplesCount;
 	struct fc_tl_sample *buf = cap ? calloc(cap, sizeof(*buf)) : NULL;
 	if (cap && buf == NULL)
 		return NVML_ERROR_MEMORY;

@@ -3,7 +3,9 @@ package compute
 import (
 	"context"
 	"fmt"
+	"math"
 	"testing"
+	"time"
 
 	"github.com/gpuslice/gpuslice/internal/api"
 	"github.com/gpuslice/gpuslice/internal/client"
@@ -161,4 +163,33 @@ func TestSharesSurviveRestart(t *testing.T) {
 	d.Restart()
 	settle()
 	expectShares(t, d, "after a restart", []float64{25, 75}, a, b)
+}
+
+// The driver keeps many samples of each process (fakecuda: 32, 3.2 s),
+// and asked for the size of the buffer they need, NVIDIA's answers a
+// fixed 100. Two sessions of two processes each run without shares for
+// longer than that (128 samples kept), then are given 25 and 75: their
+// shares hold. (gpusliced's first read of the samples, from none seen,
+// needed more than 100; through go-nvml's wrapper, which sizes its buffer
+// by that answer, every read was INSUFFICIENT_SIZE and no share was ever
+// enforced: an H100 gave two sessions of 30 and 70 % 50/50.)
+func TestSharesHoldWithManySamplesKept(t *testing.T) {
+	d := startDaemon(t)
+	session(t, d, "a", 8<<30, nil)
+	session(t, d, "b", 8<<30, nil)
+	jobs := []*job{launch(t, d, "a"), launch(t, d, "a"), launch(t, d, "b"), launch(t, d, "b")}
+	time.Sleep(3500 * time.Millisecond)
+	for id, p := range map[string]int{"a": 25, "b": 75} {
+		if _, err := d.Client().PatchSession(context.Background(), id, client.PatchRequest{Compute: percent(p, 0)}); err != nil {
+			t.Fatalf("PATCH %s a share of %d: %v", id, p, err)
+		}
+	}
+	settle()
+	busy, win := measure(t, d, window)
+	got := shares(busy, jobs...)
+	a, b := got[0]+got[1], got[2]+got[3]
+	t.Logf("sessions of 25 and 75, two processes each: %.1f / %.1f (window %.0f ms)", a, b, win)
+	if math.Abs(a-25) > 5 || math.Abs(b-75) > 5 {
+		t.Errorf("the sessions got %.1f%% and %.1f%% of the GPU, want 25 and 75 within 5 points", a, b)
+	}
 }
