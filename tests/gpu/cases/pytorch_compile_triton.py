@@ -1,5 +1,5 @@
 """torch.compile (Inductor, Triton kernels) runs under a quota: a compiled
-function gives the eager answer with and without the interceptor. Triton
+function gives the eager answer under the interceptor. Triton
 loads its kernels through the driver (cuModuleLoadData, cuLaunchKernel)
 and sizes nothing from memory queries, so this guards the parts of the
 driver API the other cases do not touch."""
@@ -14,7 +14,7 @@ from harness import GiB, worker_main  # noqa: E402
 
 NAME = "pytorch_compile_triton"
 PROVES = "torch.compile (Triton) compiles and runs under a quota, same answer as eager"
-ORDER = 75
+ORDER = 90
 TIMEOUT = 240
 
 
@@ -47,10 +47,11 @@ def work(args):
 def run(h, c):
     h.need_module("torch")
     h.need_module("triton")
-    out = h.framework(c, __file__, [], h.ctx_cost() + 2 * GiB, timeout=110)
-    bare = h.worker_ok(c, out["without"], "without")
+    # with the interceptor only: the compiled function is checked against
+    # eager in the same process (a run without took 15 s of the suite's
+    # budget for a compile time figure)
+    out = h.framework(c, __file__, [], h.ctx_cost() + 2 * GiB, timeout=110, sides=("with",))
     r = h.worker_ok(c, out["with"], "with")
-    c.fig("without", {k: bare.get(k) for k in ("allclose", "max_abs_diff", "compile_and_first_run_s")})
     c.fig("with", {k: r.get(k) for k in ("allclose", "max_abs_diff", "compile_and_first_run_s", "triton")})
     c.expect(r.get("allclose") is True, "the compiled function's answer differs from eager under the interceptor: %s" % (
         r.get("max_abs_diff"),))
