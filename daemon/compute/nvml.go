@@ -1,10 +1,6 @@
 package compute
 
 /*
-#cgo LDFLAGS: -ldl
-#include <dlfcn.h>
-#include <stdlib.h>
-
 // nvmlProcessUtilizationSample_t and the calls NVMLBusy takes from the
 // NVML library with dlsym (nvml.h).
 typedef struct {
@@ -30,6 +26,8 @@ import "C"
 import (
 	"fmt"
 	"unsafe"
+
+	nvmlgpu "github.com/gpuslice/gpuslice/daemon/gpu"
 )
 
 // NVML return codes nvmlDeviceGetProcessUtilization answers (nvml.h).
@@ -57,7 +55,7 @@ const maxSamples = 1 << 14
 // share was ever enforced (an H100 with driver 580: two sessions of 30 and
 // 70 % got 50/50).
 type NVMLBusy struct {
-	lib    unsafe.Pointer
+	lib    *nvmlgpu.NVMLLib
 	fn     unsafe.Pointer
 	errStr unsafe.Pointer
 	devs   []unsafe.Pointer
@@ -69,31 +67,20 @@ type NVMLBusy struct {
 // OpenNVMLBusy loads NVML (libPath, else libnvidia-ml.so.1) for the
 // first n GPUs by NVML index (the inventory's order).
 func OpenNVMLBusy(libPath string, n int) (*NVMLBusy, error) {
-	where := "libnvidia-ml.so.1"
-	if libPath != "" {
-		where = libPath
+	lib, err := nvmlgpu.LoadNVML(libPath)
+	if err != nil {
+		return nil, err
 	}
-	cpath := C.CString(where)
-	defer C.free(unsafe.Pointer(cpath))
-	lib := C.dlopen(cpath, C.RTLD_NOW|C.RTLD_LOCAL)
-	if lib == nil {
-		return nil, fmt.Errorf("load NVML %s: %s", where, C.GoString(C.dlerror()))
-	}
-	sym := func(name string) unsafe.Pointer {
-		c := C.CString(name)
-		defer C.free(unsafe.Pointer(c))
-		return C.dlsym(lib, c)
-	}
-	b := &NVMLBusy{lib: lib, fn: sym("nvmlDeviceGetProcessUtilization"), errStr: sym("nvmlErrorString"),
+	b := &NVMLBusy{lib: lib, fn: lib.Sym("nvmlDeviceGetProcessUtilization"), errStr: lib.Sym("nvmlErrorString"),
 		seen: make([]uint64, n), buf: make([]C.gs_util_sample, 256), Period: 100e6}
-	initFn, byIndex := sym("nvmlInit_v2"), sym("nvmlDeviceGetHandleByIndex_v2")
+	initFn, byIndex := lib.Sym("nvmlInit_v2"), lib.Sym("nvmlDeviceGetHandleByIndex_v2")
 	if b.fn == nil || initFn == nil || byIndex == nil {
-		C.dlclose(lib)
-		return nil, fmt.Errorf("NVML %s has no per-process utilisation (nvmlDeviceGetProcessUtilization)", where)
+		lib.Close(false)
+		return nil, fmt.Errorf("NVML %s has no per-process utilisation (nvmlDeviceGetProcessUtilization)", lib.Where)
 	}
 	if r := C.gs_init(initFn); r != nvmlSuccess {
-		err := fmt.Errorf("NVML %s: nvmlInit_v2: %s", where, b.errString(r))
-		C.dlclose(lib)
+		err := fmt.Errorf("NVML %s: nvmlInit_v2: %s", lib.Where, b.errString(r))
+		lib.Close(false)
 		return nil, err
 	}
 	for i := 0; i < n; i++ {
@@ -142,13 +129,4 @@ func (b *NVMLBusy) Busy() (map[int]map[uint32]float64, error) {
 }
 
 // Close unloads NVML.
-func (b *NVMLBusy) Close() {
-	if sd := func() unsafe.Pointer {
-		c := C.CString("nvmlShutdown")
-		defer C.free(unsafe.Pointer(c))
-		return C.dlsym(b.lib, c)
-	}(); sd != nil {
-		C.gs_init(sd)
-	}
-	C.dlclose(b.lib)
-}
+func (b *NVMLBusy) Close() { b.lib.Close(true) }

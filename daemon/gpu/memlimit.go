@@ -79,7 +79,7 @@ var ErrNoMemLimits = errors.New("NVML has no nvmlDeviceSetMemoryLimits_v1/nvmlDe
 // concurrent use.
 type MemLimits struct {
 	mu       sync.Mutex
-	lib      unsafe.Pointer
+	lib      *NVMLLib
 	set, get unsafe.Pointer
 	errStr   unsafe.Pointer
 	devs     []C.gs_dev // by inventory index
@@ -89,35 +89,24 @@ type MemLimits struct {
 // as Inventory does) and takes the handles of gpus. ErrNoMemLimits when
 // the library lacks the calls.
 func OpenMemLimits(libPath string, gpus []GPU) (*MemLimits, error) {
-	where := "libnvidia-ml.so.1"
-	if libPath != "" {
-		where = libPath
-	}
-	cpath := C.CString(where)
-	defer C.free(unsafe.Pointer(cpath))
-	lib := C.dlopen(cpath, C.RTLD_NOW|C.RTLD_LOCAL)
-	if lib == nil {
-		return nil, fmt.Errorf("load NVML %s: %s", where, C.GoString(C.dlerror()))
+	lib, err := LoadNVML(libPath)
+	if err != nil {
+		return nil, err
 	}
 	m := &MemLimits{lib: lib}
-	sym := func(name string) unsafe.Pointer {
-		c := C.CString(name)
-		defer C.free(unsafe.Pointer(c))
-		return C.dlsym(lib, c)
-	}
-	m.set, m.get, m.errStr = sym("nvmlDeviceSetMemoryLimits_v1"), sym("nvmlDeviceGetMemoryLimits_v1"), sym("nvmlErrorString")
-	initFn, byUUID := sym("nvmlInit_v2"), sym("nvmlDeviceGetHandleByUUID")
+	m.set, m.get, m.errStr = lib.Sym("nvmlDeviceSetMemoryLimits_v1"), lib.Sym("nvmlDeviceGetMemoryLimits_v1"), lib.Sym("nvmlErrorString")
+	initFn, byUUID := lib.Sym("nvmlInit_v2"), lib.Sym("nvmlDeviceGetHandleByUUID")
 	if m.set == nil || m.get == nil {
-		C.dlclose(lib)
+		lib.Close(false)
 		return nil, ErrNoMemLimits
 	}
 	if initFn == nil || byUUID == nil {
-		C.dlclose(lib)
-		return nil, fmt.Errorf("load NVML %s: no nvmlInit_v2 or nvmlDeviceGetHandleByUUID", where)
+		lib.Close(false)
+		return nil, fmt.Errorf("load NVML %s: no nvmlInit_v2 or nvmlDeviceGetHandleByUUID", lib.Where)
 	}
 	if r := C.gs_init(initFn); r != nvmlSuccess {
 		err := m.err(r)
-		C.dlclose(lib)
+		lib.Close(false)
 		return nil, fmt.Errorf("nvmlInit: %w", err)
 	}
 	for _, g := range gpus {
@@ -208,13 +197,7 @@ func (m *MemLimits) Close() {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.lib != nil {
-		name := C.CString("nvmlShutdown")
-		f := C.dlsym(m.lib, name)
-		C.free(unsafe.Pointer(name))
-		if f != nil {
-			C.gs_init(f) // same signature: nvmlReturn_t (void)
-		}
-		C.dlclose(m.lib)
+		m.lib.Close(true)
 		m.lib = nil
 	}
 }

@@ -64,9 +64,11 @@ static double nvml_busy_ms(unsigned *gpu_pct)
 	    util(d, &u) != NVML_SUCCESS)
 		return -1;
 	*gpu_pct = u.gpu;
-	if (procs(d, NULL, &n, 0) != NVML_ERROR_INSUFFICIENT_SIZE || n == 0 || n > 64)
+	/* the size query answers a fixed 100, as NVIDIA's driver does */
+	if (procs(d, NULL, &n, 0) != NVML_ERROR_INSUFFICIENT_SIZE || n != 100)
 		return -1;
-	if (procs(d, s, &n, 0) != NVML_SUCCESS)
+	n = 64;
+	if (procs(d, s, &n, 0) != NVML_SUCCESS || n == 0)
 		return -1;
 	double ms = 0;
 	for (unsigned i = 0; i < n; i++)
