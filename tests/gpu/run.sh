@@ -15,7 +15,7 @@
 # could not start.
 set -u
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-fake="" cases="" budget=330 results=""
+fake="" cases="" budget=345 results=""
 while [ $# -gt 0 ]; do
 	case "$1" in
 	--fakecuda) fake=$(cd "$2" && pwd) || exit 2; shift 2 ;;

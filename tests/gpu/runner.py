@@ -152,7 +152,7 @@ def main():
     ap.add_argument("--daemon-log", required=True)
     ap.add_argument("--fakecuda", default="")
     ap.add_argument("--cases", default="")
-    ap.add_argument("--budget", type=float, default=330.0)
+    ap.add_argument("--budget", type=float, default=345.0)
     args = ap.parse_args()
 
     t_start = time.monotonic()

@@ -87,6 +87,10 @@ def run(h, c):
         if pair_rate > 0:
             c.fig("with_total_vs_without_pct", round(100 * total / pair_rate, 1))
 
+        # what gpusliced's controller did (debug lines: a session held or
+        # freed), and whether it could read the driver's figures at all
+        c.fig("daemon_compute_lines", [l for l in h.daemon_lines("compute share")
+                                       if s30.id in l or s70.id in l or "cannot" in l][-6:])
         alone = together(h, c, [s30.env], "alone")
         c.fig("alone_30", alone)
         if pair_rate > 0 and alone:
