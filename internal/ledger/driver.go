@@ -33,14 +33,8 @@ func (l *Ledger) ChargeDriver(i, g int, was, now uint64) {
 		atomic.AddUint64(sh, d)
 		atomic.AddUint64(lease, d)
 		atomic.AddUint64(drv, d)
-		cur := atomic.AddUint64(used, d)
-		peak := l.gpuCtr(g, CtrGPUOffPeak)
-		for {
-			p := atomic.LoadUint64(peak)
-			if cur <= p || atomic.CompareAndSwapUint64(peak, p, cur) {
-				return
-			}
-		}
+		l.raisePeak(g, atomic.AddUint64(used, d))
+		return
 	}
 	d := was - now
 	atomic.AddUint64(sh, -d)

@@ -326,6 +326,17 @@ func (l *Ledger) Rebase() {
 	}
 }
 
+// raisePeak makes ledger GPU g's peak at least v (CAS-max).
+func (l *Ledger) raisePeak(g int, v uint64) {
+	peak := l.gpuCtr(g, CtrGPUOffPeak)
+	for {
+		p := atomic.LoadUint64(peak)
+		if v <= p || atomic.CompareAndSwapUint64(peak, p, v) {
+			return
+		}
+	}
+}
+
 func subSaturating(p *uint64, v uint64) {
 	for {
 		old := atomic.LoadUint64(p)
@@ -356,13 +367,8 @@ func (l *Ledger) Reserve(i, g int, n uint64) error {
 		if atomic.CompareAndSwapUint64(used, cur, cur+n) {
 			atomic.AddUint64(l.lease(i, SlotShared, g), n)
 			atomic.AddUint64(l.held(i, SlotShared, g), n)
-			peak := l.gpuCtr(g, CtrGPUOffPeak)
-			for {
-				p := atomic.LoadUint64(peak)
-				if cur+n <= p || atomic.CompareAndSwapUint64(peak, p, cur+n) {
-					return nil
-				}
-			}
+			l.raisePeak(g, cur+n)
+			return nil
 		}
 	}
 }

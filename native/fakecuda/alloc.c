@@ -10,7 +10,7 @@
  * per-thread cache instead of being unmapped, so the common path costs no
  * system call; freed device memory keeps its contents, as on a GPU.
  * cuMemAlloc and cuMemAllocPitch take what the driver's do on the device
- * (alloc_granule.h: from 1 MiB on, a multiple of 2 MiB), the pointer valid
+ * (alloc_granule.h: above 1 MiB, a multiple of 2 MiB), the pointer valid
  * for the size asked; FAKECUDA_ALLOC_GRANULE=0 takes the size asked.
  */
 #include "drv.h"

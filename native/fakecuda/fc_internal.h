@@ -205,6 +205,10 @@ bool fc_devnode_gpu_usable(unsigned phys);
  * process's slot (the per-process usage NVML reports). */
 #define FC_DEFAULT_CTX_BYTES (300ULL << 20)
 extern uint64_t fc_ctx_bytes;
+/* FAKECUDA_MODULE_BYTES (default 0): the device memory each loaded module
+ * holds, as a real driver's modules and library handles hold memory no
+ * allocation entry point shows (misc.c). Read when the state is attached. */
+extern uint64_t fc_module_bytes;
 /* 1 (default): cuMemAlloc and cuMemAllocPitch take what the driver's do on
  * the device (alloc_granule.h); 0 (FAKECUDA_ALLOC_GRANULE=0): the size
  * asked. Read when the state is attached. */

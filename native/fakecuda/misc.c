@@ -17,34 +17,10 @@ struct CUmod_st {
 	uint32_t magic;
 	CUcontext ctx;
 	struct fc_modimage *image; /* its globals (NULL: none known) */
-	uint64_t bytes;            /* device memory it holds (FAKECUDA_MODULE_BYTES) */
+	uint64_t bytes;            /* device memory it holds (fc_module_bytes) */
 	unsigned phys;
 	fc_limtok lim;
 };
-
-/* FAKECUDA_MODULE_BYTES: the device memory each loaded module holds, as a
- * real driver's modules (code, constants, their share of the context's
- * heap) do without any allocation entry point showing it: NVML's
- * per-process figure and cuMemGetInfo count it, cuMemAlloc does not. On
- * an H100 (driver 580) PyTorch's context grew 92-176 MiB that way. Given
- * back at unload. Default 0. */
-static uint64_t module_bytes(void)
-{
-	static _Atomic int64_t v = -1;
-	int64_t n = atomic_load_explicit(&v, memory_order_relaxed);
-	if (n < 0) {
-		const char *e = getenv("FAKECUDA_MODULE_BYTES");
-		char *end = NULL;
-		unsigned long long x = e != NULL ? strtoull(e, &end, 10) : 0;
-		if (e != NULL && (end == e || *end != '\0' || x > (1ull << 40))) {
-			fprintf(stderr, "fakecuda: invalid FAKECUDA_MODULE_BYTES=\"%s\": expected bytes (at most 1 TiB)\n", e);
-			x = 0;
-		}
-		n = (int64_t)x;
-		atomic_store_explicit(&v, n, memory_order_relaxed);
-	}
-	return (uint64_t)n;
-}
 
 struct CUfunc_st {
 	uint32_t magic;
@@ -65,7 +41,7 @@ static CUresult new_module(CUmodule *module, const void *image)
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	m->ctx = c;
 	m->phys = c->phys;
-	m->bytes = module_bytes();
+	m->bytes = fc_module_bytes;
 	if (m->bytes != 0 && !fc_charge_lim(m->phys, m->bytes, &m->lim)) {
 		free(m);
 		return CUDA_ERROR_OUT_OF_MEMORY;

@@ -41,6 +41,7 @@ FC_HIDDEN struct fc_shm *fc_shm;
 FC_HIDDEN struct fc_shm_slot *fc_self_slot;
 FC_HIDDEN _Atomic int fc_released;
 FC_HIDDEN uint64_t fc_ctx_bytes = FC_DEFAULT_CTX_BYTES;
+FC_HIDDEN uint64_t fc_module_bytes;
 FC_HIDDEN int fc_alloc_granule = 1;
 FC_HIDDEN struct fc_shm_slot fc_fork_slot; /* placeholder in a forked child until first use */
 static pthread_mutex_t register_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -124,11 +125,12 @@ static void init_shm(struct fc_shm *s, const struct fc_config *cfg)
 	s->magic = FC_SHM_MAGIC;
 }
 
-/* FAKECUDA_CTX_BYTES: a size ("0", "300MiB", "512M", "1G"); at most 1 TiB. */
-static int ctx_cost_load(void)
+/* A size variable ("0", "300MiB", "512M", "1G"; at most 1 TiB) into *out,
+ * dflt when unset; -1 with a line on stderr naming `what` when malformed. */
+static int size_env_load(const char *name, uint64_t dflt, const char *what, uint64_t *out)
 {
-	const char *v = getenv("FAKECUDA_CTX_BYTES");
-	fc_ctx_bytes = FC_DEFAULT_CTX_BYTES;
+	const char *v = getenv(name);
+	*out = dflt;
 	if (v == NULL || *v == 0)
 		return 0;
 	char *end;
@@ -137,12 +139,12 @@ static int ctx_cost_load(void)
 	int shift = end != v && v[0] >= '0' && v[0] <= '9' && errno == 0 ? size_suffix_shift(end) : -1;
 	if (shift < 0 || n > ((1ULL << 40) >> shift)) {
 		fprintf(stderr,
-			"fakecuda: invalid FAKECUDA_CTX_BYTES=\"%s\": expected the device memory each context costs, "
+			"fakecuda: invalid %s=\"%s\": expected %s, "
 			"a size such as 0, 300MiB or 512M (unit B, KiB, MiB, GiB or TiB; at most 1 TiB)\n",
-			v);
+			name, v, what);
 		return -1;
 	}
-	fc_ctx_bytes = (uint64_t)n << shift;
+	*out = (uint64_t)n << shift;
 	return 0;
 }
 
@@ -164,7 +166,10 @@ int fc_state_path(char *path, size_t len, const struct fc_config *cfg, const cha
 
 int fc_state_attach(const struct fc_config *cfg)
 {
-	if (ctx_cost_load() != 0)
+	if (size_env_load("FAKECUDA_CTX_BYTES", FC_DEFAULT_CTX_BYTES, "the device memory each context costs",
+			  &fc_ctx_bytes) != 0 ||
+	    size_env_load("FAKECUDA_MODULE_BYTES", 0, "the device memory each loaded module holds",
+			  &fc_module_bytes) != 0)
 		return -1;
 	const char *g = getenv("FAKECUDA_ALLOC_GRANULE");
 	fc_alloc_granule = !(g != NULL && strcmp(g, "0") == 0);

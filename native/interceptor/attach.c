@@ -54,13 +54,6 @@ static int early_fd = -1;
 static dev_t early_dev; /* which socket early_fd was: the program may have closed it */
 static ino_t early_ino; /* and opened something else under that number */
 
-static int64_t mono_ns(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000000000ll + ts.tv_nsec;
-}
-
 /* ---- environment (read once per process, never on the hot path) ---- */
 
 static void read_env(void)
@@ -353,7 +346,7 @@ int gs_init_slow(void)
 		s = GS_ST_INERT;
 		goto publish;
 	}
-	int64_t t0 = mono_ns(), deadline = t0 + GS_ATTACH_WINDOW_NS;
+	int64_t t0 = gs_mono_ns(), deadline = t0 + GS_ATTACH_WINDOW_NS;
 	struct gs_attach_err err = {.msg = "", .retry = 0};
 	int tries = 0;
 	for (;;) {
@@ -363,7 +356,7 @@ int gs_init_slow(void)
 			gs_gate_attach(sock_path);
 			gs_debug("attached to session '%s' at %s: slot %u, %u GPU(s), %lld us, %d tr%s",
 				 session_env, sock_path, gs.slot_index, gs.ngpus,
-				 (long long)(mono_ns() - t0) / 1000, tries, tries == 1 ? "y" : "ies");
+				 (long long)(gs_mono_ns() - t0) / 1000, tries, tries == 1 ? "y" : "ies");
 			break;
 		}
 		if (session_cfg == 2 && unmanaged(&err)) {
@@ -371,7 +364,7 @@ int gs_init_slow(void)
 			goto publish;
 		}
 		gs_debug("attach attempt %d failed: %s", tries, err.msg);
-		if (!err.retry || mono_ns() + GS_RETRY_SLEEP_NS > deadline) {
+		if (!err.retry || gs_mono_ns() + GS_RETRY_SLEEP_NS > deadline) {
 			s = GS_ST_FAILED;
 			report_failure(&err);
 			break;
@@ -379,7 +372,7 @@ int gs_init_slow(void)
 		struct timespec ts = {.tv_sec = 0, .tv_nsec = GS_RETRY_SLEEP_NS};
 		nanosleep(&ts, NULL);
 	}
-	__atomic_store_n(&last_try_ns, mono_ns(), __ATOMIC_RELAXED);
+	__atomic_store_n(&last_try_ns, gs_mono_ns(), __ATOMIC_RELAXED);
 publish:
 	atomic_store_explicit(&gs.state, s, memory_order_release);
 out:
@@ -391,7 +384,7 @@ out:
  * allocation path (never the hot path of an attached process). */
 int gs_failed_retry(void)
 {
-	int64_t now = mono_ns();
+	int64_t now = gs_mono_ns();
 	if (now - __atomic_load_n(&last_try_ns, __ATOMIC_RELAXED) < GS_RETRY_PERIOD_NS)
 		return GS_ST_FAILED;
 	if (pthread_mutex_trylock(&init_mu) != 0)
@@ -409,7 +402,7 @@ int gs_failed_retry(void)
 		} else {
 			gs_debug("attach retry failed: %s", err.msg);
 		}
-		__atomic_store_n(&last_try_ns, mono_ns(), __ATOMIC_RELAXED);
+		__atomic_store_n(&last_try_ns, gs_mono_ns(), __ATOMIC_RELAXED);
 	}
 	pthread_mutex_unlock(&init_mu);
 	return s;
@@ -429,7 +422,7 @@ void gs_short(int g)
 	static int64_t last;
 	if (gs.lim == NULL || g < 0 || (uint32_t)g >= gs.ngpus || sock_path[0] == '\0')
 		return;
-	int64_t now = mono_ns(), prev = __atomic_load_n(&last, __ATOMIC_RELAXED);
+	int64_t now = gs_mono_ns(), prev = __atomic_load_n(&last, __ATOMIC_RELAXED);
 	if ((prev != 0 && now - prev < GS_SHORT_GAP_NS) ||
 	    !__atomic_compare_exchange_n(&last, &prev, now, 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED))
 		return;

@@ -25,13 +25,6 @@ static const struct gs_compute_hdr *page;
 static const struct gs_compute_sess *mine;
 static uint64_t my_gen;
 
-static int64_t now_ns(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
-}
-
 void gs_gate_attach(const char *sock_path)
 {
 	char path[sizeof(((struct sockaddr_un *)0)->sun_path) + sizeof("/compute")];
@@ -111,7 +104,7 @@ void gs_gate_wait(void)
 		}
 		if (!(__atomic_load_n(&mine->throttle, __ATOMIC_ACQUIRE) & (1ULL << g)))
 			return;
-		if (!page_fresh(now_ns()))
+		if (!page_fresh(gs_mono_ns()))
 			return; /* gpusliced stopped deciding: launch */
 		struct timespec ts = {0, 200000};
 		nanosleep(&ts, NULL);

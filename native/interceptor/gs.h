@@ -8,6 +8,7 @@
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <time.h>
 
 /* declare the entry points under their exported names (no renames) */
 #define __CUDA_API_VERSION_INTERNAL 1
@@ -16,6 +17,15 @@
 #include "cuda_ext.h"
 #include "nvml.h"
 #include "gpuslice_ledger.h"
+
+/* CLOCK_MONOTONIC in ns: attach retries, the SHORT and settle gaps, the
+ * compute page's heartbeat. */
+static inline int64_t gs_mono_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000000000ll + ts.tv_nsec;
+}
 
 /* cuda.h maps base names to their current symbols with #define; the hooks
  * need the symbols themselves (and the pre-rename cuGetProcAddress). */

@@ -31,13 +31,6 @@
 
 static int64_t last[GS_MAX_GPUS];
 
-static int64_t now_ns(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000000000ll + ts.tv_nsec;
-}
-
 void gs_settle(int g, uint64_t n)
 {
 	if (gs.lim == NULL || gs.ctr == NULL || g < 0 || (uint32_t)g >= gs.ngpus)
@@ -50,7 +43,7 @@ void gs_settle(int g, uint64_t n)
 		return; /* it does not fit anyway */
 	if (margin <= limit - n && used <= limit - n - margin)
 		return; /* far from the limit */
-	int64_t t0 = now_ns(), prev = __atomic_load_n(&last[g], __ATOMIC_RELAXED);
+	int64_t t0 = gs_mono_ns(), prev = __atomic_load_n(&last[g], __ATOMIC_RELAXED);
 	if ((prev != 0 && t0 - prev < GS_SETTLE_GAP_NS) ||
 	    !__atomic_compare_exchange_n(&last[g], &prev, t0, 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED))
 		return;
@@ -61,10 +54,10 @@ void gs_settle(int g, uint64_t n)
 		return; /* no pass has read this session yet (the audit may be off): never wait for one */
 	uint64_t want = s0 + 2 + (s0 & 1);
 	struct timespec nap = {.tv_sec = 0, .tv_nsec = 1000 * 1000};
-	while (now_ns() - t0 < GS_SETTLE_WAIT_NS) {
+	while (gs_mono_ns() - t0 < GS_SETTLE_WAIT_NS) {
 		if (__atomic_load_n(&c->settled, __ATOMIC_ACQUIRE) - want < (1ull << 63)) {
 			gs_debug("settled on GPU %d in %lld us: driver memory %llu bytes", g,
-				 (long long)(now_ns() - t0) / 1000,
+				 (long long)(gs_mono_ns() - t0) / 1000,
 				 (unsigned long long)__atomic_load_n(&c->driver, __ATOMIC_RELAXED));
 			return;
 		}
@@ -72,5 +65,5 @@ void gs_settle(int g, uint64_t n)
 	}
 	gs_debug("no audit pass on GPU %d within %lld ms; reserving without it", g,
 		 (long long)GS_SETTLE_WAIT_NS / 1000000);
-	__atomic_store_n(&last[g], now_ns() + GS_SETTLE_BACKOFF_NS - GS_SETTLE_GAP_NS, __ATOMIC_RELAXED);
+	__atomic_store_n(&last[g], gs_mono_ns() + GS_SETTLE_BACKOFF_NS - GS_SETTLE_GAP_NS, __ATOMIC_RELAXED);
 }
