@@ -15,12 +15,20 @@ import (
 )
 
 // computeInterval is how often GPU time is measured and the throttle
-// words rewritten: one NVML sample period.
-const computeInterval = 100 * time.Millisecond
+// words rewritten while a session has a share: one NVML sample period.
+// While none has, the controller passes every computeIdleInterval, or at
+// once when a share is given (computeShare.changed).
+const (
+	computeInterval     = 100 * time.Millisecond
+	computeIdleInterval = time.Second
+)
 
 // computeShare holds the compute page (nil when it could not be made:
 // launches are then never gated).
-type computeShare struct{ page *compute.Page }
+type computeShare struct {
+	page *compute.Page
+	wake chan struct{}
+}
 
 // openComputePage maps the compute page beside the IPC socket, where the
 // interceptor looks for it (docs/daemon.md, "Compute share").
@@ -30,7 +38,16 @@ func openComputePage(cfg config.Config, log *slog.Logger) *computeShare {
 		log.Warn("compute share disabled: no compute page", "err", err)
 		return &computeShare{}
 	}
-	return &computeShare{page: p}
+	return &computeShare{page: p, wake: make(chan struct{}, 1)}
+}
+
+// changed is session.Options.ComputeChanged: a share was given or changed,
+// so the controller passes now instead of at its idle pace.
+func (c *computeShare) changed() {
+	select {
+	case c.wake <- struct{}{}:
+	default:
+	}
 }
 
 // assign is session.Options.ComputeAssign.
@@ -57,7 +74,7 @@ func (c *computeShare) start(ctx context.Context, cfg config.Config, log *slog.L
 	}
 	gauges := met.ComputeGauges()
 	ctl := &compute.Controller{Page: c.page, Source: src, Sessions: mgr, Physical: phys,
-		Interval: computeInterval, Log: log,
+		Interval: computeInterval, IdleInterval: computeIdleInterval, Wake: c.wake, Log: log,
 		Passes: func(g int, entries map[string]compute.Entry) {
 			active, held := 0, 0
 			for _, e := range entries {

@@ -128,9 +128,10 @@ func Run(ctx context.Context, cfg config.Config, logw io.Writer) error {
 	mgr, err = session.New(session.Options{
 		LedgerDir: ledgerDir, Slots: cfg.LedgerSlots, Overcommit: cfg.Overcommit,
 		DefaultTTL: cfg.DefaultTTL, HistoryRetention: cfg.HistoryRetention, Log: log,
-		Identity:      resolver.JobFrom,
-		ComputeAssign: share.assign,
-		DriverLimits:  drvLimits,
+		Identity:       resolver.JobFrom,
+		ComputeAssign:  share.assign,
+		ComputeChanged: share.changed,
+		DriverLimits:   drvLimits,
 	}, gpus, st, met.Events())
 	if err != nil {
 		return err

@@ -10,7 +10,8 @@ import (
 
 // Session is what the controller needs of one live session. One whose
 // Spec is not Shared keeps its slot on the page but is never held, and its
-// GPU time counts as the GPU's, not anyone's.
+// GPU time counts as the GPU's, not anyone's: its Limits and Pids are not
+// read (and may be left out).
 type Session struct {
 	ID     string
 	GPUs   []int    // inventory index of each ledger GPU (-1: not on this node)
@@ -38,7 +39,12 @@ type Controller struct {
 	Sessions Sessions
 	Physical []uint64 // each GPU's memory (proportional shares)
 	Interval time.Duration
-	Log      *slog.Logger
+	// IdleInterval is the pause between passes while no session has a
+	// share (nothing to measure or hold), when longer than Interval; Wake
+	// ends it at once (a share was given).
+	IdleInterval time.Duration
+	Wake         <-chan struct{}
+	Log          *slog.Logger
 	// Passes, when set, is told of each pass's decisions (tests, metrics).
 	Passes func(gpu int, entries map[string]Entry)
 
@@ -46,17 +52,26 @@ type Controller struct {
 	last  time.Time
 }
 
-// Run passes every Interval until ctx ends.
+// Run passes every Interval while a session has a share, else every
+// IdleInterval or when woken, until ctx ends.
 func (c *Controller) Run(ctx context.Context) {
-	t := time.NewTicker(c.Interval)
+	t := time.NewTimer(c.Interval)
 	defer t.Stop()
 	for {
+		var now time.Time
 		select {
 		case <-ctx.Done():
 			return
-		case now := <-t.C:
-			c.Pass(now)
+		case now = <-t.C:
+		case <-c.Wake:
+			now = time.Now()
+			t.Stop()
 		}
+		wait := c.Interval
+		if !c.Pass(now) && c.IdleInterval > wait {
+			wait = c.IdleInterval
+		}
+		t.Reset(wait)
 	}
 }
 
@@ -76,8 +91,9 @@ func ShareOf(spec api.Compute, limit, physical uint64) Share {
 }
 
 // Pass is one round: the GPU time each session used since the last pass,
-// the decision per GPU, the throttle words.
-func (c *Controller) Pass(now time.Time) {
+// the decision per GPU, the throttle words. It returns whether a session
+// has a share (false: the next pass can wait).
+func (c *Controller) Pass(now time.Time) (sharing bool) {
 	dt := float64(c.Interval)
 	if !c.last.IsZero() {
 		dt = float64(now.Sub(c.last))
@@ -142,7 +158,7 @@ func (c *Controller) Pass(now time.Time) {
 			c.Page.SetThrottle(id, 0) // a share removed: its session runs free
 		}
 		c.Page.Beat()
-		return
+		return false
 	}
 	busy, err := c.Source.Busy()
 	if err != nil {
@@ -203,4 +219,5 @@ func (c *Controller) Pass(now time.Time) {
 		c.Page.SetThrottle(id, bits[id])
 	}
 	c.Page.Beat()
+	return true
 }

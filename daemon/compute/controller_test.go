@@ -1,9 +1,11 @@
 package compute
 
 import (
+	"context"
 	"io"
 	"log/slog"
 	"path/filepath"
+	"sync"
 	"testing"
 	"time"
 
@@ -133,4 +135,65 @@ func TestControllerShareGivenAndRemoved(t *testing.T) {
 	if got := page.Throttle("b"); got != 0 {
 		t.Fatalf("no share left: b's throttle %b, want 0", got)
 	}
+}
+
+// countedSessions counts the passes (each reads the sessions once) and
+// lets the test give a share while the controller runs.
+type countedSessions struct {
+	mu     sync.Mutex
+	list   []Session
+	passes int
+}
+
+func (f *countedSessions) ComputeSessions() []Session {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.passes++
+	return append([]Session(nil), f.list...)
+}
+func (f *countedSessions) JobOf(uint32) string { return "" }
+func (f *countedSessions) count() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.passes
+}
+
+// While no session has a share the controller waits for its idle interval
+// (here an hour) instead of passing every Interval: walking the sessions
+// ten times a second for nothing was as much CPU as the audit. A share
+// given wakes it, and it passes every Interval again.
+func TestControllerIdlesUntilWoken(t *testing.T) {
+	page, err := OpenPage(filepath.Join(t.TempDir(), "compute"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer page.Close()
+	ss := &countedSessions{list: []Session{{ID: "a", GPUs: []int{0}, Limits: []uint64{1}, Spec: api.Compute{Mode: api.ComputeOff}}}}
+	wake := make(chan struct{}, 1)
+	c := &Controller{Page: page, Source: &fakeBusy{}, Sessions: ss, Physical: []uint64{80},
+		Interval: 5 * time.Millisecond, IdleInterval: time.Hour, Wake: wake,
+		Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { c.Run(ctx); close(done) }()
+	defer func() { cancel(); <-done }()
+	waitPasses := func(n int, what string) {
+		t.Helper()
+		for deadline := time.Now().Add(10 * time.Second); ss.count() < n; time.Sleep(time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: %d passes, want %d", what, ss.count(), n)
+			}
+		}
+	}
+	waitPasses(1, "the first pass")
+	time.Sleep(200 * time.Millisecond) // forty intervals
+	if n := ss.count(); n != 1 {
+		t.Fatalf("%d passes in 200 ms with no session sharing, want 1 (the idle interval is an hour)", n)
+	}
+	ss.mu.Lock()
+	ss.list[0].Spec = api.Compute{Mode: api.ComputePercent, Percent: 50}
+	ss.mu.Unlock()
+	wake <- struct{}{}
+	waitPasses(2, "woken by a share")
+	waitPasses(6, "passing every Interval while a session shares")
 }

@@ -17,6 +17,8 @@ func TestPatchCompute(t *testing.T) {
 	f := newFixture(t, dir)
 	var assigned []string
 	f.m.opt.ComputeAssign = func(id string) { assigned = append(assigned, id) }
+	changed := 0 // the controller is woken for a share, not for a session without one
+	f.m.opt.ComputeChanged = func() { changed++ }
 	if _, _, err := f.m.Create(api.SessionRequest{ID: "c", QuotaBytes: 1 << 30,
 		Compute: &api.Compute{Mode: api.ComputePercent, Percent: 25}}); err != nil {
 		t.Fatal(err)
@@ -26,6 +28,9 @@ func TestPatchCompute(t *testing.T) {
 	}
 	if len(assigned) != 2 || assigned[0] != "c" || assigned[1] != "n" {
 		t.Fatalf("slots assigned at creation: %v, want [c n] (a session without a share too)", assigned)
+	}
+	if changed != 1 {
+		t.Fatalf("the controller was woken %d times for a session with a share and one without, want 1", changed)
 	}
 	specOf := func(id string) *api.Compute {
 		for _, s := range f.m.ComputeSessions() {
@@ -50,6 +55,9 @@ func TestPatchCompute(t *testing.T) {
 	}
 	if s := specOf("c"); s == nil || *s != want {
 		t.Fatalf("the controller reads %+v, want %+v", s, want)
+	}
+	if changed != 2 {
+		t.Fatalf("the controller was woken %d times after a share's PATCH, want 2", changed)
 	}
 	if v.GPUs[0].LimitBytes != 1<<30 {
 		t.Fatalf("a share PATCH changed the quota: %d", v.GPUs[0].LimitBytes)

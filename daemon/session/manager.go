@@ -42,6 +42,9 @@ type Options struct {
 	// (daemon/compute), whether it has a GPU time share or not (one can be
 	// given later); nil: no compute share.
 	ComputeAssign func(id string)
+	// ComputeChanged, when set, is told that a session was created with a
+	// GPU time share or had its share given, changed or removed.
+	ComputeChanged func()
 	// DriverLimits, when set, mirrors each session's quotas into the
 	// driver's memory limit on its job's cgroup (driverlimit.go): applied
 	// at create, quota change and restore, removed at every release.

@@ -82,6 +82,9 @@ func (m *Manager) Create(req api.SessionRequest) (api.Session, bool, error) {
 		// when their processes attach, and a share given later reaches them.
 		m.opt.ComputeAssign(rec.ID)
 	}
+	if m.opt.ComputeChanged != nil && rec.Compute.Shared() {
+		m.opt.ComputeChanged()
+	}
 	if m.ev.Created != nil {
 		m.ev.Created()
 	}
@@ -254,9 +257,13 @@ func (m *Manager) Patch(id string, req api.PatchRequest) (api.Session, error) {
 	}
 	m.applyDriverLimits(rec, s.gidx)
 	// A share given, changed or removed holds from the compute controller's
-	// next pass, which reads every session's: the session has had its slot
-	// on the compute page since it was created, and its running processes'
-	// launch gates read it.
+	// next pass, which reads every session's (woken now: it waits longer
+	// while no session has a share): the session has had its slot on the
+	// compute page since it was created, and its running processes' launch
+	// gates read it.
+	if req.Compute != nil && m.opt.ComputeChanged != nil {
+		m.opt.ComputeChanged()
+	}
 	m.opt.Log.Info("session changed", "session", id, "limits", fmtLimits(limits), "expires", rec.Expires, "compute", rec.Compute.String())
 	return m.viewLocked(s), nil
 }
