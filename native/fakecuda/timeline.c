@@ -84,6 +84,7 @@ static void tl_map(void)
 		uint64_t now = mono_ns();
 		s->realtime_off = (int64_t)((uint64_t)rt.tv_sec * 1000000000ULL + (uint64_t)rt.tv_nsec - now);
 		s->slice_ns = fc_tl_env_ns("FAKECUDA_TIMESLICE_NS", FC_TL_DEFAULT_SLICE_NS);
+		s->sample_ns = fc_tl_env_ns("FAKECUDA_NVML_SAMPLE_NS", FC_TL_SAMPLE_NS);
 		pthread_mutexattr_t a;
 		pthread_mutexattr_init(&a);
 		pthread_mutexattr_setpshared(&a, PTHREAD_PROCESS_SHARED);
@@ -139,7 +140,7 @@ static void close_period(struct tl_dev *d)
 		c->nsamp++;
 		c->period_busy = 0;
 	}
-	if (len >= FC_TL_SAMPLE_NS)
+	if (len >= tl_sample_ns())
 		d->last_pct = (uint32_t)((d->period_busy * 100 + len / 2) / len);
 	d->period_busy = 0;
 	d->period_start = d->now;
@@ -185,7 +186,7 @@ static void advance(struct tl_dev *d, uint64_t t)
 {
 	reap_dead(d, t);
 	while (d->now < t) {
-		uint64_t limit = d->period_start + FC_TL_SAMPLE_NS;
+		uint64_t limit = d->period_start + tl_sample_ns();
 		if (limit > t)
 			limit = t;
 		struct tl_ctx *c = &d->ctx[d->cur];
@@ -194,7 +195,7 @@ static void advance(struct tl_dev *d, uint64_t t)
 			for (k = 1; k <= TL_CTX && !has_work(&d->ctx[(d->cur + k) % TL_CTX]); k++)
 				;
 			if (k > TL_CTX) { /* idle */
-				if (d->period_busy == 0 && t - d->period_start >= FC_TL_SAMPLE_NS) {
+				if (d->period_busy == 0 && t - d->period_start >= tl_sample_ns()) {
 					d->now = t; /* skip idle periods whole */
 					close_period(d);
 					continue;
@@ -225,7 +226,7 @@ static void advance(struct tl_dev *d, uint64_t t)
 				c->head_left = c->dur[(c->done + 1) % TL_RING];
 		}
 	boundary:
-		if (d->now - d->period_start >= FC_TL_SAMPLE_NS)
+		if (d->now - d->period_start >= tl_sample_ns())
 			close_period(d);
 	}
 }

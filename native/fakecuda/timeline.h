@@ -9,7 +9,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#define FC_TL_SAMPLE_NS 100000000ULL /* NVML's sample period: 100 ms */
+#define FC_TL_SAMPLE_NS 100000000ULL /* NVML's sample period: 100 ms (FAKECUDA_NVML_SAMPLE_NS) */
 #define FC_TL_DEFAULT_SLICE_NS 2000000ULL /* time slice between processes: 2 ms */
 #define FC_TL_DEFAULT_WAVE_NS 10000ULL    /* one wave of blocks over the SMs: 10 us */
 

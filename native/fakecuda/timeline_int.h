@@ -47,11 +47,18 @@ struct tl_shm {
 	uint32_t magic, version;
 	uint64_t slice_ns;
 	int64_t realtime_off; /* CLOCK_REALTIME - CLOCK_MONOTONIC, ns, at creation */
-	uint8_t pad[4096 - 24];
+	uint64_t sample_ns;   /* NVML's sample period (0 in a file made before it was kept: 100 ms) */
+	uint8_t pad[4096 - 32];
 	struct tl_dev dev[FC_MAX_DEVICES];
 };
 
 extern struct tl_shm *fc_tl; /* the mapped timeline; NULL when it could not be made */
+
+/* NVML's sample period of the mapped timeline, ns. */
+static inline uint64_t tl_sample_ns(void)
+{
+	return fc_tl->sample_ns ? fc_tl->sample_ns : FC_TL_SAMPLE_NS;
+}
 
 /* Device phys's timeline, locked (mapping the file on first use); NULL when
  * there is none. */

@@ -78,8 +78,8 @@ unsigned fc_tl_process_samples(unsigned phys, uint64_t last_seen_us, struct fc_t
 			if (n < max) {
 				out[n].pid = pid;
 				out[n].time_us = c->samp[k % TL_SAMPLES].t_us;
-				out[n].sm_pct = (uint32_t)((c->samp[k % TL_SAMPLES].busy_ns * 100 + FC_TL_SAMPLE_NS / 2) /
-							   FC_TL_SAMPLE_NS);
+				out[n].sm_pct = (uint32_t)((c->samp[k % TL_SAMPLES].busy_ns * 100 + tl_sample_ns() / 2) /
+							   tl_sample_ns());
 			}
 			n++;
 		}

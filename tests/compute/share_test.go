@@ -193,3 +193,22 @@ func TestSharesHoldWithManySamplesKept(t *testing.T) {
 		t.Errorf("the sessions got %.1f%% and %.1f%% of the GPU, want 25 and 75 within 5 points", a, b)
 	}
 }
+
+// NVML's documentation gives a GPU's utilisation sample period as 1/6 s
+// to 1 s depending on the product, not 100 ms as fakecuda's by default,
+// while gpusliced passes every 100 ms and counts a sample as 100 ms: the
+// shares must hold whatever the period. FAKECUDA_NVML_SAMPLE_NS gives
+// fakecuda's GPU the period.
+func TestSharesHoldWithLongerSamplePeriods(t *testing.T) {
+	for _, period := range []time.Duration{time.Second / 6, time.Second} {
+		t.Run(period.String(), func(t *testing.T) {
+			t.Setenv("FAKECUDA_NVML_SAMPLE_NS", fmt.Sprint(period.Nanoseconds()))
+			d := startDaemon(t)
+			session(t, d, "a", 8<<30, percent(25, 0))
+			session(t, d, "b", 8<<30, percent(75, 0))
+			jobs := []*job{launch(t, d, "a"), launch(t, d, "b")}
+			time.Sleep(time.Second + 2*period)
+			expectShares(t, d, fmt.Sprintf("weights 25/75, NVML sampling every %v", period), []float64{25, 75}, jobs...)
+		})
+	}
+}

@@ -1,10 +1,11 @@
 /*
  * fc_utilwatch: what NVML says each process got of GPU 0 over a window:
  * polls nvmlDeviceGetProcessUtilization and adds up every new sample
- * (percent of a 100 ms period) per pid.
+ * (percent of a sample period: 100 ms, or FAKECUDA_NVML_SAMPLE_NS as the
+ * timeline was made with) per pid.
  *
  *   fc_utilwatch SECONDS     prints event=busy pid=P ms=M per process,
- *                            then event=window ms=<sample periods seen x 100>
+ *                            then event=window ms=<the samples' span>
  */
 #include "common.h"
 #include "nvml.h"
@@ -17,6 +18,8 @@ int main(int argc, char **argv)
 {
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	double secs = argc > 1 ? atof(argv[1]) : 10;
+	const char *pe = getenv("FAKECUDA_NVML_SAMPLE_NS");
+	double period_ms = pe && atof(pe) > 0 ? atof(pe) / 1e6 : 100;
 	void *h = dlopen("libnvidia-ml.so.1", RTLD_NOW);
 	if (h == NULL)
 		return 2;
@@ -54,7 +57,7 @@ int main(int argc, char **argv)
 			if (j == np && np < MAXP)
 				pid[np++] = s[i].pid;
 			if (j < MAXP)
-				ms[j] += s[i].smUtil; /* percent of 100 ms = ms */
+				ms[j] += s[i].smUtil * period_ms / 100;
 			top = s[i].timeStamp > top ? s[i].timeStamp : top;
 			if (first == 0 || s[i].timeStamp < first)
 				first = s[i].timeStamp;
@@ -64,6 +67,6 @@ int main(int argc, char **argv)
 	}
 	for (unsigned j = 0; j < np; j++)
 		printf("event=busy pid=%u ms=%.0f\n", pid[j], ms[j]);
-	printf("event=window ms=%.0f\n", first ? (double)(last - first) / 1000 + 100 : 0);
+	printf("event=window ms=%.0f\n", first ? (double)(last - first) / 1000 + period_ms : 0);
 	return 0;
 }
