@@ -107,6 +107,12 @@ class _Memory(ctypes.Structure):
 NVML_VALUE_NOT_AVAILABLE = (1 << 64) - 1
 
 
+class _UtilSample(ctypes.Structure):
+    # nvmlProcessUtilizationSample_t
+    _fields_ = [("pid", ctypes.c_uint), ("timeStamp", ctypes.c_ulonglong), ("smUtil", ctypes.c_uint),
+                ("memUtil", ctypes.c_uint), ("encUtil", ctypes.c_uint), ("decUtil", ctypes.c_uint)]
+
+
 class Nvml:
     """The driver's figures through NVML (libnvidia-ml.so.1), device 0."""
 
@@ -169,6 +175,77 @@ class Nvml:
         """What NVML says pid holds on device 0: bytes, or None when NVML does
         not list the pid (another pid namespace, or none) or gives no figure."""
         return self.processes().get(pid)
+
+    def util_size_query(self, since=0):
+        """nvmlDeviceGetProcessUtilization asked with no buffer: (rc, count)."""
+        n = ctypes.c_uint(0)
+        rc = self.lib.nvmlDeviceGetProcessUtilization(self.dev, None, ctypes.byref(n), ctypes.c_ulonglong(since))
+        return rc, n.value
+
+    def util_samples(self, since):
+        """The per-process utilisation samples newer than `since` (us):
+        [(pid, timestamp us, smUtil)], the buffer grown while NVML answers
+        INSUFFICIENT_SIZE; [] when there is none (NOT_FOUND)."""
+        n = 256
+        while True:
+            arr = (_UtilSample * n)()
+            cnt = ctypes.c_uint(n)
+            rc = self.lib.nvmlDeviceGetProcessUtilization(self.dev, arr, ctypes.byref(cnt), ctypes.c_ulonglong(since))
+            if rc == 7 and n < 65536:  # NVML_ERROR_INSUFFICIENT_SIZE
+                n = max(4 * n, cnt.value)
+                continue
+            if rc == 6:  # NVML_ERROR_NOT_FOUND: no sample since
+                return []
+            if rc != 0:
+                raise RuntimeError("nvmlDeviceGetProcessUtilization: %d" % rc)
+            return [(arr[i].pid, arr[i].timeStamp, arr[i].smUtil) for i in range(cnt.value)]
+
+
+class UtilWatch:
+    """NVML's per-process utilisation samples while it runs (a thread
+    reading every 0.25 s what is new, as gpusliced's controller reads), and
+    what they show: per pid the samples, the median interval between them
+    (the driver's sample period) and the mean smUtil."""
+
+    def __init__(self, nvml):
+        self.nvml, self.samples, self.error = nvml, [], None
+        self.stop = threading.Event()
+        self.t = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self):
+        self.t0 = time.time()
+        self.t.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.stop.set()
+        self.t.join(5)
+        return False
+
+    def _run(self):
+        seen = int(self.t0 * 1e6)
+        while not self.stop.wait(0.25):
+            try:
+                got = self.nvml.util_samples(seen)
+            except Exception as e:  # reported, not raised: a figure, not a verdict
+                self.error = str(e)
+                return
+            self.samples.extend(got)
+            seen = max([seen] + [ts for _, ts, _ in got])
+
+    def summary(self, pids):
+        out = {}
+        for pid in pids:
+            ts = sorted(t for p, t, _ in self.samples if p == pid)
+            sm = [u for p, _, u in self.samples if p == pid]
+            gaps = sorted((b - a) / 1000.0 for a, b in zip(ts, ts[1:]) if b > a)
+            out[str(pid)] = {"samples": len(ts),
+                             "interval_ms_median": gaps[len(gaps) // 2] if gaps else None,
+                             "interval_ms_min": gaps[0] if gaps else None,
+                             "sm_util_mean": round(sum(sm) / len(sm), 1) if sm else None}
+        if self.error:
+            out["error"] = self.error
+        return out
 
 
 # ---------------------------------------------------------------- processes

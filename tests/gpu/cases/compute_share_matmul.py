@@ -13,7 +13,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from harness import GiB, worker_main  # noqa: E402
+from harness import GiB, UtilWatch, worker_main  # noqa: E402
 
 NAME = "compute_share_matmul"
 PROVES = "two matmul loops in sessions of 30 and 70 % GPU time share get about 30/70 of the GPU's throughput; alone, the 30 % session gets the whole GPU"
@@ -51,12 +51,15 @@ def worker(args):
 
 
 def together(h, c, envs, label):
-    """Run one worker per environment at once; returns their results."""
-    with tempfile.TemporaryDirectory(dir=h.tmp) as barrier:
+    """Run one worker per environment at once; returns their results. What
+    NVML's per-process utilisation samples showed meanwhile (how many, how
+    far apart: the driver's sample period) is a figure, `<label>_nvml_samples`."""
+    with tempfile.TemporaryDirectory(dir=h.tmp) as barrier, UtilWatch(h.nvml) as watch:
         os.chmod(barrier, 0o777)
         procs = [h.worker(__file__, [barrier, str(len(envs)), str(SECS)], env, "%s-%d" % (label, i))
                  for i, env in enumerate(envs)]
         runs = [h.converse(p, None, TIMEOUT) for p in procs]
+    c.fig("%s_nvml_samples" % label, watch.summary([p.pid for p in procs]))
     return [h.worker_ok(c, r, "%s-%d" % (label, i)) for i, r in enumerate(runs)]
 
 
@@ -68,6 +71,9 @@ def run(h, c):
     h.need_module("torch")
     quota = h.ctx_cost() + 2 * GiB
     c.fig("quota_bytes", quota)
+    # asked for the size with no buffer, NVIDIA's NVML is said to answer a
+    # fixed 100 (go-nvml issues 11, 27): what this driver answers
+    c.fig("nvml_util_size_query", dict(zip(("rc", "count"), h.nvml.util_size_query())))
 
     bare = together(h, c, [h.env(), h.env()], "without")
     c.fig("without", bare)
