@@ -213,7 +213,6 @@ class UtilWatch:
         self.t = threading.Thread(target=self._run, daemon=True)
 
     def __enter__(self):
-        self.t0 = time.time()
         self.t.start()
         return self
 
@@ -223,7 +222,13 @@ class UtilWatch:
         return False
 
     def _run(self):
-        seen = int(self.t0 * 1e6)
+        # from the newest sample there is now (not from a clock of ours: the
+        # driver stamps the samples with its own)
+        try:
+            seen = max([0] + [ts for _, ts, _ in self.nvml.util_samples(0)])
+        except Exception as e:
+            self.error = str(e)
+            return
         while not self.stop.wait(0.25):
             try:
                 got = self.nvml.util_samples(seen)
