@@ -9,17 +9,13 @@ typedef struct {
 	unsigned int smUtil, memUtil, encUtil, decUtil;
 } gs_util_sample;
 typedef int (*gs_util_fn)(void *dev, gs_util_sample *s, unsigned int *n, unsigned long long since);
-typedef int (*gs_init_fn)(void);
 typedef int (*gs_by_index_fn)(unsigned int, void **);
-typedef const char *(*gs_err_fn)(int);
 
 static int gs_util(void *f, void *dev, gs_util_sample *s, unsigned int *n, unsigned long long since)
 {
 	return ((gs_util_fn)f)(dev, s, n, since);
 }
-static int gs_init(void *f) { return ((gs_init_fn)f)(); }
 static int gs_by_index(void *f, unsigned int i, void **dev) { return ((gs_by_index_fn)f)(i, dev); }
-static const char *gs_errstr(void *f, int r) { return f ? ((gs_err_fn)f)(r) : "unknown"; }
 */
 import "C"
 
@@ -57,7 +53,6 @@ const maxSamples = 1 << 14
 type NVMLBusy struct {
 	lib    *nvmlgpu.NVMLLib
 	fn     unsafe.Pointer
-	errStr unsafe.Pointer
 	devs   []unsafe.Pointer
 	seen   []uint64 // newest sample timestamp read, per GPU (us)
 	buf    []C.gs_util_sample
@@ -71,15 +66,17 @@ func OpenNVMLBusy(libPath string, n int) (*NVMLBusy, error) {
 	if err != nil {
 		return nil, err
 	}
-	b := &NVMLBusy{lib: lib, fn: lib.Sym("nvmlDeviceGetProcessUtilization"), errStr: lib.Sym("nvmlErrorString"),
+	b := &NVMLBusy{lib: lib, fn: lib.Sym("nvmlDeviceGetProcessUtilization"),
 		seen: make([]uint64, n), buf: make([]C.gs_util_sample, 256), Period: 100e6}
-	initFn, byIndex := lib.Sym("nvmlInit_v2"), lib.Sym("nvmlDeviceGetHandleByIndex_v2")
-	if b.fn == nil || initFn == nil || byIndex == nil {
+	byIndex := lib.Sym("nvmlDeviceGetHandleByIndex_v2")
+	if b.fn == nil || byIndex == nil {
 		lib.Close(false)
 		return nil, fmt.Errorf("NVML %s has no per-process utilisation (nvmlDeviceGetProcessUtilization)", lib.Where)
 	}
-	if r := C.gs_init(initFn); r != nvmlSuccess {
-		err := fmt.Errorf("NVML %s: nvmlInit_v2: %s", lib.Where, b.errString(r))
+	if r, err := lib.Init(); err != nil || r != nvmlSuccess {
+		if err == nil {
+			err = fmt.Errorf("NVML %s: nvmlInit_v2: %s", lib.Where, lib.ErrorString(r))
+		}
 		lib.Close(false)
 		return nil, err
 	}
@@ -95,7 +92,7 @@ func OpenNVMLBusy(libPath string, n int) (*NVMLBusy, error) {
 	return b, nil
 }
 
-func (b *NVMLBusy) errString(r C.int) string { return C.GoString(C.gs_errstr(b.errStr, r)) }
+func (b *NVMLBusy) errString(r C.int) string { return b.lib.ErrorString(int(r)) }
 
 // Busy returns, per GPU index and pid, the ns of GPU time in the samples
 // that appeared since the last call.

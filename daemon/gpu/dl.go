@@ -6,7 +6,9 @@ package gpu
 #include <stdlib.h>
 
 typedef int (*gs_void_fn)(void);
+typedef const char *(*gs_errstr_fn)(int);
 static int gs_call_void(void *f) { return ((gs_void_fn)f)(); }
+static const char *gs_call_errstr(void *f, int r) { return ((gs_errstr_fn)f)(r); }
 */
 import "C"
 
@@ -43,6 +45,25 @@ func (l *NVMLLib) Sym(name string) unsafe.Pointer {
 	c := C.CString(name)
 	defer C.free(unsafe.Pointer(c))
 	return C.dlsym(l.h, c)
+}
+
+// Init calls nvmlInit_v2: NVML's return code, or an error naming the
+// library when it has no such call.
+func (l *NVMLLib) Init() (int, error) {
+	f := l.Sym("nvmlInit_v2")
+	if f == nil {
+		return 0, fmt.Errorf("NVML %s has no nvmlInit_v2", l.Where)
+	}
+	return int(C.gs_call_void(f)), nil
+}
+
+// ErrorString is nvmlErrorString's text for return code r.
+func (l *NVMLLib) ErrorString(r int) string {
+	f := l.Sym("nvmlErrorString")
+	if f == nil {
+		return "unknown"
+	}
+	return C.GoString(C.gs_call_errstr(f, C.int(r)))
 }
 
 // Close calls nvmlShutdown when start says NVML was started, and unloads

@@ -14,13 +14,10 @@ typedef void *gs_dev;
 typedef struct { const char *nameSpace; unsigned long long softLimit; unsigned long long hardLimit; } gs_set_limits;
 typedef struct { const char *nameSpace; unsigned long long softLimit; unsigned long long hardLimit; unsigned long long currentUsed; } gs_get_limits;
 
-typedef gs_ret (*gs_init_fn)(void);
 typedef gs_ret (*gs_by_uuid_fn)(const char *, gs_dev *);
 typedef gs_ret (*gs_set_fn)(gs_dev, gs_set_limits *);
 typedef gs_ret (*gs_get_fn)(gs_dev, gs_get_limits *);
-typedef const char *(*gs_err_fn)(gs_ret);
 
-static gs_ret gs_init(void *f) { return ((gs_init_fn)f)(); }
 static gs_ret gs_by_uuid(void *f, const char *uuid, gs_dev *dev) { return ((gs_by_uuid_fn)f)(uuid, dev); }
 static gs_ret gs_set(void *f, gs_dev dev, const char *ns, unsigned long long soft, unsigned long long hard)
 {
@@ -36,7 +33,6 @@ static gs_ret gs_get(void *f, gs_dev dev, const char *ns, unsigned long long *so
 	*used = l.currentUsed;
 	return r;
 }
-static const char *gs_errstr(void *f, gs_ret r) { return f ? ((gs_err_fn)f)(r) : "unknown"; }
 */
 import "C"
 
@@ -81,7 +77,6 @@ type MemLimits struct {
 	mu       sync.Mutex
 	lib      *NVMLLib
 	set, get unsafe.Pointer
-	errStr   unsafe.Pointer
 	devs     []C.gs_dev // by inventory index
 }
 
@@ -94,20 +89,22 @@ func OpenMemLimits(libPath string, gpus []GPU) (*MemLimits, error) {
 		return nil, err
 	}
 	m := &MemLimits{lib: lib}
-	m.set, m.get, m.errStr = lib.Sym("nvmlDeviceSetMemoryLimits_v1"), lib.Sym("nvmlDeviceGetMemoryLimits_v1"), lib.Sym("nvmlErrorString")
-	initFn, byUUID := lib.Sym("nvmlInit_v2"), lib.Sym("nvmlDeviceGetHandleByUUID")
+	m.set, m.get = lib.Sym("nvmlDeviceSetMemoryLimits_v1"), lib.Sym("nvmlDeviceGetMemoryLimits_v1")
+	byUUID := lib.Sym("nvmlDeviceGetHandleByUUID")
 	if m.set == nil || m.get == nil {
 		lib.Close(false)
 		return nil, ErrNoMemLimits
 	}
-	if initFn == nil || byUUID == nil {
+	if byUUID == nil {
 		lib.Close(false)
-		return nil, fmt.Errorf("load NVML %s: no nvmlInit_v2 or nvmlDeviceGetHandleByUUID", lib.Where)
+		return nil, fmt.Errorf("load NVML %s: no nvmlDeviceGetHandleByUUID", lib.Where)
 	}
-	if r := C.gs_init(initFn); r != nvmlSuccess {
-		err := m.err(r)
+	if r, err := lib.Init(); err != nil || r != nvmlSuccess {
+		if err == nil {
+			err = fmt.Errorf("nvmlInit: %w", m.err(C.gs_ret(r)))
+		}
 		lib.Close(false)
-		return nil, fmt.Errorf("nvmlInit: %w", err)
+		return nil, err
 	}
 	for _, g := range gpus {
 		cu := C.CString(g.UUID)
@@ -128,7 +125,7 @@ func (m *MemLimits) err(r C.gs_ret) error {
 	if r == nvmlSuccess {
 		return nil
 	}
-	return &MemLimitError{Code: int(r), Text: C.GoString(C.gs_errstr(m.errStr, r))}
+	return &MemLimitError{Code: int(r), Text: m.lib.ErrorString(int(r))}
 }
 
 // Probe asks GPU i for the limits of the cgroup at path (a harmless read)
