@@ -420,13 +420,8 @@ int gs_failed_retry(void)
 void gs_short(int g)
 {
 	static int64_t last;
-	if (gs.lim == NULL || g < 0 || (uint32_t)g >= gs.ngpus || sock_path[0] == '\0')
-		return;
-	int64_t now = gs_mono_ns(), prev = __atomic_load_n(&last, __ATOMIC_RELAXED);
-	if ((prev != 0 && now - prev < GS_SHORT_GAP_NS) ||
-	    !__atomic_compare_exchange_n(&last, &prev, now, 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED))
-		return;
-	gs_short_send(g);
+	if (gs.lim != NULL && gs_take_turn(&last, gs_mono_ns(), GS_SHORT_GAP_NS))
+		gs_short_send(g);
 }
 
 /* One SHORT for ledger GPU g, now (settle.c rate-limits its own). */

@@ -27,6 +27,16 @@ static inline int64_t gs_mono_ns(void)
 	return (int64_t)ts.tv_sec * 1000000000ll + ts.tv_nsec;
 }
 
+/* Whether `now` is at least `gap` ns after *last (0: never), taking the
+ * turn (*last = now) if so: of threads asking at once, one gets it. The
+ * rate limits of the SHORT message and of settling. */
+static inline int gs_take_turn(int64_t *last, int64_t now, int64_t gap)
+{
+	int64_t prev = __atomic_load_n(last, __ATOMIC_RELAXED);
+	return (prev == 0 || now - prev >= gap) &&
+	       __atomic_compare_exchange_n(last, &prev, now, 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED);
+}
+
 /* cuda.h maps base names to their current symbols with #define; the hooks
  * need the symbols themselves (and the pre-rename cuGetProcAddress). */
 #undef cuGetProcAddress

@@ -43,9 +43,8 @@ void gs_settle(int g, uint64_t n)
 		return; /* it does not fit anyway */
 	if (margin <= limit - n && used <= limit - n - margin)
 		return; /* far from the limit */
-	int64_t t0 = gs_mono_ns(), prev = __atomic_load_n(&last[g], __ATOMIC_RELAXED);
-	if ((prev != 0 && t0 - prev < GS_SETTLE_GAP_NS) ||
-	    !__atomic_compare_exchange_n(&last[g], &prev, t0, 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED))
+	int64_t t0 = gs_mono_ns();
+	if (!gs_take_turn(&last[g], t0, GS_SETTLE_GAP_NS))
 		return;
 	/* gpusliced counts each pass twice, at its start and its end: odd
 	 * while one runs. Wanted: the end of a pass begun after the ask. */
