@@ -65,15 +65,6 @@ func (l *Ledger) Driver(g int) uint64 {
 	return v
 }
 
-// Settled is the count of audit passes that read the session's processes
-// on ledger GPU g.
-func (l *Ledger) Settled(g int) uint64 {
-	if l.frozen.Load() != nil {
-		return 0
-	}
-	return atomic.LoadUint64(l.gpuCtr(g, CtrGPUOffSettled))
-}
-
 // MarkSettled counts one audit pass on ledger GPU g: a process waiting
 // for one (it sent SHORT before a reservation near the limit) goes on.
 func (l *Ledger) MarkSettled(g int) {

@@ -1,9 +1,10 @@
 /*
  * NVML utilisation from the modelled GPU time (timeline.c):
  * nvmlDeviceGetUtilizationRates (the device's busy percent over the last
- * full sample period: 100 ms, FAKECUDA_NVML_SAMPLE_NS) and nvmlDeviceGetProcessUtilization (one
- * sample per process and period in which it ran: its percent of that
- * period, stamped with the period's end in CLOCK_REALTIME microseconds).
+ * full sample period: 100 ms, FAKECUDA_NVML_SAMPLE_NS) and
+ * nvmlDeviceGetProcessUtilization (one sample per process and period in
+ * which it ran: its percent of that period, stamped with the period's end
+ * in CLOCK_REALTIME microseconds).
  */
 #include "nvml_fc.h"
 #include "timeline.h"
