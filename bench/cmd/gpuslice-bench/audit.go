@@ -100,15 +100,25 @@ func waitDelete(ctx context.Context, d *daemon, id string) {
 
 // auditCPUBench measures the daemon's CPU time per second with procs
 // processes holding GPU memory (each is listed by NVML and mapped to its
-// session by every pass), over window, and scales it to 1,000 processes:
-// percent of one core. Idle work of the daemon (sweep, pidfds) is included,
-// so the figure is an upper bound of the audit's own cost.
-func auditCPUBench(o options, d *daemon, procs int, window time.Duration) (pct float64, err error) {
+// session by every pass), over window, as percent of one core scaled to
+// 1,000 processes (unscaled at the default of 1,000), and the same daemon's
+// CPU with the session made and no process yet (idle). Idle work of the
+// daemon (Go's scheduler, sweep, pidfds) is included, so the figure is an
+// upper bound of the audit's own cost. The daemon is one of its own: 1,000
+// contexts at fakecuda's per-context cost would not fit the GPU, so on its
+// node a context costs nothing (as in the storm), with the interceptor's
+// charges and the driver-memory walk unchanged.
+func auditCPUBench(o options, procs int, window time.Duration) (pct, idle float64, err error) {
+	d, err := startDaemon(o.build, "80GiB", true, "FAKECUDA_CTX_BYTES=0")
+	if err != nil {
+		return 0, 0, err
+	}
+	defer d.stop()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	const id = "bench-audit-cpu"
 	if _, err := d.cl.CreateSession(ctx, client.SessionRequest{ID: id, UID: uint32(os.Getuid()), QuotaBytes: 64 << 30}); err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	var cmds []*exec.Cmd
 	defer func() {
@@ -118,11 +128,14 @@ func auditCPUBench(o options, d *daemon, procs int, window time.Duration) (pct f
 		}
 		waitDelete(ctx, d, id)
 	}()
-	env := d.jobEnv(o, id)
+	if idle, err = cpuPerSecond(d.cmd.Process.Pid, window); err != nil {
+		return 0, 0, err
+	}
+	env := append(d.jobEnv(o, id), "FAKECUDA_CTX_BYTES=0")
 	for i := 0; i < procs; i++ {
 		c, err := holder(o, env, "1MiB", 1)
 		if err != nil {
-			return 0, err
+			return 0, 0, err
 		}
 		cmds = append(cmds, c)
 	}
@@ -133,21 +146,29 @@ func auditCPUBench(o options, d *daemon, procs int, window time.Duration) (pct f
 			break
 		}
 		if time.Since(start) > 2*time.Minute {
-			return 0, fmt.Errorf("%d processes did not all attach", procs)
+			return 0, 0, fmt.Errorf("%d processes did not all attach", procs)
 		}
 	}
-	c0, err := cpuSeconds(d.cmd.Process.Pid)
+	perSec, err := cpuPerSecond(d.cmd.Process.Pid, window)
+	if err != nil {
+		return 0, 0, err
+	}
+	return perSec * 1000 / float64(procs) * 100, idle * 100, nil
+}
+
+// cpuPerSecond is the CPU time pid runs per second of wall time over window.
+func cpuPerSecond(pid int, window time.Duration) (float64, error) {
+	c0, err := cpuSeconds(pid)
 	if err != nil {
 		return 0, err
 	}
 	t0 := time.Now()
 	time.Sleep(window)
-	c1, err := cpuSeconds(d.cmd.Process.Pid)
+	c1, err := cpuSeconds(pid)
 	if err != nil {
 		return 0, err
 	}
-	perSec := (c1 - c0) / time.Since(t0).Seconds()
-	return perSec * 1000 / float64(procs) * 100, nil
+	return (c1 - c0) / time.Since(t0).Seconds(), nil
 }
 
 // cpuSeconds is the CPU time pid's threads have run, in seconds: the sum

@@ -78,7 +78,7 @@ func run() int {
 	flag.IntVar(&o.kills, "kills", 20, "kill -9 reclaims timed")
 	flag.IntVar(&o.audits, "audits", 10, "audited overruns timed (overrun -> process killed)")
 	flag.IntVar(&o.shorts, "shorts", 20, "neighbours refused memory their quota promised, timed (refused -> bypassing process stopped)")
-	flag.IntVar(&o.auditN, "audit-procs", 200, "processes holding memory for the audit CPU figure")
+	flag.IntVar(&o.auditN, "audit-procs", 1000, "processes holding memory for the audit CPU figure (other counts are scaled to 1,000)")
 	flag.IntVar(&o.ipcRounds, "ipc-rounds", 5, "interleaved rounds of gpusliced and echo-server pings")
 	flag.IntVar(&o.execPairs, "exec-pairs", 30, "interleaved exec-to-first-allocation pairs")
 	flag.IntVar(&o.storm, "storm", 1000, "processes of one job in an attach storm")
@@ -321,10 +321,11 @@ func measure(o options, r *results) error {
 			r.set("audit_overrun_to_kill_p50_ms", p50)
 			r.set("audit_overrun_to_kill_max_ms", max)
 		}
-		if pct, err := auditCPUBench(o, d, o.auditN, 10*time.Second); err != nil {
+		if pct, idle, err := auditCPUBench(o, o.auditN, 10*time.Second); err != nil {
 			r.fail("audit_cpu_pct_per_1000_procs", err)
 		} else {
 			r.set("audit_cpu_pct_per_1000_procs", pct)
+			r.set("audit_cpu_idle_pct", idle)
 		}
 		r.set("audit_decide_us_per_1000_procs", auditDecideBench())
 		if p50, p99, err := shortBench(o, d, o.shorts); err != nil {

@@ -143,7 +143,7 @@ var targets = []target{
 	{"audit_overrun_to_kill_max_ms", "audit: overrun -> process killed, max", true, 1000, "ms"},
 	{"neighbour_refused_p50_ms", "neighbour refused promised memory (bypass) -> bypasser stopped, p50", true, 50, "ms"},
 	{"neighbour_refused_p99_ms", "neighbour refused promised memory -> bypasser stopped, p99", true, 50, "ms"},
-	{"audit_cpu_pct_per_1000_procs", "daemon CPU with the audit, scaled to 1,000 processes (fakecuda NVML)", true, 1, "% core"},
+	{"audit_cpu_pct_per_1000_procs", "daemon CPU with the audit, 1,000 processes holding memory (fakecuda NVML)", true, 1, "% core"},
 	{"audit_decide_us_per_1000_procs", "audit pass without the NVML read, 1,000 processes", true, 2500, "µs"},
 	{"launch_gate_added_ns", "launch gate: added cost per cuLaunchKernel, uncontended (paired batches, one process)", true, 20, "ns"},
 	{"compute_share_error_points_2", "compute share: distance of the measured share from the weight, 25/75, NVML over 10 s", true, 5, " pts"},
