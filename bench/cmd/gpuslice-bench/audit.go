@@ -18,9 +18,7 @@ import (
 // jobEnv is the environment of a process of session id with the
 // interceptor preloaded.
 func (d *daemon) jobEnv(o options, id string) []string {
-	return append(baseEnv(), "FAKECUDA_DEVICES="+d.devices, "FAKECUDA_STATE="+d.state,
-		"LD_PRELOAD="+filepath.Join(o.build, "lib", "libgpuslice.so"),
-		"LD_LIBRARY_PATH="+filepath.Join(o.build, "lib"),
+	return append(d.bareEnv(o), "LD_PRELOAD="+filepath.Join(o.build, "lib", "libgpuslice.so"),
 		"GPUSLICE_SESSION="+id, "GPUSLICE_IPC_SOCK="+d.ipcSock)
 }
 
@@ -131,7 +129,7 @@ func auditCPUBench(o options, procs int, window time.Duration) (pct, idle float6
 	if idle, err = cpuPerSecond(d.cmd.Process.Pid, window); err != nil {
 		return 0, 0, err
 	}
-	env := append(d.jobEnv(o, id), "FAKECUDA_CTX_BYTES=0")
+	env := d.jobEnv(o, id)
 	for i := 0; i < procs; i++ {
 		c, err := holder(o, env, "1MiB", 1)
 		if err != nil {

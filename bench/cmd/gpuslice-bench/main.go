@@ -135,6 +135,7 @@ func run() int {
 // daemon is a private gpusliced for the benchmark.
 type daemon struct {
 	dir, ipcSock, adminSock, devices, state string
+	node                                    []string // the fake node's settings (startDaemon's env), given to its processes too
 	cmd                                     *exec.Cmd
 	cl                                      *client.Client
 }
@@ -150,7 +151,7 @@ func startDaemon(build, devices string, probe bool, env ...string) (*daemon, err
 	}
 	os.Chmod(dir, 0o755)
 	d := &daemon{dir: dir, ipcSock: filepath.Join(dir, "ipc.sock"), adminSock: filepath.Join(dir, "admin.sock"),
-		devices: devices, state: fmt.Sprintf("gsbench-%d-%d", os.Getpid(), time.Now().UnixNano())}
+		devices: devices, state: fmt.Sprintf("gsbench-%d-%d", os.Getpid(), time.Now().UnixNano()), node: env}
 	logf, err := os.Create(filepath.Join(dir, "gpusliced.log"))
 	if err != nil {
 		return nil, err

@@ -58,9 +58,11 @@ func firstAlloc(o options, env []string, hold string) (time.Duration, *exec.Cmd,
 	return 0, nil, fmt.Errorf("target_app printed no allocation (%v): %s %s", cmd.ProcessState, last, strings.TrimSpace(stderr.String()))
 }
 
+// bareEnv is the environment of a process on d's fake node without the
+// interceptor.
 func (d *daemon) bareEnv(o options) []string {
-	return append(baseEnv(), "FAKECUDA_DEVICES="+d.devices, "FAKECUDA_STATE="+d.state,
-		"LD_LIBRARY_PATH="+filepath.Join(o.build, "lib"))
+	return append(append(baseEnv(), "FAKECUDA_DEVICES="+d.devices, "FAKECUDA_STATE="+d.state,
+		"LD_LIBRARY_PATH="+filepath.Join(o.build, "lib")), d.node...)
 }
 
 // execBench returns the median over interleaved pairs of (with - without)
@@ -186,7 +188,7 @@ func stormBench(o options, n, rounds int) (ratio, with, bare float64, err error)
 		return 0, 0, 0, err
 	}
 	defer d.cl.DeleteSession(ctx, id)
-	envs := [2][]string{append(d.bareEnv(o), "FAKECUDA_CTX_BYTES=0"), append(d.jobEnv(o, id), "FAKECUDA_CTX_BYTES=0")}
+	envs := [2][]string{d.bareEnv(o), d.jobEnv(o, id)}
 	var ratios, ws, bs []float64
 	for i := 0; i < rounds; i++ {
 		var t [2]float64
