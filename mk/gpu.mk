@@ -71,9 +71,14 @@ gpu-bundle: go-build ctxprobe interceptor fakecuda-libs ## build build/gpu-bundl
 
 # On fakecuda; the results go beside, never to $(RESULTS), which is for a
 # real GPU's run.
+# rest_check.sh: what a budget cuts, run.sh --rest runs.
 test-gpu: gpu-bundle ## run the real-GPU suite (tests/gpu) here on fakecuda
 	@mkdir -p $(GPU_RESULTS)
 	bash $(GPU_BUNDLE)/run.sh --fakecuda $(LIB) $(GPU_RESULTS)/fakecuda.jsonl
+	bash tests/gpu/rest_check.sh $(GPU_BUNDLE) $(LIB) $(GPU_RESULTS)
 
-real-gpu-report: ## write docs/real-gpu.md from a real GPU's results (RESULTS=, default build/gpu/results.jsonl)
+# RESULTS may name several runs of one build on one GPU, in order (the
+# second from run.sh --rest): a later run's line for a case replaces the
+# earlier one's.
+real-gpu-report: ## write docs/real-gpu.md from a real GPU's results (RESULTS=, default build/gpu/results.jsonl; several: runs in order)
 	$(GO) run ./cmd/realgpudoc -o docs/real-gpu.md $(RESULTS)

@@ -63,19 +63,73 @@ func TestRenderRefusesFakecuda(t *testing.T) {
 	}
 }
 
-func TestCheckOneRun(t *testing.T) {
-	in := line("a", "pass", "") + strings.Replace(line("b", "pass", ""), "580.65.06", "575.1", 1)
-	recs, err := Parse(strings.NewReader(in))
+func TestCheckOneMachineAndBuild(t *testing.T) {
+	for _, tc := range []struct{ name, in, err string }{
+		{"driver", line("a", "pass", "") + strings.Replace(line("b", "pass", ""), "580.65.06", "575.1", 1), "the driver differs"},
+		{"build", line("a", "pass", "") + strings.Replace(line("b", "pass", ""), `"fakecuda":false`, `"fakecuda":false,"gpuslice":"0.2"`, 1), "gpuslice's version differs"},
+		{"twice", line("a", "pass", "") + line("a", "fail", `,"failures":["x"]`), "given twice"},
+		{"no driver", strings.Replace(line("a", "pass", ""), `"driver":"580.65.06",`, "", 1), "driver version"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			recs, err := Parse(strings.NewReader(tc.in))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := Check(recs); err == nil || !strings.Contains(err.Error(), tc.err) {
+				t.Fatalf("Check: %v, want %q", err, tc.err)
+			}
+		})
+	}
+}
+
+// A second run (run.sh --rest) completes the cases the first run's budget
+// cut: its lines replace theirs in place, the first run's others stay.
+func TestMergeRuns(t *testing.T) {
+	second := func(s string) string {
+		return strings.Replace(s, "2026-12-01T10:00:00Z", "2026-12-01T10:08:00Z", 1)
+	}
+	first, err := Parse(strings.NewReader(line("a", "pass", "") +
+		line("b", "fail", `,"failures":["not run: the suite's budget of 345 s was spent"],"cut":true`) +
+		line("c", "fail", `,"failures":["did not finish within 20 s"],"cut":true`)))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := Check(recs); err == nil || !strings.Contains(err.Error(), "another run") {
-		t.Fatalf("Check: %v, want a refusal of mixed runs", err)
+	rest, err := Parse(strings.NewReader(second(line("b", "pass", "")) + second(line("c", "skip", `,"reason":"jax not installed"`))))
+	if err != nil {
+		t.Fatal(err)
 	}
-	noDriver := strings.Replace(line("a", "pass", ""), `"driver":"580.65.06",`, "", 1)
-	recs, _ = Parse(strings.NewReader(noDriver))
-	if err := Check(recs); err == nil || !strings.Contains(err.Error(), "driver") {
-		t.Fatalf("Check: %v, want a refusal without a driver version", err)
+	recs := Merge(first, rest)
+	var got []string
+	for _, r := range recs {
+		got = append(got, r.Name+":"+r.Verdict)
+	}
+	if strings.Join(got, " ") != "a:pass b:pass c:skip" {
+		t.Fatalf("merged %v, want a:pass b:pass c:skip", got)
+	}
+	var b strings.Builder
+	if err := Render(&b, recs, time.Date(2026, 12, 2, 0, 0, 0, 0, time.UTC)); err != nil {
+		t.Fatal(err)
+	}
+	out := b.String()
+	for _, want := range []string{
+		"Runs of 2026-12-01 10:00 UTC, 2026-12-01 10:08 UTC on **NVIDIA H100 80GB HBM3**",
+		"- from the run of 2026-12-01 10:08 UTC (`run.sh --rest`: what an earlier run's budget cut): b, c\n",
+		"**2 pass, 0 fail, 1 skip.**",
+		"pass: p (0.0 s; run of 2026-12-01 10:00 UTC).",
+		"pass: p (0.0 s; run of 2026-12-01 10:08 UTC).",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("page lacks %q:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "budget of 345 s") {
+		t.Errorf("the page keeps a line the second run replaced:\n%s", out)
+	}
+
+	// A second run of another build is refused, not mixed in.
+	other, _ := Parse(strings.NewReader(second(strings.Replace(line("b", "pass", ""), "580.65.06", "580.95.05", 1))))
+	if err := Check(Merge(first, other)); err == nil || !strings.Contains(err.Error(), "driver differs") {
+		t.Fatalf("Check of runs on two drivers: %v", err)
 	}
 }
 

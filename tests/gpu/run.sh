@@ -3,11 +3,15 @@
 # private sockets under a temporary directory, runs every case (runner.py)
 # and writes one JSON line per case.
 #
-#   run.sh [--fakecuda LIBDIR] [--cases REGEX] [--budget SECONDS] [RESULTS]
+#   run.sh [--fakecuda LIBDIR] [--cases REGEX] [--budget SECONDS]
+#          [--rest EARLIER.jsonl] [RESULTS]
 #
 # RESULTS defaults to $OUT/gpu-results.jsonl when $OUT is set (a device
-# run), else ./gpu-results.jsonl. Beside it: <results>.gpusliced.log (the
-# daemon's log) and <results>.log (the runner's summary).
+# run), else ./gpu-results.jsonl (gpu-results-rest.jsonl with --rest).
+# Beside it: <results>.gpusliced.log (the daemon's log) and <results>.log
+# (the runner's summary). --rest runs only the cases an earlier run's
+# results did not run to the end (no line, or marked cut by its budget);
+# make real-gpu-report RESULTS="EARLIER RESULTS" makes one page of both.
 # Without --fakecuda the machine's own driver is used: libcuda.so.1 and
 # libnvidia-ml.so.1 from the default library path (run as root). With it,
 # fakecuda's libraries in LIBDIR stand in (FAKECUDA_DEVICES, default 80GiB).
@@ -15,22 +19,28 @@
 # could not start.
 set -u
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-fake="" cases="" budget=345 results=""
+fake="" cases="" budget=345 results="" rest=""
 while [ $# -gt 0 ]; do
 	case "$1" in
 	--fakecuda) fake=$(cd "$2" && pwd) || exit 2; shift 2 ;;
 	--cases) cases=$2; shift 2 ;;
 	--budget) budget=$2; shift 2 ;;
-	-h|--help) sed -n '2,16p' "$0"; exit 0 ;;
+	--rest) [ -f "$2" ] || { echo "run.sh: --rest $2: no such file" >&2; exit 2; }
+		rest=$(cd "$(dirname "$2")" && pwd)/$(basename "$2"); shift 2 ;;
+	-h|--help) sed -n '2,19p' "$0"; exit 0 ;;
 	-*) echo "run.sh: unknown flag $1" >&2; exit 2 ;;
 	*) results=$1; shift ;;
 	esac
 done
 if [ -z "$results" ]; then
-	if [ -n "${OUT:-}" ]; then results=$OUT/gpu-results.jsonl; else results=$PWD/gpu-results.jsonl; fi
+	results=${OUT:-$PWD}/gpu-results${rest:+-rest}.jsonl
 fi
 mkdir -p "$(dirname "$results")" || exit 2
 results=$(cd "$(dirname "$results")" && pwd)/$(basename "$results")
+if [ -n "$rest" ] && [ "$rest" -ef "$results" ]; then
+	echo "run.sh: --rest $rest is the results file too; name another" >&2
+	exit 2
+fi
 base=${results%.jsonl}
 # The machine's own Python: the first one that has PyTorch, JAX or CuPy
 # (a GPU machine's frameworks may live in another interpreter than
@@ -102,7 +112,7 @@ for _ in $(seq 100); do
 done
 
 PYTHONDONTWRITEBYTECODE=1 "$python" "$here/runner.py" --bundle "$here" --tmp "$tmp" --out "$results" \
-	--daemon-log "$tmp/gpusliced.log" --fakecuda "$fake" --cases "$cases" --budget "$budget" \
+	--daemon-log "$tmp/gpusliced.log" --fakecuda "$fake" --cases "$cases" --budget "$budget" --rest "$rest" \
 	2>&1 | tee "$base.log" >&2
 rc=${PIPESTATUS[0]}
 if ! kill -0 "$daemon_pid" 2>/dev/null; then

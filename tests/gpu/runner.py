@@ -5,11 +5,15 @@ GPUSLICE_ADMIN_SOCK and GPUSLICE_IPC_SOCK.
 
     runner.py --bundle DIR --tmp DIR --out FILE --daemon-log FILE
               [--fakecuda LIBDIR] [--cases REGEX] [--budget SECONDS]
+              [--rest EARLIER.jsonl]
 
 Each line: name, proves, verdict (pass, fail or skip), reason (skip) or
-failures (fail), figures, seconds, versions (GPU, driver, CUDA, gpuslice,
-Python, frameworks), run (when and where). Exit status 1 when a case
-failed, 0 otherwise.
+failures (fail), figures, seconds, cut (true: not run, or stopped early,
+because the budget was spent), versions (GPU, driver, CUDA, gpuslice,
+Python, frameworks), run (when and where). With --rest, only the cases an
+earlier run's file has no line for or marked cut are run (its lines and
+these make one page: make real-gpu-report RESULTS="EARLIER REST"). Exit
+status 1 when a case failed, 0 otherwise.
 """
 
 import argparse
@@ -104,10 +108,29 @@ def load_cases(bundle, pattern):
     return cases
 
 
+def done_cases(path):
+    """The cases an earlier run's file ran to the end: every line's name
+    but those marked cut (not run, or stopped, for the budget)."""
+    done = set()
+    with open(path) as f:
+        for n, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                rec = json.loads(line)
+                name = rec["name"]
+            except (ValueError, KeyError, TypeError):
+                raise ValueError("line %d is not a case's result" % n)
+            if not rec.get("cut"):
+                done.add(name)
+    return done
+
+
 def run_case(h, mod, budget_left):
     c = harness.Checks()
     rec = {"name": mod.NAME, "proves": mod.PROVES}
-    limit = int(min(getattr(mod, "TIMEOUT", 90), max(budget_left, 1)))
+    own = getattr(mod, "TIMEOUT", 90)
+    limit = int(min(own, max(budget_left, 1)))
     t0 = time.monotonic()
     old = signal.signal(signal.SIGALRM, _alarm)
     signal.alarm(limit)
@@ -121,7 +144,12 @@ def run_case(h, mod, budget_left):
             c.failures.append("skipped on fakecuda, and not for a missing framework: %s" % e)
     except CaseTimeout:
         rec["verdict"] = "fail"
-        c.failures.append("did not finish within %d s" % limit)
+        if limit < own:
+            rec["cut"] = True
+            c.failures.append("did not finish within %d s, what the suite's budget had left (its own limit: %d s)"
+                              % (limit, own))
+        else:
+            c.failures.append("did not finish within %d s" % limit)
     except harness.CaseError as e:
         rec["verdict"] = "fail"
         c.failures.append(str(e))
@@ -153,7 +181,15 @@ def main():
     ap.add_argument("--fakecuda", default="")
     ap.add_argument("--cases", default="")
     ap.add_argument("--budget", type=float, default=345.0)
+    ap.add_argument("--rest", default="")
     args = ap.parse_args()
+    done = set()
+    if args.rest:
+        try:
+            done = done_cases(args.rest)
+        except (OSError, ValueError) as e:
+            print("runner: --rest %s: %s" % (args.rest, e), file=sys.stderr)
+            return 2
 
     t_start = time.monotonic()
     h = harness.Harness(args.bundle, args.tmp, args.fakecuda, args.daemon_log)
@@ -165,7 +201,10 @@ def main():
         harness.fmt_bytes(ver.get("context_cost_nvml_bytes")),
         harness.fmt_bytes(ver.get("context_cost_daemon_bytes"))), file=sys.stderr)
 
-    cases = load_cases(args.bundle, args.cases)
+    cases = [m for m in load_cases(args.bundle, args.cases) if m.NAME not in done]
+    if args.rest:
+        print("runner: --rest: %d case(s) that %s did not run to the end: %s" % (
+            len(cases), args.rest, " ".join(m.NAME for m in cases) or "none"), file=sys.stderr)
     failed = 0
     counts = {"pass": 0, "fail": 0, "skip": 0}
     with open(args.out, "w") as out:
@@ -174,7 +213,7 @@ def main():
             if left < 5:
                 rec = {"name": mod.NAME, "proves": mod.PROVES, "verdict": "fail",
                        "failures": ["not run: the suite's budget of %d s was spent" % args.budget],
-                       "figures": {}, "seconds": 0}
+                       "figures": {}, "seconds": 0, "cut": True}
             else:
                 rec = run_case(h, mod, left)
             rec["versions"] = ver
