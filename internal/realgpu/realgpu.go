@@ -27,6 +27,7 @@ type Versions struct {
 	Python                 string            `json:"python"`
 	Kernel                 string            `json:"kernel"`
 	Gpuslice               string            `json:"gpuslice"`
+	Bundle                 string            `json:"bundle"` // a digest of the bundle's files: the build tested
 	Frameworks             map[string]string `json:"frameworks"`
 	ContextCostDaemonBytes *uint64           `json:"context_cost_daemon_bytes"`
 	ContextCostNVMLBytes   *uint64           `json:"context_cost_nvml_bytes"`
@@ -100,9 +101,10 @@ func Parse(r io.Reader) ([]Record, error) {
 // Check refuses what must never become docs/real-gpu.md: a run on fakecuda
 // (the runner's flag, or a GPU fakecuda named), a run without a driver
 // version, lines from another machine or build than the first line's (GPU,
-// driver, gpuslice or frameworks differ), or a case given twice. Lines of
-// several runs of one build on one machine are taken (Merge: a second run
-// with run.sh --rest runs what the first one's budget cut).
+// driver, gpuslice, the bundle's digest or frameworks differ), or a case
+// given twice. Lines of several runs of one build on one machine are taken
+// (Merge: a second run with run.sh --rest runs what the first one's budget
+// cut).
 func Check(recs []Record) error {
 	if len(recs) == 0 {
 		return ErrNoResults
@@ -132,7 +134,8 @@ func Check(recs []Record) error {
 
 // otherMachine names what differs between two lines' versions that a page
 // must not mix: the GPU, the driver, gpuslice or the frameworks; "" when
-// nothing does.
+// nothing does. The bundle's digest tells builds apart that carry one
+// version (a change not yet committed).
 func otherMachine(a, b Versions) string {
 	switch {
 	case a.GPU != b.GPU || (a.GPUUUID != "" && b.GPUUUID != "" && a.GPUUUID != b.GPUUUID):
@@ -141,6 +144,8 @@ func otherMachine(a, b Versions) string {
 		return "the driver"
 	case a.Gpuslice != b.Gpuslice:
 		return "gpuslice's version"
+	case a.Bundle != b.Bundle:
+		return "the bundle (its files' digest)"
 	case fmt.Sprint(a.Frameworks) != fmt.Sprint(b.Frameworks):
 		return "the frameworks"
 	}

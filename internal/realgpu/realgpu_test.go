@@ -67,6 +67,7 @@ func TestCheckOneMachineAndBuild(t *testing.T) {
 	for _, tc := range []struct{ name, in, err string }{
 		{"driver", line("a", "pass", "") + strings.Replace(line("b", "pass", ""), "580.65.06", "575.1", 1), "the driver differs"},
 		{"build", line("a", "pass", "") + strings.Replace(line("b", "pass", ""), `"fakecuda":false`, `"fakecuda":false,"gpuslice":"0.2"`, 1), "gpuslice's version differs"},
+		{"bundle", line("a", "pass", "") + strings.Replace(line("b", "pass", ""), `"fakecuda":false`, `"fakecuda":false,"bundle":"sha256:1"`, 1), "the bundle"},
 		{"twice", line("a", "pass", "") + line("a", "fail", `,"failures":["x"]`), "given twice"},
 		{"no driver", strings.Replace(line("a", "pass", ""), `"driver":"580.65.06",`, "", 1), "driver version"},
 	} {

@@ -19,6 +19,7 @@ status 1 when a case failed, 0 otherwise.
 import argparse
 import datetime
 import glob
+import hashlib
 import importlib.util
 import json
 import os
@@ -60,6 +61,27 @@ def framework_versions():
     return dict(sorted(out.items()))
 
 
+def bundle_digest(bundle):
+    """What identifies the build a run tested: a SHA-256 over the bundle's
+    files (binaries, libraries, probes, cases, runner), their paths
+    included, so two runs' lines are merged only when they tested the
+    same files (make real-gpu-report)."""
+    d = hashlib.sha256()
+    for root, dirs, files in os.walk(bundle):
+        dirs[:] = sorted(x for x in dirs if x != "__pycache__")
+        for name in sorted(files):
+            path = os.path.join(root, name)
+            rel = os.path.relpath(path, bundle)
+            if rel.endswith(".jsonl") or rel.endswith(".log") or not os.path.isfile(path):
+                continue  # results a run left in the bundle are not the build
+            d.update(rel.encode() + b"\0")
+            with open(path, "rb") as f:
+                for chunk in iter(lambda: f.read(1 << 20), b""):
+                    d.update(chunk)
+            d.update(b"\0")
+    return "sha256:" + d.hexdigest()[:16]
+
+
 def versions(h, args):
     v = {
         "gpu": h.nvml.name(),
@@ -71,6 +93,7 @@ def versions(h, args):
         "python": platform.python_version(),
         "kernel": platform.release(),
         "frameworks": framework_versions(),
+        "bundle": bundle_digest(args.bundle),
     }
     try:
         v["gpuslice"] = subprocess.run([h.gpuslice, "--version"], stdout=subprocess.PIPE,
