@@ -133,9 +133,9 @@ func Check(recs []Record) error {
 }
 
 // otherMachine names what differs between two lines' versions that a page
-// must not mix: the GPU, the driver, gpuslice or the frameworks; "" when
-// nothing does. The bundle's digest tells builds apart that carry one
-// version (a change not yet committed).
+// must not mix: the GPU, the driver, gpuslice's version, the bundle's
+// digest (it tells apart builds that carry one version: a change not yet
+// committed) or the frameworks; "" when nothing does.
 func otherMachine(a, b Versions) string {
 	switch {
 	case a.GPU != b.GPU || (a.GPUUUID != "" && b.GPUUUID != "" && a.GPUUUID != b.GPUUUID):
@@ -157,10 +157,10 @@ func otherMachine(a, b Versions) string {
 // earlier run had appended. It is how a run that the budget cut short is
 // completed by a second one (run.sh --rest FIRST.jsonl runs only the cases
 // the first marked cut); Check then refuses runs of another build or GPU.
-func Merge(runs ...[]Record) []Record {
+func Merge(files ...[]Record) []Record {
 	var out []Record
 	at := map[string]int{}
-	for _, recs := range runs {
+	for _, recs := range files {
 		for _, r := range recs {
 			if i, ok := at[r.Name]; ok {
 				out[i] = r

@@ -72,7 +72,7 @@ def bundle_digest(bundle):
         for name in sorted(files):
             path = os.path.join(root, name)
             rel = os.path.relpath(path, bundle)
-            if rel.endswith(".jsonl") or rel.endswith(".log") or not os.path.isfile(path):
+            if rel.endswith((".jsonl", ".log")) or not os.path.isfile(path):
                 continue  # results a run left in the bundle are not the build
             d.update(rel.encode() + b"\0")
             with open(path, "rb") as f:
