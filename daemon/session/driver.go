@@ -10,13 +10,20 @@ package session
 // gets out-of-memory at its quota by the driver's figure instead of being
 // stopped by the audit; the slot's reclaim gives it back.
 //
-// The estimate is a lower bound: what the hooks had charged is read just
-// before the driver's figure and just after, and the larger counts (an
-// allocation is charged before the driver makes it, a free given back
-// after the driver frees). An increase is charged once two reads in a row
-// agree; a decrease at once.
+// An allocation is charged before the driver makes it and a free given
+// back after the driver frees, so the driver's figure less what the hooks
+// held at the same instant never exceeds the driver's own memory. The
+// hooks' figure at that instant is not read, only before and after: a
+// process that allocates and frees in between held more than either
+// reading. What the hooks held meanwhile is at most the first reading
+// plus the bytes the slot's raised counters grew by (every byte added to
+// a held is counted there): an increase is charged from that bound, once
+// two reads in a row agree, so it never exceeds the driver's memory. A
+// decrease is charged at once, from the larger of the two readings.
 
 import (
+	"math"
+
 	"github.com/gpuslice/gpuslice/daemon/audit"
 )
 
@@ -24,8 +31,10 @@ import (
 type driverAcct struct {
 	pid     uint32
 	charged []uint64 // per ledger GPU: on the slot's shared stripe
-	last    []uint64 // per ledger GPU: the previous read's estimate
+	last    []uint64 // per ledger GPU: the previous read's bound (what it could charge)
 	hooks   []uint64 // per ledger GPU: the hooks' charges just before the read
+	raised  uint64   // the slot's raised counters just before hooks was read
+	marked  bool     // hooks and raised were read before this read (Mark)
 }
 
 // driverMemory is the audit's Driver for the manager's sessions.
@@ -42,9 +51,11 @@ func (m *Manager) DriverMemory() audit.Driver { return &driverMemory{m: m} }
 func (d *driverMemory) Mark() {
 	d.m.eachAttached(func(s *Session, slot int, pid uint32) {
 		a := s.driverAcctLocked(slot, pid)
+		a.raised = s.led.SlotRaised(slot) // before held: ledger.SlotRaised
 		for g := range a.hooks {
 			a.hooks[g] = s.hooksHeld(slot, g, a)
 		}
+		a.marked = true
 	})
 }
 
@@ -65,22 +76,33 @@ func (d *driverMemory) Charge(usage []audit.Attributed) (grew bool) {
 	}
 	d.m.eachAttached(func(s *Session, slot int, pid uint32) {
 		a := s.driverAcctLocked(slot, pid)
+		grown := s.led.SlotRaised(slot) - a.raised
 		for g, gi := range s.gidx {
-			est := uint64(0)
+			var bound, point uint64 // the driver's figure less the hooks': sound, and as read
 			if gi >= 0 {
-				hooks := max(a.hooks[g], s.hooksHeld(slot, g, a))
-				if b := seen[key{pid, gi}]; b > hooks {
-					est = b - hooks
+				b, after := seen[key{pid, gi}], s.hooksHeld(slot, g, a)
+				if a.marked && grown <= math.MaxInt64 {
+					bound = b - min(b, satAdd(a.hooks[g], grown))
 				}
+				point = b - min(b, max(a.hooks[g], after))
 			}
-			want := min(est, a.last[g])
-			a.last[g] = est
+			// up to what this read and the one before allow; down at once
+			want := max(min(bound, a.last[g]), min(a.charged[g], point))
+			a.last[g] = bound
 			s.led.ChargeDriver(slot, g, a.charged[g], want)
 			a.charged[g] = want
-			grew = grew || est > want
+			grew = grew || bound > want
 		}
+		a.marked = false
 	})
 	return grew
+}
+
+func satAdd(a, b uint64) uint64 {
+	if a > math.MaxUint64-b {
+		return math.MaxUint64
+	}
+	return a + b
 }
 
 // Begin and Settle count a pass on the GPUs of every session with a
@@ -164,6 +186,20 @@ func (s *Session) hooksHeld(slot, g int, a *driverAcct) uint64 {
 		return 0
 	}
 	return h - a.charged[g]
+}
+
+// driverChargedLocked is what the daemon charged slot's process (the
+// one attached there now) per ledger GPU, nil when nothing. Caller holds
+// s.mu.
+func (s *Session) driverChargedLocked(slot int) []uint64 {
+	a := s.drv[slot]
+	if a == nil {
+		return nil
+	}
+	if _, pid := s.led.SlotState(slot); pid != a.pid {
+		return nil
+	}
+	return a.charged
 }
 
 // forgetDriverLocked drops slot's account. Its charges left with the

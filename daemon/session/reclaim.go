@@ -8,7 +8,7 @@ import (
 // process is left. Caller holds s.mu.
 func (m *Manager) reclaimSlotLocked(s *Session, slot int) {
 	delete(s.images, slot)
-	got := s.led.Reclaim(slot)
+	got := s.led.Reclaim(slot, s.driverChargedLocked(slot))
 	s.forgetDriverLocked(slot)
 	var total uint64
 	for g, b := range got {

@@ -75,6 +75,7 @@ const (
 	StripeOffBusy    = 0
 	StripeOffOwner   = 4
 	StripeOffRevoke  = 8
+	StripeOffRaised  = 16 // bytes ever added to the stripe's held, every GPU (wrapping)
 	StripeOffHeld    = 64
 	StripeOffLease   = 192
 )

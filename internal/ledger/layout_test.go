@@ -85,6 +85,7 @@ int main(void) {
 	P("StripeOffBusy", offsetof(struct gs_slot_stripe, busy));
 	P("StripeOffOwner", offsetof(struct gs_slot_stripe, owner));
 	P("StripeOffRevoke", offsetof(struct gs_slot_stripe, revoke));
+	P("StripeOffRaised", offsetof(struct gs_slot_stripe, raised));
 	P("StripeOffHeld", offsetof(struct gs_slot_stripe, held));
 	P("StripeOffLease", offsetof(struct gs_slot_stripe, lease));
 	P("SlotStructSize", sizeof(struct gs_slot));
@@ -132,7 +133,7 @@ int main(void) {
 		"SlotOffPID": SlotOffPID, "SlotOffState": SlotOffState, "SlotOffStartTime": SlotOffStartTime,
 		"SlotOffAttachNS": SlotOffAttachNS, "SlotOffOwned": SlotOffOwned, "SlotStripes": SlotStripes, "SlotOffStripe": SlotOffStripe, "SlotStripeStride": SlotStripeStride,
 		"SlotOwned": SlotOwned, "SlotShared": SlotShared, "StripeOffBusy": StripeOffBusy, "StripeOffOwner": StripeOffOwner,
-		"StripeOffRevoke": StripeOffRevoke, "StripeOffHeld": StripeOffHeld, "StripeOffLease": StripeOffLease,
+		"StripeOffRevoke": StripeOffRevoke, "StripeOffRaised": StripeOffRaised, "StripeOffHeld": StripeOffHeld, "StripeOffLease": StripeOffLease,
 		"SlotStructSize": SlotSize,
 		"SlotAt3":        CountersHdrSize + 3*SlotSize,
 	}

@@ -165,7 +165,7 @@ func TestClaimReserveReclaim(t *testing.T) {
 	if d.Used(0) != 900 || d.Slot(s1).Used[0] != 300 {
 		t.Fatalf("after release used %d slot %d", d.Used(0), d.Slot(s1).Used[0])
 	}
-	got := d.Reclaim(s0)
+	got := d.Reclaim(s0, nil)
 	if got[0] != 600 || d.Used(0) != 300 || d.Reclaimed(0) != 600 {
 		t.Fatalf("reclaim %v used %d reclaimed %d", got, d.Used(0), d.Reclaimed(0))
 	}
@@ -175,7 +175,7 @@ func TestClaimReserveReclaim(t *testing.T) {
 	if n := len(d.Attached()); n != 1 {
 		t.Fatalf("%d attached, want 1", n)
 	}
-	d.Reclaim(s1)
+	d.Reclaim(s1, nil)
 	d.Rebase()
 	if d.Used(0) != 0 || d.Peak(0) != 1000 {
 		t.Fatalf("after rebase used %d peak %d", d.Used(0), d.Peak(0))
@@ -219,7 +219,7 @@ func TestSlotStripesSum(t *testing.T) {
 	if got := d.Slot(i).Used[0]; got != 0 {
 		t.Fatalf("GPU 0: %d, want 0", got)
 	}
-	got := d.Reclaim(i)
+	got := d.Reclaim(i, nil)
 	if got[1] != 128*MiB || d.Charged(1) != 0 || d.Reclaimed(1) != 128*MiB {
 		t.Fatalf("Reclaim = %v, used %d, reclaimed %d", got, d.Used(1), d.Reclaimed(1))
 	}
@@ -237,7 +237,7 @@ func TestSlotStripesSum(t *testing.T) {
 		t.Fatalf("net release reads %d, want 0", got)
 	}
 	atomic.AddUint64(d.held(j, 2, 0), 5*MiB)
-	d.Reclaim(j)
+	d.Reclaim(j, nil)
 	k, _, _ := d.Claim(300, 9, 3)
 	if k != j || d.Slot(k).Used[0] != 0 {
 		t.Fatalf("re-claimed slot %d holds %d", k, d.Slot(k).Used[0])
@@ -298,7 +298,7 @@ func TestCreditMapClearedWithTheSlot(t *testing.T) {
 	for _, i := range slots { // every client marks its slot
 		atomic.OrUint64(word(i), 1<<(i%64))
 	}
-	d.Reclaim(65)
+	d.Reclaim(65, nil)
 	if w := atomic.LoadUint64(word(65)); w != ^uint64(1<<1) {
 		t.Fatalf("after reclaiming slot 65: word 1 = %#x, want every bit but 65's", w)
 	}
@@ -346,7 +346,7 @@ func TestClaimAgainWithReusedPID(t *testing.T) {
 			t.Fatalf("pid 500 with start time %d attaching again = %d, %v, %v; want slot %d", c.start, i, again, err, c.want)
 		}
 	}
-	d.Reclaim(old)
+	d.Reclaim(old, nil)
 	if i, again, _ := d.Claim(600, 9, 4); !again || i != other {
 		t.Fatalf("pid 600 attaching again = %d, %v; want slot %d", i, again, other)
 	}
@@ -407,7 +407,7 @@ func TestUsedNotTornByReclaim(t *testing.T) {
 			}
 		}()
 		for _, i := range slots {
-			d.Reclaim(i)
+			d.Reclaim(i, nil)
 		}
 		close(stop)
 		if u, torn := <-bad; torn {

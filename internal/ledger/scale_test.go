@@ -106,7 +106,7 @@ func TestAdoptFindsSlotsInDataExtents(t *testing.T) {
 		claimed = append(claimed, i)
 	}
 	for _, i := range claimed[:2990] {
-		l.Reclaim(i)
+		l.Reclaim(i, nil)
 	}
 	_, ctr := Paths(dir, "s")
 	size := blocks(t, ctr)
@@ -175,7 +175,7 @@ func TestInUseLedgerHoldsFilesUntilIdle(t *testing.T) {
 	if added := openFDs(t) - before; added != 2 {
 		t.Errorf("a ledger in use holds %d fds, want its 2 files", added)
 	}
-	l.Reclaim(i)
+	l.Reclaim(i, nil)
 	l.Rebase()
 	if added := openFDs(t) - before; added != 0 || !l.Frozen() {
 		t.Errorf("idle again: %d fds held (frozen %v), want 0", added, l.Frozen())

@@ -21,6 +21,24 @@ func (l *Ledger) held(i, k, g int) *uint64 { return u64(l.ctr, l.stripeOff(i, k,
 // lease is slot i's share of used for ledger GPU g in stripe k.
 func (l *Ledger) lease(i, k, g int) *uint64 { return u64(l.ctr, l.stripeOff(i, k, StripeOffLease+8*g)) }
 
+// raised is slot i's count of the bytes ever added to stripe k's held
+// counters, on every GPU (wrapping).
+func (l *Ledger) raised(i, k int) *uint64 { return u64(l.ctr, l.stripeOff(i, k, StripeOffRaised)) }
+
+// SlotRaised is the bytes ever added to what slot i holds, on every GPU,
+// modulo 2^64 (its stripes' raised counters). What the slot held at any
+// moment between two reads is at most what the first read of SlotUsed
+// found plus what SlotRaised grew by meanwhile, provided SlotRaised is
+// read before SlotUsed: a process raises it after the held it adds to
+// (docs/ledger.md "Driver memory").
+func (l *Ledger) SlotRaised(i int) uint64 {
+	var sum uint64
+	for k := 0; k < SlotStripes; k++ {
+		sum += atomic.LoadUint64(l.raised(i, k))
+	}
+	return sum
+}
+
 // net is a slot's sum over its stripes (modulo 2^64, as they wrap): above
 // 2^63 it is a net release, which counts as nothing held.
 func net(sum uint64) uint64 {
@@ -252,8 +270,11 @@ const reclaimMark = 1 << 40
 // stripe's lease (its share of used: held plus credit) is exchanged with 0
 // and the sum subtracted from used, and what the stripes held is added to
 // reclaimed; then the slot is freed. It returns the bytes the process held
-// per ledger GPU.
-func (l *Ledger) Reclaim(i int) []uint64 {
+// per ledger GPU. own[g] (nil: none) is what the daemon itself charged the
+// slot on GPU g (driver memory, ChargeDriver): given back with the rest,
+// it is no memory the process held through its hooks, and is neither
+// counted as reclaimed nor returned.
+func (l *Ledger) Reclaim(i int, own []uint64) []uint64 {
 	out := make([]uint64, l.ngpus)
 	atomic.StoreUint32(u32(l.ctr, l.slot(i, SlotOffState)), SlotReclaiming)
 	// Mark the owned stripes so that a process of the session that starts
@@ -273,12 +294,17 @@ func (l *Ledger) Reclaim(i int) []uint64 {
 		if v := net(lease); v != 0 {
 			subSaturating(l.gpuCtr(g, CtrGPUOffUsed), v)
 		}
+		if g < len(own) {
+			held = net(held)
+			held -= min(held, own[g])
+		}
 		if v := net(held); v != 0 {
 			atomic.AddUint64(l.gpuCtr(g, CtrGPUOffReclaimed), v)
 			out[g] = v
 		}
 	}
 	for k := 0; k < SlotStripes; k++ {
+		atomic.StoreUint64(l.raised(i, k), 0)
 		atomic.StoreUint32(u32(l.ctr, l.stripeOff(i, k, StripeOffOwner)), 0)
 		atomic.StoreUint32(u32(l.ctr, l.stripeOff(i, k, StripeOffBusy)), 0)
 		atomic.StoreUint64(u64(l.ctr, l.stripeOff(i, k, StripeOffRevoke)), 0)
@@ -367,6 +393,7 @@ func (l *Ledger) Reserve(i, g int, n uint64) error {
 		if atomic.CompareAndSwapUint64(used, cur, cur+n) {
 			atomic.AddUint64(l.lease(i, SlotShared, g), n)
 			atomic.AddUint64(l.held(i, SlotShared, g), n)
+			atomic.AddUint64(l.raised(i, SlotShared), n) // after held: SlotRaised
 			l.raisePeak(g, cur+n)
 			return nil
 		}

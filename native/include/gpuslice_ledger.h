@@ -74,12 +74,16 @@ struct gs_counter_gpu {
  *            allocation; the slot's sum is what the process holds);
  *   lease[g] this stripe's share of gpu[g].used: held plus the credit the
  *            owner keeps (bytes it released but did not give back to used).
- * A sum over a slot above 2^63 means "nothing". */
+ * A sum over a slot above 2^63 means "nothing". raised counts every byte
+ * added to a held of the stripe, on any GPU, ever (wrapping): what the
+ * slot held between two reads of gpusliced's is at most the first read
+ * plus what raised grew by (its driver-memory estimate, docs/ledger.md). */
 struct gs_slot_stripe {
 	uint32_t busy;              /* 0: owner inside an update (1) or not (0) */
 	uint32_t owner;             /* 4: owning thread id, 0 when free */
 	uint64_t revoke;            /* 8: non-zero while someone takes the credit back */
-	uint64_t reserved[6];       /* 16..63 */
+	uint64_t raised;            /* 16: bytes added to held[], every GPU (wrapping) */
+	uint64_t reserved[5];       /* 24..63 */
 	uint64_t held[GS_MAX_GPUS]; /* 64 */
 	uint64_t lease[GS_MAX_GPUS];/* 192 */
 };                              /* 320 bytes, five cache lines */

@@ -144,6 +144,7 @@ static int reserve_exact(int g, uint64_t n, int claim)
 		have = __atomic_load_n(&s->lease[g], __ATOMIC_RELAXED) - h;
 		if (have >= n) {
 			__atomic_store_n(&s->held[g], h + n, __ATOMIC_RELAXED);
+			gs_raised(s, n);
 			gs_leave(s);
 			return 0;
 		}
@@ -162,11 +163,13 @@ static int reserve_exact(int g, uint64_t n, int claim)
 		__atomic_store_n(&s->lease[g], __atomic_load_n(&s->lease[g], __ATOMIC_RELAXED) + want,
 				 __ATOMIC_RELAXED);
 		__atomic_store_n(&s->held[g], h + n, __ATOMIC_RELAXED);
+		gs_raised(s, n);
 		gs_leave(s);
 	} else {
 		struct gs_slot_stripe *sh = &gs.slot->stripe[GS_SLOT_SHARED];
 		__atomic_fetch_add(&sh->lease[g], n, __ATOMIC_RELAXED);
 		__atomic_fetch_add(&sh->held[g], n, __ATOMIC_RELAXED);
+		__atomic_fetch_add(&sh->raised, n, __ATOMIC_RELEASE); /* after held: gs_raised */
 	}
 	raise_peak(c, used + want);
 	return 0;
@@ -255,5 +258,6 @@ void gs_charge_force(int g, uint64_t n)
 	struct gs_slot_stripe *sh = &gs.slot->stripe[GS_SLOT_SHARED];
 	__atomic_fetch_add(&sh->lease[g], n, __ATOMIC_RELAXED);
 	__atomic_fetch_add(&sh->held[g], n, __ATOMIC_RELAXED);
+	__atomic_fetch_add(&sh->raised, n, __ATOMIC_RELEASE); /* after held: gs_raised */
 	raise_peak(c, now);
 }

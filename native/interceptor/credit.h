@@ -56,6 +56,24 @@ GS_INLINE int gs_enter(struct gs_slot_stripe *s)
 
 GS_INLINE void gs_leave(struct gs_slot_stripe *s) { __atomic_store_n(&s->busy, 0, __ATOMIC_RELEASE); }
 
+/* n bytes were just added to a held of stripe s, owned by this thread:
+ * count them in raised (on the line busy is written on). After the store
+ * to held, with release order: gpusliced reads raised, then held, so a
+ * held its read missed is counted in what raised grows by until its next
+ * read (docs/ledger.md "Driver memory"). On x86, which keeps stores in
+ * order, a compiler barrier and a plain add (one instruction: only this
+ * thread writes the stripe, and the stripe changes hands through the
+ * owner word's release and acquire). */
+GS_INLINE void gs_raised(struct gs_slot_stripe *s, uint64_t n)
+{
+#if defined(__x86_64__)
+	__atomic_signal_fence(__ATOMIC_RELEASE);
+	s->raised += n;
+#else
+	__atomic_store_n(&s->raised, __atomic_load_n(&s->raised, __ATOMIC_RELAXED) + n, __ATOMIC_RELEASE);
+#endif
+}
+
 /* Spend n bytes of the credit the owner of stripe s keeps on ledger GPU
  * g: 1 when it covered them, 0 when it does not (nothing changed). */
 GS_INLINE int gs_credit_spend(struct gs_slot_stripe *s, long g, uint64_t n)
@@ -65,8 +83,10 @@ GS_INLINE int gs_credit_spend(struct gs_slot_stripe *s, long g, uint64_t n)
 	uint64_t *held = &s->held[g], *lease = held + GS_MAX_GPUS;
 	uint64_t h = __atomic_load_n(held, __ATOMIC_RELAXED);
 	int ok = __atomic_load_n(lease, __ATOMIC_RELAXED) - h >= n;
-	if (GS_LIKELY(ok))
+	if (GS_LIKELY(ok)) {
 		__atomic_store_n(held, h + n, __ATOMIC_RELAXED);
+		gs_raised(s, n);
+	}
 	gs_leave(s);
 	return ok;
 }
