@@ -82,7 +82,8 @@ func (d *driverMemory) Charge(usage []audit.Attributed) (grew bool) {
 			if gi >= 0 {
 				b, after := seen[key{pid, gi}], s.hooksHeld(slot, g, a)
 				if a.marked && grown <= math.MaxInt64 {
-					bound = b - min(b, satAdd(a.hooks[g], grown))
+					// after too: an interceptor from before raised counts nothing
+					bound = b - min(b, max(satAdd(a.hooks[g], grown), after))
 				}
 				point = b - min(b, max(a.hooks[g], after))
 			}
