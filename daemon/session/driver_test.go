@@ -34,29 +34,24 @@ func TestDriverMemoryIgnoresChargesBetweenReads(t *testing.T) {
 	if _, _, err := f.m.Create(api.SessionRequest{ID: "s", QuotaBytes: 1 << 30}); err != nil {
 		t.Fatal(err)
 	}
-	child := startChild(t, "sleep", "3600")
+	child, slot := f.attachChild(t, "s")
 	pid := uint32(child.Process.Pid)
-	at, err := f.m.Attach("s", 0, pid, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	at.Close()
 	l, err := ledger.Open(filepath.Join(f.dir, "ledgers"), "s")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer l.Close()
 	const base, block, module = 64 << 20, 134303, 8 << 20
-	if err := l.Reserve(at.Slot, 0, base); err != nil {
+	if err := l.Reserve(slot, 0, base); err != nil {
 		t.Fatal(err)
 	}
 	d := f.m.DriverMemory().(*driverMemory)
 	churn := func(extra uint64) func() uint64 {
 		return func() uint64 {
-			if err := l.Reserve(at.Slot, 0, block); err != nil {
+			if err := l.Reserve(slot, 0, block); err != nil {
 				t.Fatal(err)
 			}
-			defer l.Release(at.Slot, 0, block)
+			defer l.Release(slot, 0, block)
 			return base + block + extra // the driver's figure while the block is allocated
 		}
 	}
@@ -66,7 +61,7 @@ func TestDriverMemoryIgnoresChargesBetweenReads(t *testing.T) {
 			t.Fatalf("pass %d: %d bytes charged as driver memory, want 0 (the block was charged by its hook)", pass, c)
 		}
 	}
-	if u := l.SlotUsed(at.Slot, 0); u != base {
+	if u := l.SlotUsed(slot, 0); u != base {
 		t.Errorf("slot holds %d, want %d", u, uint64(base))
 	}
 	// Quiet reads: memory the driver holds beyond the charges is charged

@@ -67,17 +67,25 @@ func (f *fixture) close() {
 
 func (f *fixture) advance(d time.Duration) { f.clock.Add(int64(d)) }
 
+// attachChild starts a process (sleep) and attaches it to session id as
+// its live process: the process and its slot.
+func (f *fixture) attachChild(t *testing.T, id string) (*exec.Cmd, int) {
+	t.Helper()
+	child := startChild(t, "sleep", "3600")
+	at, err := f.m.Attach(id, 0, uint32(child.Process.Pid), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	at.Close()
+	return child, at.Slot
+}
+
 func TestSweepRebasesDrift(t *testing.T) {
 	f := newFixture(t, "")
 	if _, _, err := f.m.Create(api.SessionRequest{ID: "s", QuotaBytes: 1 << 30}); err != nil {
 		t.Fatal(err)
 	}
-	child := startChild(t, "sleep", "3600")
-	at, err := f.m.Attach("s", 0, uint32(child.Process.Pid), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	at.Close()
+	child, slot := f.attachChild(t, "s")
 	// A process killed between "reserve used" and "charge its slot" leaves
 	// bytes in used that no slot accounts for.
 	l, err := ledger.Open(filepath.Join(f.dir, "ledgers"), "s")
@@ -85,8 +93,8 @@ func TestSweepRebasesDrift(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer l.Close()
-	// Slot at.Slot+1 was never claimed: no slot accounts for these bytes.
-	if err := l.Reserve(at.Slot+1, 0, 4096); err != nil {
+	// Slot slot+1 was never claimed: no slot accounts for these bytes.
+	if err := l.Reserve(slot+1, 0, 4096); err != nil {
 		t.Fatal(err)
 	}
 	v, _ := f.m.Get("s")
@@ -123,12 +131,7 @@ func TestIdleLedgerIgnoresStrayCharge(t *testing.T) {
 	if v, _ := f.m.Get("s"); v.GPUs[0].UsedBytes != 0 || len(v.Processes) != 0 {
 		t.Fatalf("idle session shows used %d, %d processes", v.GPUs[0].UsedBytes, len(v.Processes))
 	}
-	child := startChild(t, "sleep", "3600")
-	at, err := f.m.Attach("s", 0, uint32(child.Process.Pid), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	at.Close()
+	f.attachChild(t, "s")
 	if l.Used(0) != 0 {
 		t.Fatalf("used after the first attach: %d, want 0", l.Used(0))
 	}
@@ -176,13 +179,7 @@ func TestTTLRunsFromLastProcess(t *testing.T) {
 		t.Fatal(err)
 	}
 	// A child is the job's live process.
-	child := startChild(t, "sleep", "3600")
-	pid := uint32(child.Process.Pid)
-	at, err := f.m.Attach("job", 0, pid, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	at.Close()
+	child, _ := f.attachChild(t, "job")
 	f.advance(3 * time.Hour) // three TTLs with a process attached
 	f.m.Sweep()
 	s, err := f.m.Get("job")
