@@ -82,8 +82,10 @@ func (d *driverMemory) Charge(usage []audit.Attributed) (grew bool) {
 			if gi >= 0 {
 				b, after := seen[key{pid, gi}], s.hooksHeld(slot, g, a)
 				if a.marked && grown <= math.MaxInt64 {
-					// after too: an interceptor from before raised counts nothing
-					bound = b - min(b, max(satAdd(a.hooks[g], grown), after))
+					// hooks is below 2^63 too (a slot's net): the sum cannot
+					// wrap. after too: an interceptor from before raised
+					// counts nothing
+					bound = b - min(b, max(a.hooks[g]+grown, after))
 				}
 				point = b - min(b, max(a.hooks[g], after))
 			}
@@ -97,13 +99,6 @@ func (d *driverMemory) Charge(usage []audit.Attributed) (grew bool) {
 		a.marked = false
 	})
 	return grew
-}
-
-func satAdd(a, b uint64) uint64 {
-	if a > math.MaxUint64-b {
-		return math.MaxUint64
-	}
-	return a + b
 }
 
 // Begin and Settle count a pass on the GPUs of every session with a

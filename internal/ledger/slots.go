@@ -294,11 +294,11 @@ func (l *Ledger) Reclaim(i int, own []uint64) []uint64 {
 		if v := net(lease); v != 0 {
 			subSaturating(l.gpuCtr(g, CtrGPUOffUsed), v)
 		}
+		v := net(held)
 		if g < len(own) {
-			held = net(held)
-			held -= min(held, own[g])
+			v -= min(v, own[g])
 		}
-		if v := net(held); v != 0 {
+		if v != 0 {
 			atomic.AddUint64(l.gpuCtr(g, CtrGPUOffReclaimed), v)
 			out[g] = v
 		}

@@ -107,22 +107,14 @@ func TestMergeRuns(t *testing.T) {
 	if strings.Join(got, " ") != "a:pass b:pass c:skip" {
 		t.Fatalf("merged %v, want a:pass b:pass c:skip", got)
 	}
-	var b strings.Builder
-	if err := Render(&b, recs, time.Date(2026, 12, 2, 0, 0, 0, 0, time.UTC)); err != nil {
-		t.Fatal(err)
-	}
-	out := b.String()
-	for _, want := range []string{
+	out := renderPage(t, recs)
+	pageHas(t, out,
 		"Runs of 2026-12-01 10:00 UTC, 2026-12-01 10:08 UTC on **NVIDIA H100 80GB HBM3**",
 		"- from the run of 2026-12-01 10:08 UTC (`run.sh --rest`: what an earlier run's budget cut): b, c\n",
 		"**2 pass, 0 fail, 1 skip.**",
 		"pass: p (0.0 s; run of 2026-12-01 10:00 UTC).",
 		"pass: p (0.0 s; run of 2026-12-01 10:08 UTC).",
-	} {
-		if !strings.Contains(out, want) {
-			t.Errorf("page lacks %q:\n%s", want, out)
-		}
-	}
+	)
 	if strings.Contains(out, "budget of 345 s") {
 		t.Errorf("the page keeps a line the second run replaced:\n%s", out)
 	}
@@ -142,12 +134,8 @@ func TestRender(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var b strings.Builder
-	if err := Render(&b, recs, time.Date(2026, 12, 2, 0, 0, 0, 0, time.UTC)); err != nil {
-		t.Fatal(err)
-	}
-	out := b.String()
-	for _, want := range []string{
+	out := renderPage(t, recs)
+	pageHas(t, out,
 		"Run of 2026-12-01 10:00 UTC on **NVIDIA H100 80GB HBM3** (79.6 GiB), NVIDIA driver 580.65.06, CUDA 13.0; generated 2026-12-02",
 		"frameworks: torch 2.11.0+cu130",
 		"a CUDA context costs 500 MiB by NVML's per-process figure, not measured by gpusliced's context probe",
@@ -157,9 +145,25 @@ func TestRender(t *testing.T) {
 		"| added cost of an alloc+free pair (1 MiB, 1 thread) | 0.4% | ≤ 1% | meets |",
 		"| 8-thread alloc/free throughput, with / without | 0.97 | ≥ 0.99 | **misses** |",
 		"\"added_percent\": 0.4",
-	} {
-		if !strings.Contains(out, want) {
-			t.Errorf("page lacks %q:\n%s", want, out)
+	)
+}
+
+// renderPage is recs's page, generated on a fixed day.
+func renderPage(t *testing.T, recs []Record) string {
+	t.Helper()
+	var b strings.Builder
+	if err := Render(&b, recs, time.Date(2026, 12, 2, 0, 0, 0, 0, time.UTC)); err != nil {
+		t.Fatal(err)
+	}
+	return b.String()
+}
+
+// pageHas checks that page holds each of wants.
+func pageHas(t *testing.T, page string, wants ...string) {
+	t.Helper()
+	for _, want := range wants {
+		if !strings.Contains(page, want) {
+			t.Errorf("page lacks %q:\n%s", want, page)
 		}
 	}
 }
