@@ -6,6 +6,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 
@@ -37,6 +38,10 @@ type enroot struct {
 	data   string
 	lib    string // the interceptor, as installed
 	daemon *testenv.Daemon
+	// containers, when set, is ENROOT_DATA_PATH (else under data);
+	// created: a container root is there
+	containers string
+	created    bool
 }
 
 func newEnroot(t *testing.T, d *testenv.Daemon) *enroot {
@@ -76,6 +81,14 @@ func mkdir(t *testing.T, dir string) string {
 	return dir
 }
 
+// dataPath is ENROOT_DATA_PATH, where container roots are.
+func (e *enroot) dataPath() string {
+	if e.containers != "" {
+		return e.containers
+	}
+	return filepath.Join(e.data, "data")
+}
+
 // env is the environment enroot start runs with in job's step.
 func (e *enroot) env(t *testing.T, job string) []string {
 	t.Helper()
@@ -92,7 +105,7 @@ func (e *enroot) env(t *testing.T, job string) []string {
 	}
 	return append(env,
 		"ENROOT_SYSCONF_PATH="+e.sys, "ENROOT_CONFIG_PATH="+e.user,
-		"ENROOT_DATA_PATH="+filepath.Join(e.data, "data"), "ENROOT_CACHE_PATH="+filepath.Join(e.data, "cache"),
+		"ENROOT_DATA_PATH="+e.dataPath(), "ENROOT_CACHE_PATH="+filepath.Join(e.data, "cache"),
 		"ENROOT_RUNTIME_PATH="+filepath.Join(e.data, "run"), "ENROOT_TEMP_PATH="+filepath.Join(e.data, "tmp"),
 		"ENROOT_ALLOW_SUPERUSER=yes",
 		// Where the packages' hook finds the interceptor (its default is
@@ -101,10 +114,76 @@ func (e *enroot) env(t *testing.T, job string) []string {
 		"FAKECUDA_TEST_LIBS="+strings.Join(fakecudaLibs(t), " "))
 }
 
-// start runs `enroot start IMAGE argv...` in job's step.
+// container is the name the image's container root gets.
+const container = "bullseye"
+
+// create makes the image a container root (`enroot create`: unsquashfs
+// into ENROOT_DATA_PATH), as pyxis does before it starts one; as is
+// prepended to the command (setpriv, to create it as a job's user). The
+// tests never start the squashfs file itself: enroot then mounts it with
+// squashfuse and fuse-overlayfs and gives each about 100 polls (a
+// mountpoint(1) and a sleep of 1 ms apiece, 0.3-0.5 s on this machine) to
+// appear, failing "Failed to mount: IMAGE" when a busy machine takes
+// longer, whatever the hooks do.
+func (e *enroot) create(t *testing.T, env []string, as ...string) {
+	t.Helper()
+	argv := append(append([]string{}, as...), filepath.Join(e.bin, "enroot"), "create", "-n", container, image(t))
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.Env = env
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("%s: %v\n%s", strings.Join(argv, " "), err, out)
+	}
+	e.created = true
+}
+
+// shared is root's container root, made once for the package's tests (an
+// unsquashfs of the image takes ~3 s here) and removed by TestMain.
+var shared struct {
+	once sync.Once
+	dir  string // its ENROOT_DATA_PATH
+	fail string // what went wrong making it
+}
+
+// useShared points e at root's shared container root, made by the first
+// caller with e's configuration.
+func (e *enroot) useShared(t *testing.T, job string) {
+	t.Helper()
+	shared.once.Do(func() {
+		dir, err := os.MkdirTemp("/tmp", "gsct-containers-")
+		if err != nil {
+			shared.fail = err.Error()
+			return
+		}
+		shared.dir = dir
+		e.containers = dir
+		defer func() {
+			if !e.created {
+				shared.fail = "enroot create failed (in the first test that started a container)"
+			}
+		}()
+		e.create(t, e.env(t, job))
+	})
+	if shared.fail != "" {
+		t.Fatal(shared.fail)
+	}
+	e.containers, e.created = shared.dir, true
+}
+
+// removeShared removes root's shared container root (TestMain).
+func removeShared() {
+	if shared.dir != "" {
+		os.RemoveAll(shared.dir)
+	}
+}
+
+// start runs `enroot start bullseye argv...` in job's step, on root's
+// shared container root unless e created one of its own.
 func (e *enroot) start(t *testing.T, job string, argv ...string) *probe.Proc {
 	t.Helper()
-	return stepd(t, job, e.env(t, job), append([]string{"enroot", "start", image(t)}, argv...)...)
+	if !e.created {
+		e.useShared(t, job)
+	}
+	return stepd(t, job, e.env(t, job), append([]string{"enroot", "start", container}, argv...)...)
 }
 
 // A job's program in an enroot container (a Debian 11 image, glibc 2.31)
@@ -167,11 +246,10 @@ func TestEnrootBypassStopped(t *testing.T) {
 
 // A job of an ordinary user: enroot runs the container in a user namespace
 // (the user is root inside, the host sees the user), as it does under
-// pyxis. The image is made a container root with `enroot create` first
-// (unsquashfs), as pyxis does: starting the squashfs itself mounts it
-// with squashfuse, which needs /dev/fuse, root's alone on this machine.
-// gpusliced sees the user's uid through the namespace and the container's
-// program is held to the job's quota.
+// pyxis. The user creates the container root (starting the squashfs
+// itself would need /dev/fuse, root's alone on this machine). gpusliced
+// sees the user's uid through the namespace and the container's program
+// is held to the job's quota.
 func TestEnrootUserJobHeldToQuota(t *testing.T) {
 	d := daemon(t)
 	e := newEnroot(t, d)
@@ -189,12 +267,8 @@ func TestEnrootUserJobHeldToQuota(t *testing.T) {
 	// command through as a login shell.
 	env := append(e.env(t, job), "HOME="+home, "ENROOT_LOGIN_SHELL=false")
 	setpriv := []string{"setpriv", fmt.Sprintf("--reuid=%d", u.UID), fmt.Sprintf("--regid=%d", u.GID), "--clear-groups"}
-	create := exec.Command(setpriv[0], append(setpriv[1:], "enroot", "create", "-n", "bullseye", image(t))...)
-	create.Env = env
-	if out, err := create.CombinedOutput(); err != nil {
-		t.Fatalf("enroot create as %s: %v\n%s", u.Name, err, out)
-	}
-	p := stepd(t, job, env, append(setpriv, "enroot", "start", "bullseye",
+	e.create(t, env, setpriv...)
+	p := stepd(t, job, env, append(setpriv, "enroot", "start", container,
 		probeInImage, "pid", "dev:0", "meminfo", "nvml", "alloc:200M", "alloc:100M", "pause")...)
 	p.Expect("paused")
 	r := p.Result()

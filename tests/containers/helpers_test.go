@@ -45,6 +45,14 @@ const (
 
 var seq atomic.Int64
 
+// TestMain removes what the tests shared once they are done (root's
+// enroot container root).
+func TestMain(m *testing.M) {
+	code := m.Run()
+	removeShared()
+	os.Exit(code)
+}
+
 // ctx is a call's context (testenv.Context).
 var ctx = testenv.Context
 
