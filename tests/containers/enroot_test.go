@@ -38,10 +38,9 @@ type enroot struct {
 	data   string
 	lib    string // the interceptor, as installed
 	daemon *testenv.Daemon
-	// containers, when set, is ENROOT_DATA_PATH (else under data);
-	// created: a container root is there
+	// containers, when set, is ENROOT_DATA_PATH, root's shared container
+	// root (else under data)
 	containers string
-	created    bool
 }
 
 func newEnroot(t *testing.T, d *testenv.Daemon) *enroot {
@@ -133,7 +132,6 @@ func (e *enroot) create(t *testing.T, env []string, as ...string) {
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("%s: %v\n%s", strings.Join(argv, " "), err, out)
 	}
-	e.created = true
 }
 
 // shared is root's container root, made once for the package's tests (an
@@ -154,19 +152,16 @@ func (e *enroot) useShared(t *testing.T, job string) {
 			shared.fail = err.Error()
 			return
 		}
-		shared.dir = dir
-		e.containers = dir
-		defer func() {
-			if !e.created {
-				shared.fail = "enroot create failed (in the first test that started a container)"
-			}
-		}()
+		shared.dir, e.containers = dir, dir
+		// cleared once create returns (it ends the test when it fails)
+		shared.fail = "enroot create failed (in the first test that started a container)"
 		e.create(t, e.env(t, job))
+		shared.fail = ""
 	})
 	if shared.fail != "" {
 		t.Fatal(shared.fail)
 	}
-	e.containers, e.created = shared.dir, true
+	e.containers = shared.dir
 }
 
 // removeShared removes root's shared container root (TestMain).
@@ -177,12 +172,10 @@ func removeShared() {
 }
 
 // start runs `enroot start bullseye argv...` in job's step, on root's
-// shared container root unless e created one of its own.
+// shared container root.
 func (e *enroot) start(t *testing.T, job string, argv ...string) *probe.Proc {
 	t.Helper()
-	if !e.created {
-		e.useShared(t, job)
-	}
+	e.useShared(t, job)
 	return stepd(t, job, e.env(t, job), append([]string{"enroot", "start", container}, argv...)...)
 }
 
