@@ -124,14 +124,15 @@ const container = "bullseye"
 // mountpoint(1) and a sleep of 1 ms apiece, 0.3-0.5 s on this machine) to
 // appear, failing "Failed to mount: IMAGE" when a busy machine takes
 // longer, whatever the hooks do.
-func (e *enroot) create(t *testing.T, env []string, as ...string) {
+func (e *enroot) create(t *testing.T, env []string, as ...string) error {
 	t.Helper()
 	argv := append(append([]string{}, as...), filepath.Join(e.bin, "enroot"), "create", "-n", container, image(t))
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Env = env
 	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("%s: %v\n%s", strings.Join(argv, " "), err, out)
+		return fmt.Errorf("%s: %v\n%s", strings.Join(argv, " "), err, out)
 	}
+	return nil
 }
 
 // shared is root's container root, made once for the package's tests (an
@@ -139,7 +140,7 @@ func (e *enroot) create(t *testing.T, env []string, as ...string) {
 var shared struct {
 	once sync.Once
 	dir  string // its ENROOT_DATA_PATH
-	fail string // what went wrong making it
+	err  error  // what went wrong making it
 }
 
 // useShared points e at root's shared container root, made by the first
@@ -147,19 +148,13 @@ var shared struct {
 func (e *enroot) useShared(t *testing.T, job string) {
 	t.Helper()
 	shared.once.Do(func() {
-		dir, err := os.MkdirTemp("/tmp", "gsct-containers-")
-		if err != nil {
-			shared.fail = err.Error()
-			return
+		if shared.dir, shared.err = os.MkdirTemp("/tmp", "gsct-containers-"); shared.err == nil {
+			e.containers = shared.dir
+			shared.err = e.create(t, e.env(t, job))
 		}
-		shared.dir, e.containers = dir, dir
-		// cleared once create returns (it ends the test when it fails)
-		shared.fail = "enroot create failed (in the first test that started a container)"
-		e.create(t, e.env(t, job))
-		shared.fail = ""
 	})
-	if shared.fail != "" {
-		t.Fatal(shared.fail)
+	if shared.err != nil {
+		t.Fatal(shared.err)
 	}
 	e.containers = shared.dir
 }
@@ -260,7 +255,9 @@ func TestEnrootUserJobHeldToQuota(t *testing.T) {
 	// command through as a login shell.
 	env := append(e.env(t, job), "HOME="+home, "ENROOT_LOGIN_SHELL=false")
 	setpriv := []string{"setpriv", fmt.Sprintf("--reuid=%d", u.UID), fmt.Sprintf("--regid=%d", u.GID), "--clear-groups"}
-	e.create(t, env, setpriv...)
+	if err := e.create(t, env, setpriv...); err != nil {
+		t.Fatal(err)
+	}
 	p := stepd(t, job, env, append(setpriv, "enroot", "start", container,
 		probeInImage, "pid", "dev:0", "meminfo", "nvml", "alloc:200M", "alloc:100M", "pause")...)
 	p.Expect("paused")
