@@ -3,7 +3,11 @@ SHELL := /bin/bash
 .DEFAULT_GOAL := help
 
 ROOT    := $(CURDIR)
-BUILD   ?= $(ROOT)/build
+# build/, or a directory other users can enter when the checkout is closed
+# to them (the tests run build outputs as other users): scripts/build-dir.sh.
+ifndef BUILD
+BUILD   := $(shell $(CURDIR)/scripts/build-dir.sh '$(CURDIR)')
+endif
 BIN     := $(BUILD)/bin
 LIB     := $(BUILD)/lib
 EXAMPLES:= $(BUILD)/examples
@@ -80,3 +84,5 @@ vet: ## go vet
 
 clean: ## remove build outputs
 	rm -rf $(BUILD)
+	@l=$(ROOT)/build; if [ -L $$l ]; then case $$(readlink $$l) in \
+	  /var/cache/gpuslice-build/*) echo "rm -rf $$(readlink $$l) $$l"; rm -rf "$$(readlink $$l)" $$l ;; esac; fi

@@ -46,8 +46,9 @@ func RepoRoot(t testing.TB) string {
 	}
 }
 
-// BuildDir returns $GPUSLICE_BUILD_DIR, or <repo root>/build. It fails the
-// test when the directory does not exist (`make build` creates it).
+// BuildDir returns $GPUSLICE_BUILD_DIR, or <repo root>/build, with links
+// resolved. It fails the test when the directory does not exist (`make
+// build` creates it).
 func BuildDir(t testing.TB) string {
 	t.Helper()
 	dir := os.Getenv("GPUSLICE_BUILD_DIR")
@@ -61,7 +62,14 @@ func BuildDir(t testing.TB) string {
 	if st, err := os.Stat(abs); err != nil || !st.IsDir() {
 		t.Fatalf("testenv: build directory %s is missing: run `make build` (make test builds first) or set GPUSLICE_BUILD_DIR", abs)
 	}
-	return abs
+	// build/ is a link when the checkout is closed to other users
+	// (scripts/build-dir.sh): the programs the tests run as those users
+	// are named by the path they can follow.
+	real, err := filepath.EvalSymlinks(abs)
+	if err != nil {
+		t.Fatalf("testenv: %v", err)
+	}
+	return real
 }
 
 // Artifact returns BuildDir/rel and fails the test when it does not exist.

@@ -143,7 +143,7 @@ func (c *cluster) nodeByName(name string) *node {
 // repoBuildDir finds GPUSLICE_BUILD_DIR or <repo root>/build.
 func repoBuildDir() (string, error) {
 	if d := os.Getenv("GPUSLICE_BUILD_DIR"); d != "" {
-		return filepath.Abs(d)
+		return resolvedDir(d)
 	}
 	wd, err := os.Getwd()
 	if err != nil {
@@ -151,12 +151,26 @@ func repoBuildDir() (string, error) {
 	}
 	for d := wd; ; d = filepath.Dir(d) {
 		if _, err := os.Stat(filepath.Join(d, "go.mod")); err == nil {
-			return filepath.Join(d, "build"), nil
+			return resolvedDir(filepath.Join(d, "build"))
 		}
 		if d == filepath.Dir(d) {
 			return "", errors.New("go.mod not found above " + wd)
 		}
 	}
+}
+
+// resolvedDir is dir, absolute, with links resolved where it exists: build/
+// is a link when the checkout is closed to other users
+// (scripts/build-dir.sh), and the nodes' job users follow the path given.
+func resolvedDir(dir string) (string, error) {
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return "", err
+	}
+	if real, err := filepath.EvalSymlinks(abs); err == nil {
+		return real, nil
+	}
+	return abs, nil
 }
 
 // repoFile is a file of the source tree (the shipped job_submit.lua):
