@@ -84,5 +84,4 @@ vet: ## go vet
 
 clean: ## remove build outputs
 	rm -rf $(BUILD)
-	@l=$(ROOT)/build; if [ -L $$l ]; then case $$(readlink $$l) in \
-	  /var/cache/gpuslice-build/*) echo "rm -rf $$(readlink $$l) $$l"; rm -rf "$$(readlink $$l)" $$l ;; esac; fi
+	@if [ "$$(readlink $(ROOT)/build)" = "$(BUILD)" ]; then rm -f $(ROOT)/build; fi

@@ -30,46 +30,65 @@ import (
 // RepoRoot walks up from the working directory to the directory holding go.mod.
 func RepoRoot(t testing.TB) string {
 	t.Helper()
-	dir, err := os.Getwd()
+	dir, err := FindRepoRoot()
 	if err != nil {
-		t.Fatalf("testenv: getwd: %v", err)
+		t.Fatalf("testenv: %v", err)
 	}
-	for {
+	return dir
+}
+
+// FindRepoRoot is RepoRoot for callers without a test (TestMain).
+func FindRepoRoot() (string, error) {
+	wd, err := os.Getwd()
+	if err != nil {
+		return "", fmt.Errorf("getwd: %w", err)
+	}
+	for dir := wd; ; dir = filepath.Dir(dir) {
 		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			return dir
+			return dir, nil
 		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			t.Fatalf("testenv: no go.mod above the working directory")
+		if dir == filepath.Dir(dir) {
+			return "", errors.New("no go.mod above the working directory " + wd)
 		}
-		dir = parent
 	}
 }
 
-// BuildDir returns $GPUSLICE_BUILD_DIR, or <repo root>/build, with links
-// resolved. It fails the test when the directory does not exist (`make
-// build` creates it).
+// BuildDir returns FindBuildDir's directory. It fails the test when the
+// directory does not exist (`make build` creates it).
 func BuildDir(t testing.TB) string {
 	t.Helper()
+	dir, err := FindBuildDir()
+	if err != nil {
+		t.Fatalf("testenv: %v", err)
+	}
+	if st, err := os.Stat(dir); err != nil || !st.IsDir() {
+		t.Fatalf("testenv: build directory %s is missing: run `make build` (make test builds first) or set GPUSLICE_BUILD_DIR", dir)
+	}
+	return dir
+}
+
+// FindBuildDir returns $GPUSLICE_BUILD_DIR, or <repo root>/build, absolute
+// and, where it exists, with links resolved: build/ is a link when the
+// checkout is closed to other users (scripts/build-dir.sh), and the
+// programs the tests run as those users are named by the path they can
+// follow.
+func FindBuildDir() (string, error) {
 	dir := os.Getenv("GPUSLICE_BUILD_DIR")
 	if dir == "" {
-		dir = filepath.Join(RepoRoot(t), "build")
+		root, err := FindRepoRoot()
+		if err != nil {
+			return "", err
+		}
+		dir = filepath.Join(root, "build")
 	}
 	abs, err := filepath.Abs(dir)
 	if err != nil {
-		t.Fatalf("testenv: %v", err)
+		return "", err
 	}
-	if st, err := os.Stat(abs); err != nil || !st.IsDir() {
-		t.Fatalf("testenv: build directory %s is missing: run `make build` (make test builds first) or set GPUSLICE_BUILD_DIR", abs)
+	if real, err := filepath.EvalSymlinks(abs); err == nil {
+		return real, nil
 	}
-	// build/ is a link when the checkout is closed to other users
-	// (scripts/build-dir.sh): the programs the tests run as those users
-	// are named by the path they can follow.
-	real, err := filepath.EvalSymlinks(abs)
-	if err != nil {
-		t.Fatalf("testenv: %v", err)
-	}
-	return real
+	return abs, nil
 }
 
 // Artifact returns BuildDir/rel and fails the test when it does not exist.

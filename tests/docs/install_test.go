@@ -312,9 +312,9 @@ func requireArtifacts(t *testing.T) string {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root: gpuslice run creates its session through gpusliced's admin socket, which is root's")
 	}
-	build := os.Getenv("GPUSLICE_BUILD_DIR")
-	if build == "" {
-		build = filepath.Join(testenv.RepoRoot(t), "build")
+	build, err := testenv.FindBuildDir()
+	if err != nil {
+		t.Fatalf("testenv: %v", err)
 	}
 	for _, a := range []string{"bin/gpusliced", "bin/gpuslice", "bin/gpuslice-ctxprobe", "lib/libgpuslice.so",
 		"lib/libcuda.so.1", "lib/libnvidia-ml.so.1", "examples/target_app"} {

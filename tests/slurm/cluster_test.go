@@ -140,39 +140,6 @@ func (c *cluster) nodeByName(name string) *node {
 	return nil
 }
 
-// repoBuildDir finds GPUSLICE_BUILD_DIR or <repo root>/build.
-func repoBuildDir() (string, error) {
-	if d := os.Getenv("GPUSLICE_BUILD_DIR"); d != "" {
-		return resolvedDir(d)
-	}
-	wd, err := os.Getwd()
-	if err != nil {
-		return "", err
-	}
-	for d := wd; ; d = filepath.Dir(d) {
-		if _, err := os.Stat(filepath.Join(d, "go.mod")); err == nil {
-			return resolvedDir(filepath.Join(d, "build"))
-		}
-		if d == filepath.Dir(d) {
-			return "", errors.New("go.mod not found above " + wd)
-		}
-	}
-}
-
-// resolvedDir is dir, absolute, with links resolved where it exists: build/
-// is a link when the checkout is closed to other users
-// (scripts/build-dir.sh), and the nodes' job users follow the path given.
-func resolvedDir(dir string) (string, error) {
-	abs, err := filepath.Abs(dir)
-	if err != nil {
-		return "", err
-	}
-	if real, err := filepath.EvalSymlinks(abs); err == nil {
-		return real, nil
-	}
-	return abs, nil
-}
-
 // repoFile is a file of the source tree (the shipped job_submit.lua):
 // under GPUSLICE_REPO_DIR when set (the tree as seen inside the Debian 13
 // root), else above the working directory.
@@ -180,18 +147,11 @@ func repoFile(rel string) (string, error) {
 	if d := os.Getenv("GPUSLICE_REPO_DIR"); d != "" {
 		return filepath.Join(d, rel), nil
 	}
-	wd, err := os.Getwd()
+	root, err := testenv.FindRepoRoot()
 	if err != nil {
 		return "", err
 	}
-	for d := wd; ; d = filepath.Dir(d) {
-		if _, err := os.Stat(filepath.Join(d, "go.mod")); err == nil {
-			return filepath.Join(d, rel), nil
-		}
-		if d == filepath.Dir(d) {
-			return "", errors.New("go.mod not found above " + wd)
-		}
-	}
+	return filepath.Join(root, rel), nil
 }
 
 func (c *cluster) artifacts() map[string]string {
@@ -286,7 +246,7 @@ func startCluster(c *cluster, opts ClusterOptions) error {
 	var err error
 	c.opts = opts
 	c.procs = map[string]*proc{}
-	if c.build, err = repoBuildDir(); err != nil {
+	if c.build, err = testenv.FindBuildDir(); err != nil {
 		return err
 	}
 	var missing []string

@@ -34,6 +34,7 @@ import (
 
 	"github.com/gpuslice/gpuslice/internal/client"
 	"github.com/gpuslice/gpuslice/internal/debroot"
+	"github.com/gpuslice/gpuslice/internal/testenv"
 )
 
 var (
@@ -92,7 +93,7 @@ func TestMain(m *testing.M) {
 // checkout's root share. When the root cannot be had here, the tests run
 // and skip with the reason.
 func runInRoot(m *testing.M) int {
-	build, err := repoBuildDir()
+	build, err := testenv.FindBuildDir()
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "slurm suite: %v\n", err)
 		return 1
