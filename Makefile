@@ -13,6 +13,9 @@ LIB     := $(BUILD)/lib
 EXAMPLES:= $(BUILD)/examples
 # The Slurm suites' cgroup view for hybrid hosts (mk/spank.mk).
 SLURM_V2VIEW := $(BUILD)/tests/slurm/libv2view.so
+# What the Slurm suites need on either release (mk/spank.mk, mk/trixie.mk);
+# containers: the suite runs pyxis and Apptainer jobs.
+SLURM_TEST_DEPS := spank go-build fakecuda interceptor ctxprobe $(SLURM_V2VIEW) containers
 VERSION ?= $(shell packaging/version.sh 2>/dev/null || echo 0.0.0)
 ifeq ($(VERSION),)
 VERSION := 0.0.0
@@ -31,6 +34,12 @@ GLIBC_COMPAT_LIBS := -Wl,--no-as-needed -l:libdl.so.2 -l:libpthread.so.0
 GO_BUILDFLAGS := -trimpath -buildmode=pie
 GO_HARDEN_LDFLAGS := -bindnow
 export BUILD VERSION
+# What is slow to fetch or build and the same for every checkout on a
+# machine (the Debian 13 root, the container image's root, Apptainer,
+# NVIDIA's unpacked packages) is kept here as tarballs keyed by what they
+# were made from, so a fresh clone does not make them again; `make clean`
+# leaves it, `make cache-clean` removes it.
+GPUSLICE_CACHE ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/gpuslice
 
 include mk/deps.mk
 include mk/fakecuda.mk
@@ -47,7 +56,7 @@ include mk/docs.mk
 include mk/gpu.mk
 include mk/containers.mk
 
-.PHONY: help build native test test-clean demo bench clean fmt vet
+.PHONY: help build native test test-clean demo bench clean cache-clean fmt vet
 
 help: ## list targets
 	@grep -hE '^[a-zA-Z0-9_.-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN{FS=":.*?## "}{printf "  %-16s %s\n",$$1,$$2}'
@@ -56,7 +65,7 @@ build: fakecuda interceptor ctxprobe go-build spank ## build everything into bui
 
 # Every suite CI runs, in order.
 TEST_SUITES := test-go test-fakecuda test-interceptor test-core test-security \
-               test-slurm test-slurm-24.11 test-packages \
+               test-slurm-all test-packages \
                test-nvidia-runtime test-nvidia-tools test-monitoring test-docs test-gpu \
                test-containers
 # the GPU time share end to end (mk/go.mk)
@@ -85,3 +94,6 @@ vet: ## go vet
 clean: ## remove build outputs
 	rm -rf $(BUILD)
 	@if [ "$$(readlink $(ROOT)/build)" = "$(BUILD)" ]; then rm -f $(ROOT)/build; fi
+
+cache-clean: ## remove the machine's cache of third-party parts kept across clones (GPUSLICE_CACHE, ~/.cache/gpuslice)
+	rm -rf $(GPUSLICE_CACHE)

@@ -6,7 +6,8 @@
 # Debian 12 package exists), and a Debian 11 (glibc 2.31) squashfs image.
 #
 # Sources: GitHub is not reachable from the build machines. Each tree comes
-# from build/cache/containers/NAME-COMMIT.tar.gz (CONTAINERS_CACHE), made
+# from NAME-COMMIT.tar.gz in CONTAINERS_CACHE (GPUSLICE_CACHE/containers,
+# kept across clones and `make clean`), made
 # the first time from a bare git mirror of the repository under
 # CONTAINERS_MIRROR (default /work/.mirror/OWNER+NAME/repo, where the
 # development machines keep fetched repositories). With neither, the
@@ -21,7 +22,7 @@
 # still served by deb.debian.org (checked November 2026); when it moves to
 # archive.debian.org, set IMAGE_MIRROR (scripts/container-image.sh).
 CT             := $(BUILD)/containers
-CONTAINERS_CACHE  ?= $(BUILD)/cache/containers
+CONTAINERS_CACHE  ?= $(GPUSLICE_CACHE)/containers
 CONTAINERS_MIRROR ?= /work/.mirror
 # Pinned commits: enroot's main after v4.1.2, pyxis v0.24.0, Apptainer v1.5.3.
 ENROOT_COMMIT    := 8ea147d337da60cb1c557140f3a85cdf0d620968
@@ -87,8 +88,8 @@ $(CT)/pyxis/.stamp: mk/containers.mk $(CT_SRC) $(BUILD_HEADERS)
 # apptainer (etc/apptainer/apptainer.conf...). Its build runs `go clean
 # -cache`: it gets a Go build cache of its own, removed afterwards. The
 # build takes ~5 minutes on 2 cores, so the installed tree is kept in
-# CONTAINERS_CACHE too, keyed by commit and install path (point
-# CONTAINERS_CACHE outside build/ to keep it across clones and cleans).
+# CONTAINERS_CACHE too, keyed by commit and install path (the four most
+# recent are kept: a CI clone at a new path each time adds one).
 APPTAINER_TARBALL = $(CONTAINERS_CACHE)/apptainer-$(APPTAINER_COMMIT)-$(shell echo $(CT)/apptainer | sha256sum | cut -c1-12).tar.zst
 $(CT)/apptainer/.stamp: mk/containers.mk $(CT_SRC)
 	@if [ -f $(APPTAINER_TARBALL) ]; then \
@@ -103,7 +104,7 @@ $(CT)/apptainer/.stamp: mk/containers.mk $(CT_SRC)
 # that step done and builds with its own Go build cache, kept outside
 # build/ like Go's own: a rebuild on the same machine (a fresh clone) then
 # takes about a minute instead of five.
-APPTAINER_GOCACHE ?= $(HOME)/.cache/gpuslice/apptainer-go-build
+APPTAINER_GOCACHE ?= $(GPUSLICE_CACHE)/apptainer-go-build
 apptainer-build:
 	$(call ct_source,apptainer,$(APPTAINER_COMMIT),apptainer+apptainer)
 	@[ -f $(CT)/apptainer/UNAVAILABLE ] || { \
@@ -117,6 +118,7 @@ apptainer-build:
 	  rm -rf $$s/builddir; echo $(APPTAINER_COMMIT) > $(CT)/apptainer/COMMIT; \
 	  mkdir -p $(CONTAINERS_CACHE); \
 	  tar --zstd -cpf $(APPTAINER_TARBALL).tmp -C $(CT)/apptainer --exclude=./build.log . && mv $(APPTAINER_TARBALL).tmp $(APPTAINER_TARBALL); \
+	  ls -t $(CONTAINERS_CACHE)/apptainer-*-*.tar.zst | tail -n +5 | xargs -r rm -f; \
 	  touch $(CT)/apptainer/.stamp; }
 
 # The suite's CUDA program, built against Debian 11's glibc 2.31 (make
@@ -141,5 +143,3 @@ $(CT_IMAGE): scripts/container-image.sh $(CT_PROBE)
 test-containers: containers fakecuda-libs interceptor go-build spank ## container suite: enroot and Apptainer jobs held to their quota (root)
 	GPUSLICE_BUILD_DIR=$(BUILD) $(GO) test -count=1 -timeout 10m ./tests/containers/...
 
-# The Slurm suite runs a pyxis job (tests/slurm/containers_test.go).
-test-slurm: containers

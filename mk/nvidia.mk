@@ -1,9 +1,10 @@
 # NVIDIA's real user-space binaries from Debian bookworm's contrib and non-free
 # (CUDA runtime 11.8 and its headers, cuBLAS, nvidia-smi 535, pycuda, Slurm's
 # NVML GPU plugin), fetched with a private apt configuration (own sources list,
-# lists and cache under build/) and unpacked under build/nvidia/root. Nothing
-# is installed and the machine's apt sources are untouched. The real libcuda
-# and NVML are never fetched: the programs run on fakecuda's libraries.
+# lists and cache under build/) and unpacked under build/nvidia/root by
+# scripts/nvidia-debs.sh. Nothing is installed and the machine's apt sources
+# are untouched. The real libcuda and NVML are never fetched: the programs
+# run on fakecuda's libraries.
 #
 # When the archive cannot be reached the target still succeeds but writes
 # build/nvidia/UNREACHABLE with apt's message; the tests that need these
@@ -17,9 +18,8 @@ NVIDIA_PKGS   := libcudart11.0 libcublas11 libcublaslt11 libcurand10 nvidia-smi 
                  libboost-python1.74.0 libboost-thread1.74.0
 # Packages of which only the headers (usr/include) are kept.
 NVIDIA_HDR_PKGS := nvidia-cuda-dev
-NVIDIA_APT    := -o Dir::Etc::SourceList=$(NVIDIA)/apt/sources.list -o Dir::Etc::SourceParts=/dev/null \
-                 -o Dir::State::Lists=$(NVIDIA)/apt/lists -o Dir::Cache=$(NVIDIA)/apt/cache \
-                 -o APT::Sandbox::User=root
+# The unpacked root is kept in NVIDIA_CACHE (scripts/nvidia-debs.sh).
+NVIDIA_CACHE  ?= $(GPUSLICE_CACHE)/nvidia
 
 .PHONY: nvidia-debs nvidia-force
 nvidia-debs: $(NVIDIA)/.stamp ## fetch NVIDIA's CUDA runtime, cuBLAS, nvidia-smi, pycuda from Debian contrib/non-free into build/nvidia
@@ -31,20 +31,11 @@ $(NVIDIA_SEL_STAMP): nvidia-force
 	@mkdir -p $(@D)
 	@[ "$$(cat $@ 2>/dev/null)" = "$(NVIDIA_SELECTION)" ] || echo "$(NVIDIA_SELECTION)" > $@
 
-$(NVIDIA)/.stamp: $(NVIDIA_SEL_STAMP)
+$(NVIDIA)/.stamp: $(NVIDIA_SEL_STAMP) scripts/nvidia-debs.sh
 	@rm -rf $(NVIDIA)
-	@mkdir -p $(NVIDIA)/apt/lists/partial $(NVIDIA)/apt/cache/archives/partial $(NVIDIA)/debs $(NVIDIA_ROOT)
-	@echo "deb http://deb.debian.org/debian $(NVIDIA_SUITE) main contrib non-free" > $(NVIDIA)/apt/sources.list
-	@echo "nvidia-debs: fetching $(NVIDIA_PKGS) $(NVIDIA_HDR_PKGS)"
-	@if ! out=$$( { apt-get -qq $(NVIDIA_APT) update && \
-	      cd $(NVIDIA)/debs && apt-get -qq $(NVIDIA_APT) download $(NVIDIA_PKGS) $(NVIDIA_HDR_PKGS); } 2>&1 ); then \
-	  printf 'Debian contrib/non-free archive unreachable: %s\n' "$$out" | head -c 2000 > $(NVIDIA)/UNREACHABLE; \
-	  echo "nvidia-debs: archive unreachable; tests that need NVIDIA's binaries will skip" >&2; \
-	  touch $@; exit 0; fi
-	@for p in $(NVIDIA_PKGS); do dpkg-deb -x $(NVIDIA)/debs/$${p}_*.deb $(NVIDIA_ROOT) || exit 1; done
-	@for p in $(NVIDIA_HDR_PKGS); do dpkg-deb --fsys-tarfile $(NVIDIA)/debs/$${p}_*.deb | tar -x -C $(NVIDIA_ROOT) ./usr/include || exit 1; done
-	@rm -f $(NVIDIA)/debs/nvidia-cuda-dev_*.deb
-	@! find $(NVIDIA_ROOT) -name 'libcuda.so*' -o -name 'libnvidia-ml.so*' | grep -q . || { echo "nvidia-debs: a real libcuda/NVML was unpacked" >&2; exit 1; }
+	@rc=0; $(ROOT)/scripts/nvidia-debs.sh $(NVIDIA) $(NVIDIA_CACHE) $(NVIDIA_SUITE) '$(NVIDIA_PKGS)' '$(NVIDIA_HDR_PKGS)' || rc=$$?; \
+	if [ $$rc = 3 ]; then echo "nvidia-debs: archive unreachable; tests that need NVIDIA's binaries will skip" >&2; \
+	elif [ $$rc != 0 ]; then exit $$rc; fi
 	@touch $@
 
 # ---- programs built against NVIDIA's runtime, and their tests ----

@@ -34,7 +34,12 @@ $(SLURM_V2VIEW): tests/slurm/v2view/v2view.c
 	@mkdir -p $(@D)
 	$(CC) -O2 -g $(CWARN) -D_GNU_SOURCE -fPIC -shared -o $@ $<
 
-test-slurm: spank go-build fakecuda interceptor ctxprobe $(SLURM_V2VIEW) ## Prolog/Epilog, plugin and job_submit.lua unit tests; two-node end-to-end suite on a real Slurm (root)
+test-slurm: $(SLURM_TEST_DEPS) ## Prolog/Epilog, plugin and job_submit.lua unit tests; two-node end-to-end suite on a real Slurm (root)
+	@$(MAKE) --no-print-directory run-slurm-22.05
+
+# The tests alone, once everything they need is built.
+.PHONY: run-slurm-22.05
+run-slurm-22.05:
 	GPUSLICE_BUILD_DIR=$(BUILD) $(GO) test -count=1 -timeout 5m ./prolog/... ./spank/...
 	lua5.1 tests/slurm/lua/job_submit_test.lua etc/slurm/job_submit.lua
 	GPUSLICE_BUILD_DIR=$(BUILD) $(GO) test -count=1 -timeout 20m ./tests/slurm/...

@@ -3,10 +3,10 @@
 # plugin is built against its headers, the Slurm 24.11 suite runs its daemons
 # inside it, the package test installs the Debian 13 .deb into it.
 #
-# A finished root is kept as a tarball in TRIXIE_CACHE (default under build/,
-# so `make clean` drops it; point it elsewhere to keep it across cleans, e.g.
-# TRIXIE_CACHE=/var/cache/gpuslice-trixie). The tarball is keyed by the
-# package list and scripts/trixie-root.sh: a change to either builds afresh.
+# A finished root is kept as a tarball in TRIXIE_CACHE (default in
+# GPUSLICE_CACHE, kept across clones and `make clean`). The tarball is keyed
+# by the package list and scripts/trixie-root.sh: a change to either builds
+# afresh.
 #
 # When the archive cannot be reached the target still succeeds but writes
 # build/trixie/UNREACHABLE with debootstrap's message (and tries again next
@@ -14,7 +14,7 @@
 # (debootstrap, chroot, mounts).
 TRIXIE        := $(BUILD)/trixie
 TRIXIE_ROOT   := $(TRIXIE)/root
-TRIXIE_CACHE  ?= $(BUILD)/cache/trixie
+TRIXIE_CACHE  ?= $(GPUSLICE_CACHE)/trixie
 TRIXIE_STAMP  := $(TRIXIE)/.stamp
 # Slurm 24.11's job_submit_lua.so links liblua5.1 in Debian 13, as in 12.
 # The end-to-end suite on 24.11 (make test-slurm-24.11) also needs iproute2
@@ -44,5 +44,18 @@ trixie-clean: ## remove the Debian 13 root (the cache in TRIXIE_CACHE stays)
 # so the two may run at once. Needs root; skips when the archive is
 # unreachable.
 .PHONY: test-slurm-24.11
-test-slurm-24.11: trixie-root spank-24.11 spank go-build fakecuda interceptor ctxprobe $(SLURM_V2VIEW) ## the end-to-end suite on Slurm 24.11 in the Debian 13 root (root)
+test-slurm-24.11: trixie-root spank-24.11 $(SLURM_TEST_DEPS) ## the end-to-end suite on Slurm 24.11 in the Debian 13 root (root)
+	@$(MAKE) --no-print-directory run-slurm-24.11
+
+.PHONY: run-slurm-24.11
+run-slurm-24.11:
 	GPUSLICE_SLURM_RELEASE=24.11 GPUSLICE_BUILD_DIR=$(BUILD) $(GO) test -count=1 -timeout 20m ./tests/slurm/
+
+# Both releases at once (what `make test` runs). Each run has its own
+# hosts, bridge, subnet, lock and /tmp prefix, and the suites mostly wait
+# on Slurm (the CPUs are about three quarters idle on 2 cores), so together
+# they take about as long as the 22.05 run alone. Each run's output goes to
+# build/test-logs/ and is printed whole when that run ends.
+.PHONY: test-slurm-all
+test-slurm-all: trixie-root spank-24.11 $(SLURM_TEST_DEPS) ## make test-slurm and make test-slurm-24.11 at the same time (root)
+	@MAKE='$(MAKE)' bash scripts/run-together.sh $(BUILD)/test-logs run-slurm-22.05 run-slurm-24.11

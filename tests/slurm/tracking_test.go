@@ -56,11 +56,13 @@ func TestDoubleForkEscape(t *testing.T) {
 		t.Fatal(err)
 	}
 	pidFile, outFile := filepath.Join(dir, "pid"), filepath.Join(dir, "out")
-	hold := 5
+	hold := "sleep 5"
 	if tracking.cgroup {
-		hold = 30 // long enough to see the audit act while the job runs
+		// The task lasts while the escaped process runs, at most 30 s:
+		// long enough to see the audit act while the job runs.
+		hold = `p=$(cat ` + pidFile + `); i=0; while [ $i -lt 300 ] && kill -0 "$p" 2>/dev/null; do sleep 0.1; i=$((i+1)); done`
 	}
-	script := fmt.Sprintf(`( setsid env -u LD_PRELOAD %s --api driver --step 1G --count 2 --hold 60 >%s 2>&1 & echo $! >%s ); sleep %d`,
+	script := fmt.Sprintf(`( setsid env -u LD_PRELOAD %s --api driver --step 1G --count 2 --hold 60 >%s 2>&1 & echo $! >%s ); %s`,
 		c.bin("target_app"), outFile, pidFile, hold)
 	done := make(chan result, 1)
 	go func() {
