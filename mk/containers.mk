@@ -88,9 +88,10 @@ $(CT)/pyxis/.stamp: mk/containers.mk $(CT_SRC) $(BUILD_HEADERS)
 # apptainer (etc/apptainer/apptainer.conf...). Its build runs `go clean
 # -cache`: it gets a Go build cache of its own, removed afterwards. The
 # build takes ~5 minutes on 2 cores, so the installed tree is kept in
-# CONTAINERS_CACHE too, keyed by commit and install path (the four most
-# recent are kept: a CI clone at a new path each time adds one).
-APPTAINER_TARBALL = $(CONTAINERS_CACHE)/apptainer-$(APPTAINER_COMMIT)-$(shell echo $(CT)/apptainer | sha256sum | cut -c1-12).tar.zst
+# CONTAINERS_CACHE too, keyed by commit. An installation without the setuid
+# starter is relocatable (Apptainer finds its etc/ and libexec/ from where
+# its binary is), so a checkout at another path unpacks the same tree.
+APPTAINER_TARBALL = $(CONTAINERS_CACHE)/apptainer-$(APPTAINER_COMMIT)-installed.tar.zst
 $(CT)/apptainer/.stamp: mk/containers.mk $(CT_SRC)
 	@if [ -f $(APPTAINER_TARBALL) ]; then \
 	  echo "apptainer: unpacking $(APPTAINER_TARBALL)"; rm -rf $(CT)/apptainer && mkdir -p $(CT)/apptainer && \
@@ -118,7 +119,7 @@ apptainer-build:
 	  rm -rf $$s/builddir; echo $(APPTAINER_COMMIT) > $(CT)/apptainer/COMMIT; \
 	  mkdir -p $(CONTAINERS_CACHE); \
 	  tar --zstd -cpf $(APPTAINER_TARBALL).tmp -C $(CT)/apptainer --exclude=./build.log . && mv $(APPTAINER_TARBALL).tmp $(APPTAINER_TARBALL); \
-	  ls -t $(CONTAINERS_CACHE)/apptainer-*-*.tar.zst | tail -n +5 | xargs -r rm -f; \
+	  find $(CONTAINERS_CACHE) -maxdepth 1 -name 'apptainer-*-installed.tar.zst' ! -name $(notdir $(APPTAINER_TARBALL)) -delete; \
 	  touch $(CT)/apptainer/.stamp; }
 
 # The suite's CUDA program, built against Debian 11's glibc 2.31 (make
