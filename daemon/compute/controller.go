@@ -27,9 +27,20 @@ type Sessions interface {
 	JobOf(pid uint32) string
 }
 
-// Source measures GPU time: per GPU index and pid, the ns since its last call.
+// Source measures GPU time: per GPU index, what its samples since the last
+// call say (a GPU with none new is left out).
 type Source interface {
-	Busy() (map[int]map[uint32]float64, error)
+	Busy() (map[int]Window, error)
+}
+
+// Window is what one GPU's new samples say: the GPU time per pid (ns) and
+// the span of the GPU's time they cover (ns). The driver samples each GPU
+// at a period of its own (NVML's documentation: 1/6 s to 1 s by product),
+// which may be longer than a pass: in a pass with no new samples nobody is
+// known to have used anything or gone idle (Step).
+type Window struct {
+	Procs map[uint32]float64
+	Span  float64
 }
 
 // Controller runs the passes: measure, decide, publish.
@@ -138,7 +149,8 @@ func (c *Controller) Pass(now time.Time) (sharing bool) {
 			e.Share = ShareOf(s.Spec, s.Limits[li], c.Physical[g])
 			e.Used = 0
 			if len(s.Pids) == 0 {
-				e.Held = false // its processes are gone: it wants nothing, its share is free
+				// its processes are gone: it wants nothing, its share is free
+				e.Held, e.Active = false, false
 			}
 		}
 	}
@@ -169,8 +181,8 @@ func (c *Controller) Pass(now time.Time) (sharing bool) {
 		busy = nil // what ran before any share: nobody owes it
 	}
 	others := map[int]float64{}
-	for g, procs := range busy {
-		for pid, ns := range procs {
+	for g, w := range busy {
+		for pid, ns := range w.Procs {
 			id, ok := byPid[pid]
 			if !ok {
 				id = c.Sessions.JobOf(pid)
@@ -198,7 +210,7 @@ func (c *Controller) Pass(now time.Time) (sharing bool) {
 		for i := range es {
 			was[i] = es[i].Held
 		}
-		Step(es, dt, others[g])
+		Step(es, dt, busy[g].Span, others[g])
 		seen := map[string]Entry{}
 		for i, id := range ids {
 			if es[i].Held != was[i] {

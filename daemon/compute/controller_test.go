@@ -20,9 +20,12 @@ type fakeSessions struct {
 func (f *fakeSessions) ComputeSessions() []Session { return f.list }
 func (f *fakeSessions) JobOf(pid uint32) string    { return f.jobs[pid] }
 
-type fakeBusy struct{ next map[int]map[uint32]float64 }
+type fakeBusy struct{ next map[int]Window }
 
-func (f *fakeBusy) Busy() (map[int]map[uint32]float64, error) { return f.next, nil }
+func (f *fakeBusy) Busy() (map[int]Window, error) { return f.next, nil }
+
+// pass100 is one GPU's samples covering 100 ms.
+func pass100(procs map[uint32]float64) Window { return Window{Procs: procs, Span: 100e6} }
 
 // A pass attributes NVML's per-process time to sessions (attached pids,
 // else the kernel's pid->job), holds the one ahead of its share on the
@@ -43,7 +46,7 @@ func TestControllerPass(t *testing.T) {
 		},
 		jobs: map[uint32]string{11: "a"}, // a process of a that never attached
 	}
-	src := &fakeBusy{next: map[int]map[uint32]float64{0: {10: 30e6, 11: 20e6, 20: 50e6}}}
+	src := &fakeBusy{next: map[int]Window{0: pass100(map[uint32]float64{10: 30e6, 11: 20e6, 20: 50e6})}}
 	c := &Controller{Page: page, Source: src, Sessions: ss, Physical: []uint64{80, 80}, Interval: 100 * time.Millisecond,
 		Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
 	for _, id := range []string{"a", "b"} {
@@ -69,7 +72,7 @@ func TestControllerPass(t *testing.T) {
 	}
 	// b's job ends: its slot is freed and a, alone, runs free
 	ss.list = ss.list[:1]
-	src.next = map[int]map[uint32]float64{0: {10: 100e6}}
+	src.next = map[int]Window{0: pass100(map[uint32]float64{10: 100e6})}
 	c.Pass(now.Add(100 * time.Millisecond))
 	if got := page.Throttle("a"); got != 0 {
 		t.Errorf("alone, a's throttle bits are %b", got)
@@ -96,7 +99,7 @@ func TestControllerShareGivenAndRemoved(t *testing.T) {
 		{ID: "b", GPUs: []int{0}, Limits: []uint64{1}, Spec: api.Compute{Mode: api.ComputePercent, Percent: 75}, Pids: []uint32{20}},
 	}}
 	// both launch back to back and the GPU gives each half its time
-	src := &fakeBusy{next: map[int]map[uint32]float64{0: {10: 50e6, 20: 50e6}}}
+	src := &fakeBusy{next: map[int]Window{0: pass100(map[uint32]float64{10: 50e6, 20: 50e6})}}
 	c := &Controller{Page: page, Source: src, Sessions: ss, Physical: []uint64{80}, Interval: 100 * time.Millisecond,
 		Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
 	now := time.Unix(1000, 0)

@@ -29,7 +29,7 @@ type Entry struct {
 	Used   float64 // ns of GPU time used in this pass (input)
 	Lag    float64 // ns entitled minus used, over the contended passes
 	CapLag float64 // ns allowed by the cap minus used
-	Active bool    // had work in this pass (or was held)
+	Active bool    // had work in the last samples (or was held)
 	Held   bool    // the gate holds it (output)
 }
 
@@ -39,18 +39,27 @@ const (
 	capBurst = 20e6 // what a capped session may run ahead of its cap
 )
 
-// Step advances one GPU by a pass of dt ns in which others ns were used
-// by processes of no shared session, and decides who is held.
+// Step advances one GPU by a pass of dt ns, in which new samples covering
+// span ns of the GPU's time came (0: none) and said others ns were used by
+// processes of no shared session, and decides who is held.
 //
-// The busy time of the pass is divided among the active sessions by
+// The busy time of the samples is divided among the active sessions by
 // weight, max-min fair: a session that asked for less than its part gets
-// what it used, and the rest goes to the others.
-func Step(es []Entry, dt, others float64) {
+// what it used, and the rest goes to the others. A pass without samples
+// (the driver's sample period can be longer than a pass) changes no lag
+// and nobody's activity: the holds stand, but a cap's lag runs with the
+// clock and a session whose processes are gone (made inactive by the
+// caller) no longer contends.
+func Step(es []Entry, dt, span, others float64) {
 	var total float64
 	n := 0
 	for i := range es {
 		e := &es[i]
-		e.Active = e.Used > 0 || e.Held
+		if span > 0 {
+			e.Active = e.Used > 0 || e.Held
+		} else {
+			e.Active = e.Active || e.Held
+		}
 		if e.Active && e.Weight > 0 {
 			n++
 		}
@@ -62,11 +71,11 @@ func Step(es []Entry, dt, others float64) {
 	// idled, all of them did. A held session's kernels that kept running
 	// (the gate cannot stop a kernel) took their time from the others,
 	// whose demand that pass is then unknown: taken as unlimited.
-	idle := dt-total-others > 0.05*dt
+	idle := span-total-others > 0.05*span
 	overrun := false
 	top := 0.0
 	for _, e := range es {
-		overrun = overrun || (e.Held && e.Used > 0.1*dt)
+		overrun = overrun || (e.Held && e.Used > 0.1*span)
 		if !e.Held {
 			top = max(top, e.Used)
 		}

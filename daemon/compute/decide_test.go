@@ -8,12 +8,16 @@ import (
 // gpu is a time-sliced GPU for the decision: in each pass the sessions
 // with work that the gate lets launch share it equally (as the hardware's
 // round robin does), and a session's queued work lasts `queue` ns past
-// the moment it is held.
+// the moment it is held. Its samples come every `period` passes (1: every
+// pass), each covering the passes since the last.
 type gpu struct {
-	es     []Entry
-	demand []bool    // wants the GPU
-	giant  []float64 // ns of one kernel still running (ignores the gate)
-	used   []float64 // totals
+	es      []Entry
+	demand  []bool    // wants the GPU
+	giant   []float64 // ns of one kernel still running (ignores the gate)
+	used    []float64 // totals
+	period  int
+	passes  int
+	pending []float64 // used since the last sample
 }
 
 func (g *gpu) pass(dt float64) {
@@ -24,19 +28,32 @@ func (g *gpu) pass(dt float64) {
 		}
 	}
 	for i := range g.es {
-		g.es[i].Used = 0
 		if g.demand[i] && (!g.es[i].Held || g.giant[i] > 0) {
-			g.es[i].Used = dt / float64(run)
-			g.giant[i] = math.Max(0, g.giant[i]-g.es[i].Used)
-			g.used[i] += g.es[i].Used
+			u := dt / float64(run)
+			g.giant[i] = math.Max(0, g.giant[i]-u)
+			g.used[i] += u
+			g.pending[i] += u
 		}
 	}
-	Step(g.es, dt, 0)
+	g.passes++
+	span := 0.0
+	sample := g.passes%max(g.period, 1) == 0
+	if sample {
+		span = dt * float64(max(g.period, 1))
+	}
+	for i := range g.es {
+		g.es[i].Used = 0
+		if sample {
+			g.es[i].Used, g.pending[i] = g.pending[i], 0
+		}
+	}
+	Step(g.es, dt, span, 0)
 }
 
 func newGPU(shares ...Share) *gpu {
 	g := &gpu{es: make([]Entry, len(shares)), demand: make([]bool, len(shares)),
-		giant: make([]float64, len(shares)), used: make([]float64, len(shares))}
+		giant: make([]float64, len(shares)), used: make([]float64, len(shares)),
+		pending: make([]float64, len(shares)), period: 1}
 	for i, s := range shares {
 		g.es[i].Share = s
 		g.demand[i] = true
@@ -138,5 +155,38 @@ func TestStepGiantKernelPaidBack(t *testing.T) {
 	over := g.used[0] - 0.25*(g.used[0]+g.used[1])
 	if over > pass {
 		t.Errorf("the session with one giant kernel used %.0f ms beyond its share over 10 s", over/1e6)
+	}
+}
+
+// The driver's samples may come once a second (NVML: 1/6 s to 1 s by
+// product) while the passes run every 100 ms: a pass without samples
+// changes nobody's lag, so the holds stand until the next samples and the
+// shares and a cap still hold.
+func TestStepSamplesSlowerThanPasses(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		shares []Share
+		want   []float64
+	}{
+		{"25/75", []Share{{Weight: 25}, {Weight: 75}}, []float64{.25, .75}},
+		{"20/30/50", []Share{{Weight: 20}, {Weight: 30}, {Weight: 50}}, []float64{.2, .3, .5}},
+		{"cap alone", []Share{{Weight: 1, Cap: .3}}, []float64{.3}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g := newGPU(tc.shares...)
+			g.period = 10
+			for i := 0; i < 1000; i++ {
+				g.pass(pass)
+			}
+			got := g.fractions()
+			if len(tc.shares) == 1 {
+				got[0] = g.used[0] / (1000 * pass) // of the wall time
+			}
+			for i, f := range got {
+				if math.Abs(f-tc.want[i]) > 0.03 {
+					t.Errorf("session %d: %.3f of the GPU, want %.2f (all: %.3f)", i, f, tc.want[i], got)
+				}
+			}
+		})
 	}
 }

@@ -21,6 +21,7 @@ import "C"
 
 import (
 	"fmt"
+	"slices"
 	"unsafe"
 
 	nvmlgpu "github.com/gpuslice/gpuslice/daemon/gpu"
@@ -55,9 +56,18 @@ type NVMLBusy struct {
 	fn     unsafe.Pointer
 	devs   []unsafe.Pointer
 	seen   []uint64 // newest sample timestamp read, per GPU (us)
+	period []float64
 	buf    []C.gs_util_sample
-	Period float64 // the driver's sample period, ns
+	// Period is the sample period assumed until a GPU's samples show
+	// theirs (ns).
+	Period float64
 }
+
+// A GPU's sample period is not given by NVML: NVIDIA documents 1/6 s to
+// 1 s depending on the product. It is the shortest gap between two
+// samples' timestamps seen so far (gaps under minGap are taken as one
+// period's samples stamped apart).
+const minGap = 10e6
 
 // OpenNVMLBusy loads NVML (libPath, else libnvidia-ml.so.1) for the
 // first n GPUs by NVML index (the inventory's order).
@@ -67,7 +77,7 @@ func OpenNVMLBusy(libPath string, n int) (*NVMLBusy, error) {
 		return nil, err
 	}
 	b := &NVMLBusy{lib: lib, fn: lib.Sym("nvmlDeviceGetProcessUtilization"),
-		seen: make([]uint64, n), buf: make([]C.gs_util_sample, 256), Period: 100e6}
+		seen: make([]uint64, n), period: make([]float64, n), buf: make([]C.gs_util_sample, 256), Period: 100e6}
 	byIndex := lib.Sym("nvmlDeviceGetHandleByIndex_v2")
 	if b.fn == nil || byIndex == nil {
 		lib.Close(false)
@@ -94,10 +104,11 @@ func OpenNVMLBusy(libPath string, n int) (*NVMLBusy, error) {
 
 func (b *NVMLBusy) errString(r C.int) string { return b.lib.ErrorString(int(r)) }
 
-// Busy returns, per GPU index and pid, the ns of GPU time in the samples
-// that appeared since the last call.
-func (b *NVMLBusy) Busy() (map[int]map[uint32]float64, error) {
-	out := map[int]map[uint32]float64{}
+// Busy returns, per GPU index, the samples that appeared since the last
+// call: GPU time per pid and the span of the GPU's time they cover. A GPU
+// with no new samples is left out.
+func (b *NVMLBusy) Busy() (map[int]Window, error) {
+	out := map[int]Window{}
 	for i, dev := range b.devs {
 		var n C.uint
 		var r C.int
@@ -115,12 +126,40 @@ func (b *NVMLBusy) Busy() (map[int]map[uint32]float64, error) {
 		if r != nvmlSuccess {
 			return nil, fmt.Errorf("NVML device %d process utilisation: %s", i, b.errString(r))
 		}
-		m := map[uint32]float64{}
-		for _, s := range b.buf[:min(int(n), len(b.buf))] {
-			m[uint32(s.pid)] += float64(s.smUtil) / 100 * b.Period
-			b.seen[i] = max(b.seen[i], uint64(s.timeStamp))
+		samples := b.buf[:min(int(n), len(b.buf))]
+		stamps := make([]uint64, 0, 8)
+		for _, s := range samples {
+			if ts := uint64(s.timeStamp); ts > b.seen[i] {
+				stamps = append(stamps, ts)
+			}
 		}
-		out[i] = m
+		if len(stamps) == 0 {
+			continue
+		}
+		slices.Sort(stamps)
+		stamps = slices.Compact(stamps)
+		prev := b.seen[i]
+		for _, ts := range stamps {
+			if gap := float64(ts-prev) * 1e3; prev > 0 && gap >= minGap && (b.period[i] == 0 || gap < b.period[i]) {
+				b.period[i] = gap
+			}
+			prev = ts
+		}
+		period := b.period[i]
+		if period == 0 {
+			period = b.Period
+		}
+		w := Window{Procs: map[uint32]float64{}, Span: float64(len(stamps)) * period}
+		if b.seen[i] > 0 {
+			w.Span = float64(stamps[len(stamps)-1]-b.seen[i]) * 1e3
+		}
+		for _, s := range samples {
+			if uint64(s.timeStamp) > b.seen[i] {
+				w.Procs[uint32(s.pid)] += float64(s.smUtil) / 100 * period
+			}
+		}
+		b.seen[i] = stamps[len(stamps)-1]
+		out[i] = w
 	}
 	return out, nil
 }

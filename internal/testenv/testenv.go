@@ -125,6 +125,11 @@ type DaemonOptions struct {
 	// on fakecuda's driver). Off by default: a session's first process then
 	// measures a context's cost itself.
 	ContextProbe bool
+	// GPUEnv holds settings of the fake node's GPUs (FAKECUDA_NVML_SAMPLE_NS=...):
+	// a GPU is the same for every process using it, so they are in the
+	// daemon's environment and in Env(). (BaseEnv drops the test's own
+	// FAKECUDA_* variables.)
+	GPUEnv []string
 	// ExtraEnv and ExtraArgs are added to the daemon's environment and flags.
 	ExtraEnv  []string
 	ExtraArgs []string
@@ -269,6 +274,7 @@ func (d *Daemon) Args() []string {
 // DaemonEnv is the daemon's environment.
 func (d *Daemon) DaemonEnv() []string {
 	env := append(BaseEnv(), "FAKECUDA_DEVICES="+d.Devices, "FAKECUDA_STATE="+d.State)
+	env = append(env, d.opts.GPUEnv...)
 	env = append(env, d.ctxEnv()...)
 	if d.opts.Token != "" {
 		env = append(env, "GPUSLICE_IPC_TOKEN="+d.opts.Token, "GPUSLICE_IPC_TOKEN_REQUIRED=1")
@@ -332,6 +338,7 @@ func (d *Daemon) Env() []string {
 		"FAKECUDA_STATE="+d.State,
 		"GPUSLICE_IPC_SOCK="+d.IPCSock,
 	)
+	env = append(env, d.opts.GPUEnv...)
 	return append(env, d.ctxEnv()...)
 }
 

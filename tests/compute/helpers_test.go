@@ -27,8 +27,10 @@ import (
 // window is what a share is measured over: NVML samples for 10 s of GPU time.
 const window = "10"
 
-func startDaemon(t *testing.T) *testenv.Daemon {
-	d := testenv.StartDaemon(t, testenv.DaemonOptions{Devices: "80GiB"})
+// startDaemon starts gpusliced on one fake 80 GiB GPU; gpuEnv are settings
+// of that GPU (testenv.DaemonOptions.GPUEnv).
+func startDaemon(t *testing.T, gpuEnv ...string) *testenv.Daemon {
+	d := testenv.StartDaemon(t, testenv.DaemonOptions{Devices: "80GiB", GPUEnv: gpuEnv})
 	t.Cleanup(func() { os.Remove("/dev/shm/fakecuda-" + d.State + "@timeline") })
 	return d
 }
@@ -110,9 +112,15 @@ func (j *job) kill() {
 	}
 }
 
-// measure is what NVML reports of GPU 0 over secs seconds: ms per pid and
-// the window's length in ms.
-func measure(t *testing.T, d *testenv.Daemon, secs string) (map[int]float64, float64) {
+// gpuWatch is what NVML reported of GPU 0 over a window (fc_utilwatch).
+type gpuWatch struct {
+	busy    map[int]float64 // ms of GPU time per pid
+	win     float64         // the window's length in ms
+	samples int             // distinct sample periods seen
+}
+
+// watchGPU watches GPU 0 through NVML for secs seconds.
+func watchGPU(t *testing.T, d *testenv.Daemon, secs string) gpuWatch {
 	t.Helper()
 	cmd := exec.Command(program(t, "fc_utilwatch"), secs)
 	cmd.Env = d.Env()
@@ -120,8 +128,7 @@ func measure(t *testing.T, d *testenv.Daemon, secs string) (map[int]float64, flo
 	if err != nil {
 		t.Fatalf("fc_utilwatch: %v", err)
 	}
-	busy := map[int]float64{}
-	var win float64
+	w := gpuWatch{busy: map[int]float64{}}
 	for _, l := range strings.Split(string(out), "\n") {
 		kv := map[string]string{}
 		for _, f := range strings.Fields(l) {
@@ -132,12 +139,24 @@ func measure(t *testing.T, d *testenv.Daemon, secs string) (map[int]float64, flo
 		switch kv["event"] {
 		case "busy":
 			pid, _ := strconv.Atoi(kv["pid"])
-			busy[pid] = ms
+			w.busy[pid] = ms
 		case "window":
-			win = ms
+			w.win = ms
+			w.samples, _ = strconv.Atoi(kv["samples"])
 		}
 	}
-	return busy, win
+	return w
+}
+
+// measure is what NVML reports of GPU 0 over secs seconds: ms per pid and
+// the window's length in ms.
+func measure(t *testing.T, d *testenv.Daemon, secs string) (map[int]float64, float64) {
+	t.Helper()
+	w := watchGPU(t, d, secs)
+	if w.win <= 0 {
+		t.Fatalf("NVML gave no samples over %s s: the GPU sat idle while jobs were to launch", secs)
+	}
+	return w.busy, w.win
 }
 
 // shares are the jobs' fractions of the GPU's busy time over the window.
@@ -160,6 +179,12 @@ func shares(busy map[int]float64, jobs ...*job) []float64 {
 func expectShares(t *testing.T, d *testenv.Daemon, what string, want []float64, jobs ...*job) {
 	t.Helper()
 	busy, win := measure(t, d, window)
+	checkShares(t, what, want, busy, win, jobs...)
+}
+
+// checkShares expects the jobs' shares of busy within 5 points of want.
+func checkShares(t *testing.T, what string, want []float64, busy map[int]float64, win float64, jobs ...*job) {
+	t.Helper()
 	got := shares(busy, jobs...)
 	t.Logf("%s: measured shares %.1f (window %.0f ms)", what, got, win)
 	for i, w := range want {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"strconv"
 	"testing"
 	"time"
 
@@ -196,20 +197,30 @@ func TestSharesHoldWithManySamplesKept(t *testing.T) {
 
 // NVML's documentation gives a GPU's utilisation sample period as 1/6 s
 // to 1 s depending on the product, not 100 ms as fakecuda's by default,
-// while gpusliced passes every 100 ms and counts a sample as 100 ms: the
-// shares must hold whatever the period. FAKECUDA_NVML_SAMPLE_NS gives
-// fakecuda's GPU the period; the longest is tested (1/6 s gave 24.7 /
-// 75.3 once, docs/daemon.md).
+// while gpusliced passes every 100 ms: a pass without new samples must
+// leave the holds as they are (it did not, and two sessions of 25 and 75
+// got 50/50 with samples every second). FAKECUDA_NVML_SAMPLE_NS gives
+// fakecuda's GPU the period (in every process's environment: the test's
+// own FAKECUDA_* variables reach none). The gate acts on what the samples
+// say, so a share is exact to about one sample period of the GPU: over
+// 10 s at 1/6 s, over 30 s at 1 s.
 func TestSharesHoldWithLongerSamplePeriods(t *testing.T) {
-	for _, period := range []time.Duration{time.Second} {
-		t.Run(period.String(), func(t *testing.T) {
-			t.Setenv("FAKECUDA_NVML_SAMPLE_NS", fmt.Sprint(period.Nanoseconds()))
-			d := startDaemon(t)
+	for _, tc := range []struct {
+		period time.Duration
+		secs   int
+	}{{time.Second / 6, 10}, {time.Second, 30}} {
+		t.Run(tc.period.String(), func(t *testing.T) {
+			d := startDaemon(t, fmt.Sprint("FAKECUDA_NVML_SAMPLE_NS=", tc.period.Nanoseconds()))
 			session(t, d, "a", 8<<30, percent(25, 0))
 			session(t, d, "b", 8<<30, percent(75, 0))
 			jobs := []*job{launch(t, d, "a"), launch(t, d, "b")}
-			time.Sleep(time.Second + 2*period)
-			expectShares(t, d, fmt.Sprintf("weights 25/75, NVML sampling every %v", period), []float64{25, 75}, jobs...)
+			time.Sleep(time.Second + 2*tc.period)
+			w := watchGPU(t, d, strconv.Itoa(tc.secs))
+			// The GPU is busy throughout: one sample per period.
+			if want := int(time.Duration(tc.secs) * time.Second / tc.period); w.samples < want-2 || w.samples > want+2 {
+				t.Fatalf("NVML gave %d samples over %d s; with a sample period of %v want %d (±2)", w.samples, tc.secs, tc.period, want)
+			}
+			checkShares(t, fmt.Sprintf("weights 25/75, NVML sampling every %v, over %d s", tc.period, tc.secs), []float64{25, 75}, w.busy, w.win, jobs...)
 		})
 	}
 }

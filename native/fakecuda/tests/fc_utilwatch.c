@@ -6,6 +6,10 @@
  *
  *   fc_utilwatch SECONDS     prints event=busy pid=P ms=M per process,
  *                            then event=window ms=<the samples' span>
+ *                            samples=<sample periods seen>
+ *
+ * samples counts the distinct sample timestamps: over a window of busy
+ * GPU it tells which sample period the timeline was made with.
  */
 #include "common.h"
 #include "nvml.h"
@@ -13,6 +17,7 @@
 #include <dlfcn.h>
 
 #define MAXP 256
+#define MAXT 4096
 
 int main(int argc, char **argv)
 {
@@ -43,6 +48,8 @@ int main(int argc, char **argv)
 	double ms[MAXP] = {0};
 	unsigned np = 0;
 	unsigned long long first = 0, last = 0;
+	static unsigned long long stamps[MAXT];
+	unsigned nstamps = 0;
 	struct timespec ts = {0, 50000000};
 	for (int k = 0; k < (int)(secs * 20); k++) {
 		nanosleep(&ts, NULL);
@@ -59,6 +66,11 @@ int main(int argc, char **argv)
 			if (j < MAXP)
 				ms[j] += s[i].smUtil * period_ms / 100;
 			top = s[i].timeStamp > top ? s[i].timeStamp : top;
+			unsigned k2;
+			for (k2 = 0; k2 < nstamps && stamps[k2] != s[i].timeStamp; k2++)
+				;
+			if (k2 == nstamps && nstamps < MAXT)
+				stamps[nstamps++] = s[i].timeStamp;
 			if (first == 0 || s[i].timeStamp < first)
 				first = s[i].timeStamp;
 		}
@@ -67,6 +79,6 @@ int main(int argc, char **argv)
 	}
 	for (unsigned j = 0; j < np; j++)
 		printf("event=busy pid=%u ms=%.0f\n", pid[j], ms[j]);
-	printf("event=window ms=%.0f\n", first ? (double)(last - first) / 1000 + period_ms : 0);
+	printf("event=window ms=%.0f samples=%u\n", first ? (double)(last - first) / 1000 + period_ms : 0, nstamps);
 	return 0;
 }
