@@ -75,12 +75,15 @@ func (g *gpu) fractions() []float64 {
 
 const pass = 100e6 // 100 ms
 
+// shareCase is sessions' shares and the fractions of the GPU they should get.
+type shareCase struct {
+	name   string
+	shares []Share
+	want   []float64
+}
+
 func TestStepShares(t *testing.T) {
-	for _, tc := range []struct {
-		name   string
-		shares []Share
-		want   []float64
-	}{
+	for _, tc := range []shareCase{
 		{"25/75", []Share{{Weight: 25}, {Weight: 75}}, []float64{.25, .75}},
 		{"20/30/50", []Share{{Weight: 20}, {Weight: 30}, {Weight: 50}}, []float64{.2, .3, .5}},
 		{"equal", []Share{{Weight: 1}, {Weight: 1}}, []float64{.5, .5}},
@@ -163,11 +166,7 @@ func TestStepGiantKernelPaidBack(t *testing.T) {
 // changes nobody's lag, so the holds stand until the next samples and the
 // shares and a cap still hold.
 func TestStepSamplesSlowerThanPasses(t *testing.T) {
-	for _, tc := range []struct {
-		name   string
-		shares []Share
-		want   []float64
-	}{
+	for _, tc := range []shareCase{
 		{"25/75", []Share{{Weight: 25}, {Weight: 75}}, []float64{.25, .75}},
 		{"20/30/50", []Share{{Weight: 20}, {Weight: 30}, {Weight: 50}}, []float64{.2, .3, .5}},
 		{"cap alone", []Share{{Weight: 1, Cap: .3}}, []float64{.3}},
