@@ -126,11 +126,12 @@ func (b *NVMLBusy) Busy() (map[int]Window, error) {
 		if r != nvmlSuccess {
 			return nil, fmt.Errorf("NVML device %d process utilisation: %s", i, b.errString(r))
 		}
-		samples := b.buf[:min(int(n), len(b.buf))]
+		pct := map[uint32]float64{} // percent of a sample period, summed per pid
 		stamps := make([]uint64, 0, 8)
-		for _, s := range samples {
+		for _, s := range b.buf[:min(int(n), len(b.buf))] {
 			if ts := uint64(s.timeStamp); ts > b.seen[i] {
 				stamps = append(stamps, ts)
+				pct[uint32(s.pid)] += float64(s.smUtil)
 			}
 		}
 		if len(stamps) == 0 {
@@ -149,14 +150,12 @@ func (b *NVMLBusy) Busy() (map[int]Window, error) {
 		if period == 0 {
 			period = b.Period
 		}
-		w := Window{Procs: map[uint32]float64{}, Span: float64(len(stamps)) * period}
+		w := Window{Procs: map[uint32]float64{}, Span: float64(len(stamps)) * period} // the first read: no earlier stamp
 		if b.seen[i] > 0 {
 			w.Span = float64(stamps[len(stamps)-1]-b.seen[i]) * 1e3
 		}
-		for _, s := range samples {
-			if uint64(s.timeStamp) > b.seen[i] {
-				w.Procs[uint32(s.pid)] += float64(s.smUtil) / 100 * period
-			}
+		for pid, p := range pct {
+			w.Procs[pid] = p / 100 * period
 		}
 		b.seen[i] = stamps[len(stamps)-1]
 		out[i] = w
