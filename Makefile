@@ -40,6 +40,9 @@ export BUILD VERSION
 # were made from, so a fresh clone does not make them again; `make clean`
 # leaves it, `make cache-clean` removes it.
 GPUSLICE_CACHE ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/gpuslice
+# The scripts that keep such a tree in it, and make Debian roots for some.
+TREE_CACHE  := $(ROOT)/scripts/tree-cache.sh
+DEBOOTSTRAP := $(ROOT)/scripts/debootstrap.sh
 
 include mk/deps.mk
 include mk/fakecuda.mk

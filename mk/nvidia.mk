@@ -31,7 +31,7 @@ $(NVIDIA_SEL_STAMP): nvidia-force
 	@mkdir -p $(@D)
 	@[ "$$(cat $@ 2>/dev/null)" = "$(NVIDIA_SELECTION)" ] || echo "$(NVIDIA_SELECTION)" > $@
 
-$(NVIDIA)/.stamp: $(NVIDIA_SEL_STAMP) scripts/nvidia-debs.sh
+$(NVIDIA)/.stamp: $(NVIDIA_SEL_STAMP) scripts/nvidia-debs.sh $(TREE_CACHE)
 	@rm -rf $(NVIDIA)
 	@rc=0; $(ROOT)/scripts/nvidia-debs.sh $(NVIDIA) $(NVIDIA_CACHE) $(NVIDIA_SUITE) '$(NVIDIA_PKGS)' '$(NVIDIA_HDR_PKGS)' || rc=$$?; \
 	if [ $$rc = 3 ]; then echo "nvidia-debs: archive unreachable; tests that need NVIDIA's binaries will skip" >&2; \

@@ -26,7 +26,7 @@ TRIXIE_RUN    := $(ROOT)/scripts/trixie-root.sh run $(TRIXIE_ROOT)
 .PHONY: trixie-root trixie-clean
 trixie-root: $(TRIXIE_STAMP) ## Debian 13 root with Slurm 24.11 in build/trixie/root (debootstrap; cached in TRIXIE_CACHE)
 
-$(TRIXIE_STAMP): mk/trixie.mk scripts/trixie-root.sh
+$(TRIXIE_STAMP): mk/trixie.mk scripts/trixie-root.sh $(TREE_CACHE) $(DEBOOTSTRAP)
 	@rm -f $@ $(TRIXIE)/UNREACHABLE
 	@mkdir -p $(TRIXIE)
 	@rc=0; $(ROOT)/scripts/trixie-root.sh build $(TRIXIE_ROOT) $(TRIXIE_CACHE) $(TRIXIE_PKGS) || rc=$$?; \

@@ -21,44 +21,26 @@ die() { log "$*"; exit 1; }
 
 build() {
 	local out=$1 cache=$2; shift 2
-	local top key tarball work
+	local here top tarball work
+	here=$(dirname "$0")
 	top=$(dirname "$out")
-	key=$(echo "$SUITE $MIRROR $LAYOUT" | sha256sum | cut -c1-16)
-	tarball=$cache/$SUITE-root-$key.tar.zst
+	tarball=$cache/$SUITE-root-$(echo "$SUITE $MIRROR $LAYOUT" | sha256sum | cut -c1-16).tar.zst
 	work=$out.root
 	mkdir -p "$top"
 	rm -rf "$work" "$top/UNREACHABLE"
-	mkdir -p "$work"
 
-	if [ -f "$tarball" ]; then
-		log "unpacking cached root $tarball"
-		tar --zstd -xpf "$tarball" -C "$work" --numeric-owner
+	if "$here/tree-cache.sh" unpack "$tarball" "$work"; then
+		log "unpacked cached root $tarball"
 	else
-		log "debootstrap $SUITE (minbase) from $MIRROR"
-		local outp
-		if ! outp=$(debootstrap --variant=minbase --components=main "$SUITE" "$work" "$MIRROR" 2>&1); then
-			printf '%s\n' "$outp" | tail -n 20 >&2
-			rm -rf "$work"
-			if grep -qiE 'Failed getting release file|Couldn.t download|unable to resolve|Temporary failure|Could not resolve|Connection (refused|timed out)|Network is unreachable' <<<"$outp"; then
-				printf 'Debian archive %s unreachable for %s: %s\n' "$MIRROR" "$SUITE" \
-					"$(grep -iE 'Failed|download|resolve|refused|timed out|unreachable' <<<"$outp" | head -n 3 | tr '\n' ' ')" \
-					>"$top/UNREACHABLE"
-				exit 3
-			fi
-			die "debootstrap failed"
-		fi
+		"$here/debootstrap.sh" "$SUITE" "$MIRROR" "$work" "$top/UNREACHABLE" || exit $?
 		# What a container never uses: downloaded packages, documentation.
 		rm -rf "$work"/var/cache/apt/archives/*.deb "$work"/var/lib/apt/lists/* \
 			"$work"/usr/share/doc/* "$work"/usr/share/man/* "$work"/usr/share/locale/* \
 			"$work"/var/log/*.log
-		mkdir -p "$cache"
 		log "saving $tarball"
-		tar --zstd -cpf "$tarball.tmp" -C "$work" --numeric-owner --one-file-system .
-		mv "$tarball.tmp" "$tarball"
-		find "$cache" -maxdepth 1 -name "$SUITE-root-*.tar.zst" ! -name "$(basename "$tarball")" -delete
+		"$here/tree-cache.sh" save "$tarball" "$work" "$SUITE-root-*.tar.zst"
 	fi
-	[ -x "$work/lib/x86_64-linux-gnu/libc.so.6" ] || [ -e "$work/lib/x86_64-linux-gnu/libc.so.6" ] ||
-		die "no libc in the $SUITE root"
+	[ -e "$work/lib/x86_64-linux-gnu/libc.so.6" ] || die "no libc in the $SUITE root"
 	# No device nodes: container images carry none (the runtime gives the
 	# container its /dev), and a user cannot unpack them (enroot create).
 	find "$work/dev" -mindepth 1 -delete

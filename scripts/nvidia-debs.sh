@@ -34,14 +34,13 @@ uris=$(apt-get -qq "${apt_opts[@]}" --print-uris download "${pkgs[@]}" "${hdr_pk
 key=$({ awk '{print $2, $4}' <<<"$uris"; echo "hdr: ${hdr_pkgs[*]}"; cat "$0"; } | sha256sum | cut -c1-16)
 tarball=$cache/nvidia-root-$key.tar.zst
 
-rm -rf "$root" "$root.tmp"
-mkdir -p "$root.tmp"
-if [ -f "$tarball" ]; then
-	log "unpacking cached $tarball"
-	tar --zstd -xf "$tarball" -C "$root.tmp"
-	mv "$root.tmp" "$root"
+here=$(dirname "$0")
+if "$here/tree-cache.sh" unpack "$tarball" "$root"; then
+	log "unpacked cached $tarball"
 	exit 0
 fi
+rm -rf "$root" "$root.tmp"
+mkdir -p "$root.tmp"
 
 log "fetching ${pkgs[*]} ${hdr_pkgs[*]}"
 mkdir -p "$dir/debs"
@@ -58,9 +57,6 @@ if find "$root.tmp" -name 'libcuda.so*' -o -name 'libnvidia-ml.so*' | grep -q .;
 	echo "nvidia-debs: a real libcuda/NVML was unpacked" >&2
 	exit 1
 fi
-mkdir -p "$cache"
 log "saving $tarball"
-tar --zstd -cf "$tarball.tmp.$$" -C "$root.tmp" .
-mv "$tarball.tmp.$$" "$tarball"
-find "$cache" -maxdepth 1 -name 'nvidia-root-*.tar.zst' ! -name "$(basename "$tarball")" -delete
+"$here/tree-cache.sh" save "$tarball" "$root.tmp" 'nvidia-root-*.tar.zst'
 mv "$root.tmp" "$root"

@@ -93,36 +93,21 @@ build() {
 	# What run takes from the environment has no place in a build.
 	unset TRIXIE_BINDS TRIXIE_ENV TRIXIE_OVERLAY
 	local pkgs=("$@")
-	local top key tarball work
+	local here top tarball work
+	here=$(dirname "$0")
 	top=$(dirname "$root")
-	key=$(cache_key "${pkgs[@]}")
-	tarball=$cache/trixie-root-$key.tar.zst
+	tarball=$cache/trixie-root-$(cache_key "${pkgs[@]}").tar.zst
 	rm -f "$top/UNREACHABLE"
+	mkdir -p "$top"
 
-	if [ -f "$tarball" ]; then
-		log "unpacking cached root $tarball"
-		rm -rf "$root.tmp" && mkdir -p "$root.tmp"
-		tar --zstd -xpf "$tarball" -C "$root.tmp" --numeric-owner
-		rm -rf "$root" && mv "$root.tmp" "$root"
+	if "$here/tree-cache.sh" unpack "$tarball" "$root"; then
+		log "unpacked cached root $tarball"
 		return 0
 	fi
 
 	work=$root.tmp
-	rm -rf "$work" && mkdir -p "$work" "$top"
-	log "debootstrap $SUITE (minbase) from $MIRROR"
-	local out
-	if ! out=$(debootstrap --variant=minbase --components=main "$SUITE" "$work" "$MIRROR" 2>&1); then
-		printf '%s\n' "$out" | tail -n 20 >&2
-		if grep -qiE 'Failed getting release file|Couldn.t download|unable to resolve|Temporary failure|Could not resolve|Connection (refused|timed out)|Network is unreachable' <<<"$out"; then
-			printf 'Debian archive %s unreachable for %s: %s\n' "$MIRROR" "$SUITE" \
-				"$(grep -iE 'Failed|download|resolve|refused|timed out|unreachable' <<<"$out" | head -n 3 | tr '\n' ' ')" \
-				>"$top/UNREACHABLE"
-			rm -rf "$work"
-			exit 3
-		fi
-		rm -rf "$work"
-		die "debootstrap failed"
-	fi
+	rm -rf "$work"
+	"$here/debootstrap.sh" "$SUITE" "$MIRROR" "$work" "$top/UNREACHABLE" || exit $?
 
 	# debootstrap writes no /etc/hosts: without one "localhost" does not
 	# resolve (mariadb-install-db, for one, refuses to run).
@@ -136,12 +121,8 @@ build() {
 	inside "$work" apt-get -qq clean
 	rm -rf "$work"/var/lib/apt/lists/* "$work"/var/cache/apt/*.bin "$work"/var/log/*.log "$work"/var/log/apt/*
 
-	mkdir -p "$cache"
 	log "saving $tarball"
-	tar --zstd -cpf "$tarball.tmp" -C "$work" --numeric-owner --one-file-system .
-	mv "$tarball.tmp" "$tarball"
-	# Older keys are of no further use.
-	find "$cache" -maxdepth 1 -name 'trixie-root-*.tar.zst' ! -name "$(basename "$tarball")" -delete
+	"$here/tree-cache.sh" save "$tarball" "$work" 'trixie-root-*.tar.zst'
 	rm -rf "$root" && mv "$work" "$root"
 }
 
