@@ -87,15 +87,14 @@ $(CT)/pyxis/.stamp: mk/containers.mk $(CT_SRC) $(BUILD_HEADERS)
 # module proxy into the module cache. Installed under build/containers/
 # apptainer (etc/apptainer/apptainer.conf...). Its build runs `go clean
 # -cache`: it gets a Go build cache of its own, removed afterwards. The
-# build takes ~5 minutes on 2 cores, so the installed tree is kept in
+# build takes ~6 minutes on 2 cores, so the installed tree is kept in
 # CONTAINERS_CACHE too, keyed by commit. An installation without the setuid
 # starter is relocatable (Apptainer finds its etc/ and libexec/ from where
 # its binary is), so a checkout at another path unpacks the same tree.
 APPTAINER_TARBALL = $(CONTAINERS_CACHE)/apptainer-$(APPTAINER_COMMIT)-installed.tar.zst
-$(CT)/apptainer/.stamp: mk/containers.mk $(CT_SRC)
-	@if [ -f $(APPTAINER_TARBALL) ]; then \
-	  echo "apptainer: unpacking $(APPTAINER_TARBALL)"; rm -rf $(CT)/apptainer && mkdir -p $(CT)/apptainer && \
-	  tar --zstd -xpf $(APPTAINER_TARBALL) -C $(CT)/apptainer && touch $@; fi
+$(CT)/apptainer/.stamp: mk/containers.mk $(CT_SRC) $(TREE_CACHE)
+	@if $(TREE_CACHE) unpack $(APPTAINER_TARBALL) $(CT)/apptainer; then \
+	  echo "apptainer: unpacked $(APPTAINER_TARBALL)"; touch $@; fi
 	@[ -f $@ ] || $(MAKE) -s --no-print-directory apptainer-build
 
 .PHONY: apptainer-build
@@ -104,22 +103,25 @@ $(CT)/apptainer/.stamp: mk/containers.mk $(CT_SRC)
 # warm cache); a tree unpacked fresh has none to go stale, so the rule marks
 # that step done and builds with its own Go build cache, kept outside
 # build/ like Go's own: a rebuild on the same machine (a fresh clone) then
-# takes about a minute instead of five.
+# takes about a minute instead of six. Its version comes from the VERSION
+# file, as in a release tarball: git is kept from finding this repository
+# around build/ (it would name this project's commit as Apptainer's).
 APPTAINER_GOCACHE ?= $(GPUSLICE_CACHE)/apptainer-go-build
 apptainer-build:
 	$(call ct_source,apptainer,$(APPTAINER_COMMIT),apptainer+apptainer)
 	@[ -f $(CT)/apptainer/UNAVAILABLE ] || { \
 	  set -e; s=$(CT)/src/apptainer; echo $(APPTAINER_VERSION) > $$s/VERSION; \
-	  echo "apptainer: building $(APPTAINER_COMMIT) (about 4 minutes on 2 cores the first time on a machine, half a minute after)"; \
-	  { cd $$s && export GOCACHE=$(APPTAINER_GOCACHE) && \
+	  echo "apptainer: building $(APPTAINER_COMMIT) (about 6 minutes on 2 cores the first time on a machine, one after)"; \
+	  { cd $$s && export GOCACHE=$(APPTAINER_GOCACHE) GIT_CEILING_DIRECTORIES=$(CT)/src && \
 	    ./mconfig --without-suid --without-network --without-libsubid --without-seccomp \
 	      -b $$s/builddir --prefix=$(CT)/apptainer && touch $$s/builddir/.clean-starter && \
 	      $(MAKE) -C $$s/builddir && $(MAKE) -C $$s/builddir install; } \
 	    >$(CT)/apptainer/build.log 2>&1 || { tail -n 30 $(CT)/apptainer/build.log >&2; exit 1; }; \
-	  rm -rf $$s/builddir; echo $(APPTAINER_COMMIT) > $(CT)/apptainer/COMMIT; \
-	  mkdir -p $(CONTAINERS_CACHE); \
-	  tar --zstd -cpf $(APPTAINER_TARBALL).tmp -C $(CT)/apptainer --exclude=./build.log . && mv $(APPTAINER_TARBALL).tmp $(APPTAINER_TARBALL); \
-	  find $(CONTAINERS_CACHE) -maxdepth 1 -name 'apptainer-*-installed.tar.zst' ! -name $(notdir $(APPTAINER_TARBALL)) -delete; \
+	  rm -rf $$s/builddir; \
+	  v=$$($(CT)/apptainer/bin/apptainer --version); [ "$$v" = "apptainer version $(APPTAINER_VERSION)" ] || \
+	    { echo "apptainer: the build says '$$v', want $(APPTAINER_VERSION)" >&2; exit 1; }; \
+	  echo $(APPTAINER_COMMIT) > $(CT)/apptainer/COMMIT; \
+	  $(TREE_CACHE) save $(APPTAINER_TARBALL) $(CT)/apptainer 'apptainer-*-installed.tar.zst' --exclude=./build.log; \
 	  touch $(CT)/apptainer/.stamp; }
 
 # The suite's CUDA program, built against Debian 11's glibc 2.31 (make
@@ -133,7 +135,7 @@ $(CT_PROBE): $(GS_DIR)/tests/gs_probe.c $(wildcard $(ROOT)/native/include/*.h) $
 
 # The image. When the archive is unreachable it is not made and
 # build/containers/images/UNREACHABLE says why (the suite skips with it).
-$(CT_IMAGE): scripts/container-image.sh $(CT_PROBE)
+$(CT_IMAGE): scripts/container-image.sh $(TREE_CACHE) $(DEBOOTSTRAP) $(CT_PROBE)
 	@rc=0; $(ROOT)/scripts/container-image.sh build $@ $(CONTAINERS_CACHE) $(CT_PROBE) || rc=$$?; \
 	if [ $$rc = 3 ]; then echo "container-image: Debian archive unreachable; the container suite will skip" >&2; \
 	elif [ $$rc != 0 ]; then exit $$rc; fi
