@@ -32,12 +32,14 @@ func TestUnpreloadedOverrunKilled(t *testing.T) {
 		t.Fatalf("the job's process within its quota was stopped too:\n%s", good.Output())
 	default:
 	}
-	if got := metric(t, d, `gpuslice_audit_kills_total{gpu="0",uuid="`+firstUUID(t, d)+`"}`); got != "1" {
-		t.Errorf("gpuslice_audit_kills_total = %q, want 1", got)
-	}
-	if !strings.Contains(d.Log(), "audit: session over its quota") {
-		t.Error("no audit line in the daemon's log")
-	}
+	// gpusliced counts the kill and writes its line after the kill: the
+	// process can be seen gone first.
+	kills := `gpuslice_audit_kills_total{gpu="0",uuid="` + firstUUID(t, d) + `"}`
+	probe.Eventually(t, 5*time.Second, "the audit's kill counted and logged", func() (bool, string) {
+		got := metric(t, d, kills)
+		return got == "1" && strings.Contains(d.Log(), "audit: session over its quota"),
+			"gpuslice_audit_kills_total = " + got
+	})
 	good.Send("")
 	good.Wait()
 	var rep *client.Report
