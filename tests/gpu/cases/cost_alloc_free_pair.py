@@ -19,7 +19,7 @@ from harness import CaseError, MiB
 
 NAME = "cost_alloc_free_pair"
 PROVES = "the interceptor's added cost per alloc+free pair and on 8-thread throughput (figures; targets beside)"
-ORDER = 65
+ORDER = 68
 TIMEOUT = 120
 
 ROUNDS = 5

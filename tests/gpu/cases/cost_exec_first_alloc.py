@@ -12,7 +12,7 @@ from harness import CaseError, GiB, MiB
 
 NAME = "cost_exec_first_alloc"
 PROVES = "exec -> first allocation with and without the interceptor (figures; target beside)"
-ORDER = 66
+ORDER = 69
 TIMEOUT = 120
 
 ROUNDS = 7

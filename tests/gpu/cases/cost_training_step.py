@@ -22,7 +22,7 @@ from harness import GiB, CaseError, sync, worker_main  # noqa: E402
 
 NAME = "cost_training_step"
 PROVES = "a small transformer's training step with and without the interceptor (figures; target beside)"
-ORDER = 63
+ORDER = 67
 TIMEOUT = 240
 
 ROUNDS = 6

@@ -13,7 +13,7 @@ from harness import GiB, MiB, fmt_bytes, sync, worker_main  # noqa: E402
 
 NAME = "cupy_pools_oom"
 PROVES = "CuPy's default and async pools: OutOfMemoryError at the quota, memGetInfo shows it, memory reusable"
-ORDER = 82
+ORDER = 66
 TIMEOUT = 150
 
 BLOCK = 256 * MiB

@@ -12,7 +12,7 @@ from harness import FrameworkSkip, GiB, MiB, fmt_bytes, sync, worker_main  # noq
 
 NAME = "jax_allocators_platform_async"
 PROVES = "JAX's platform and cuda_async allocators: RESOURCE_EXHAUSTED at the quota, memory reusable"
-ORDER = 81
+ORDER = 65
 TIMEOUT = 200
 
 BLOCK = 256 * MiB

@@ -13,7 +13,7 @@ from harness import GiB, MiB, fmt_bytes, sync, worker_main  # noqa: E402
 
 NAME = "jax_prealloc_and_oom"
 PROVES = "JAX initialises (VMM), preallocates ~0.75 x quota, an oversized array gives RESOURCE_EXHAUSTED"
-ORDER = 80
+ORDER = 64
 TIMEOUT = 150
 
 

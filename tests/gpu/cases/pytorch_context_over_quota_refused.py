@@ -13,7 +13,7 @@ from harness import MiB, sync, worker_main  # noqa: E402
 
 NAME = "pytorch_context_over_quota_refused"
 PROVES = "PyTorch under a quota smaller than a context: a Python exception saying out of memory at the first tensor, no crash, nothing left charged"
-ORDER = 69
+ORDER = 63
 TIMEOUT = 90
 
 
