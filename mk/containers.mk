@@ -136,9 +136,7 @@ $(CT_PROBE): $(GS_DIR)/tests/gs_probe.c $(wildcard $(ROOT)/native/include/*.h) $
 # The image. When the archive is unreachable it is not made and
 # build/containers/images/UNREACHABLE says why (the suite skips with it).
 $(CT_IMAGE): scripts/container-image.sh $(TREE_CACHE) $(DEBOOTSTRAP) $(CT_PROBE)
-	@rc=0; $(ROOT)/scripts/container-image.sh build $@ $(CONTAINERS_CACHE) $(CT_PROBE) || rc=$$?; \
-	if [ $$rc = 3 ]; then echo "container-image: Debian archive unreachable; the container suite will skip" >&2; \
-	elif [ $$rc != 0 ]; then exit $$rc; fi
+	$(call unless_unreachable,$(ROOT)/scripts/container-image.sh build $@ $(CONTAINERS_CACHE) $(CT_PROBE),container-image: Debian archive unreachable; the container suite will skip)
 
 # The suite: real gpusliced, interceptor and fakecuda; jobs (stand-ins for
 # slurmstepd, as tests/security) run enroot start and apptainer exec of the

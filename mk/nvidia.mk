@@ -33,9 +33,7 @@ $(NVIDIA_SEL_STAMP): nvidia-force
 
 $(NVIDIA)/.stamp: $(NVIDIA_SEL_STAMP) scripts/nvidia-debs.sh $(TREE_CACHE)
 	@rm -rf $(NVIDIA)
-	@rc=0; $(ROOT)/scripts/nvidia-debs.sh $(NVIDIA) $(NVIDIA_CACHE) $(NVIDIA_SUITE) '$(NVIDIA_PKGS)' '$(NVIDIA_HDR_PKGS)' || rc=$$?; \
-	if [ $$rc = 3 ]; then echo "nvidia-debs: archive unreachable; tests that need NVIDIA's binaries will skip" >&2; \
-	elif [ $$rc != 0 ]; then exit $$rc; fi
+	$(call unless_unreachable,$(ROOT)/scripts/nvidia-debs.sh $(NVIDIA) $(NVIDIA_CACHE) $(NVIDIA_SUITE) '$(NVIDIA_PKGS)' '$(NVIDIA_HDR_PKGS)',nvidia-debs: archive unreachable; tests that need NVIDIA's binaries will skip)
 	@touch $@
 
 # ---- programs built against NVIDIA's runtime, and their tests ----

@@ -5,8 +5,8 @@
 #
 # A finished root is kept as a tarball in TRIXIE_CACHE (default in
 # GPUSLICE_CACHE, kept across clones and `make clean`). The tarball is keyed
-# by the package list and scripts/trixie-root.sh: a change to either builds
-# afresh.
+# by the suite, the mirror, the package list and scripts/trixie-root.sh's
+# LAYOUT: a change to any builds afresh.
 #
 # When the archive cannot be reached the target still succeeds but writes
 # build/trixie/UNREACHABLE with debootstrap's message (and tries again next
@@ -29,9 +29,8 @@ trixie-root: $(TRIXIE_STAMP) ## Debian 13 root with Slurm 24.11 in build/trixie/
 $(TRIXIE_STAMP): mk/trixie.mk scripts/trixie-root.sh $(TREE_CACHE) $(DEBOOTSTRAP)
 	@rm -f $@ $(TRIXIE)/UNREACHABLE
 	@mkdir -p $(TRIXIE)
-	@rc=0; $(ROOT)/scripts/trixie-root.sh build $(TRIXIE_ROOT) $(TRIXIE_CACHE) $(TRIXIE_PKGS) || rc=$$?; \
-	if [ $$rc = 3 ]; then echo "trixie-root: archive unreachable; what needs Debian 13 will skip" >&2; \
-	elif [ $$rc = 0 ]; then touch $@; else exit $$rc; fi
+	$(call unless_unreachable,$(ROOT)/scripts/trixie-root.sh build $(TRIXIE_ROOT) $(TRIXIE_CACHE) $(TRIXIE_PKGS),trixie-root: archive unreachable; what needs Debian 13 will skip)
+	@[ -e $(TRIXIE)/UNREACHABLE ] || touch $@
 
 trixie-clean: ## remove the Debian 13 root (the cache in TRIXIE_CACHE stays)
 	rm -rf $(TRIXIE)
