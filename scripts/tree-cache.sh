@@ -7,7 +7,9 @@
 #
 #   tree-cache.sh unpack TARBALL DIR
 #       DIR is replaced by the tree TARBALL holds (owners, modes kept).
-#       Exit status 1, DIR untouched, when there is no TARBALL.
+#       Exit status 1, DIR untouched, when there is no TARBALL; exit status
+#       1, DIR and TARBALL removed, when TARBALL cannot be read whole (the
+#       caller builds the tree again and saves a good one).
 #   tree-cache.sh save TARBALL DIR GLOB [TAR_OPTION...]
 #       TARBALL is written from DIR, whole or not at all; the other tarballs
 #       in its directory whose names match GLOB (older keys) are removed.
@@ -21,7 +23,11 @@ unpack)
 	[ -f "$tarball" ] || exit 1
 	rm -rf "$dir" "$dir.unpack"
 	mkdir -p "$dir.unpack"
-	tar --zstd -xpf "$tarball" -C "$dir.unpack" --numeric-owner
+	if ! tar --zstd -xpf "$tarball" -C "$dir.unpack" --numeric-owner; then
+		rm -rf "$dir.unpack" "$tarball"
+		printf 'tree-cache: %s cannot be read; removed it, the tree is built again\n' "$tarball" >&2
+		exit 1
+	fi
 	mv "$dir.unpack" "$dir"
 	;;
 save)
