@@ -121,6 +121,10 @@ func Run(ctx context.Context, cfg config.Config, logw io.Writer) error {
 		drvLimits = drv
 	}
 	share := openComputePage(cfg, log)
+	policy, err := cfg.ComputePolicy()
+	if err != nil {
+		return err
+	}
 	// Slurm 26.05 names a job's cgroup by its SLUID: the resolver asks the
 	// sessions which job has it (set once mgr exists, before any attach).
 	var mgr *session.Manager
@@ -131,6 +135,7 @@ func Run(ctx context.Context, cfg config.Config, logw io.Writer) error {
 		Identity:       resolver.JobFrom,
 		ComputeAssign:  share.assign,
 		ComputeChanged: share.changed,
+		ComputePolicy:  &policy,
 		DriverLimits:   drvLimits,
 	}, gpus, st, met.Events())
 	if err != nil {

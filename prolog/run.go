@@ -79,7 +79,7 @@ func Prolog(ctx context.Context, cfg Config, job Job) error {
 	c := client.New(cfg.AdminSocket)
 	defer c.Close()
 	req := client.SessionRequest{ID: job.ID, UID: job.UID, QuotaBytes: job.QuotaBytes, GPUs: job.GPUs,
-		TTLSeconds: int64(cfg.TTL / time.Second), Compute: job.Compute, SLUID: job.SLUID}
+		TTLSeconds: int64(cfg.TTL / time.Second), Compute: job.Compute, ComputePolicy: true, SLUID: job.SLUID}
 	var s *client.Session
 	create := func(ctx context.Context) error {
 		var err error

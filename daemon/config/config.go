@@ -16,6 +16,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gpuslice/gpuslice/internal/api"
 	"github.com/spf13/pflag"
 	"github.com/spf13/viper"
 	"go.yaml.in/yaml/v3"
@@ -55,6 +56,12 @@ type Config struct {
 	// (Slurm 26.05+): job directories are job_<id> even when the job has
 	// a SLUID.
 	SlurmCgroupJobIDPaths bool `mapstructure:"slurm_cgroup_job_id_paths" yaml:"slurm_cgroup_job_id_paths"`
+	// The compute policy: the GPU time share of the sessions the Prolog
+	// creates (ComputePolicy; docs/daemon.md "Compute share").
+	ComputeDefault   string `mapstructure:"compute_default" yaml:"compute_default"`
+	ComputeUserShare bool   `mapstructure:"compute_user_share" yaml:"compute_user_share"`
+	ComputeMax       string `mapstructure:"compute_max" yaml:"compute_max"`
+	ComputeCap       string `mapstructure:"compute_cap" yaml:"compute_cap"`
 
 	// File is the configuration file that was read ("" if none).
 	File string `mapstructure:"-" yaml:"-"`
@@ -86,6 +93,9 @@ func Defaults() Config {
 		IPCConnsPerUID:   64,
 		ContextProbe:     DefaultContextProbe,
 		SlurmCgroupRoot:  DefaultSlurmCgroupRoot,
+		ComputeDefault:   "proportional",
+		ComputeUserShare: true,
+		ComputeMax:       "proportional",
 	}
 }
 
@@ -122,6 +132,10 @@ var keys = []key{
 	{"cuda_library", "cuda-library", nil, "path to libcuda.so.1 for the context probe (empty: default lookup)"},
 	{"slurm_cgroup_root", "slurm-cgroup-root", nil, "cgroup v2 directory of Slurm's job cgroups, where a job's quota becomes the driver's memory limit on GPUs that have one (R615+; empty: off)"},
 	{"slurm_cgroup_job_id_paths", "slurm-cgroup-job-id-paths", nil, "job cgroups are job_<id> even for jobs with a SLUID (cgroup.conf CgroupJobIdPaths=yes, Slurm 26.05+)"},
+	{"compute_default", "compute-default", nil, "GPU time weight of Slurm jobs that ask for none: proportional (the quota's fraction of the GPU), a percent or off"},
+	{"compute_user_share", "compute-user-share", nil, "Slurm jobs may ask a weight of their own (--gpu-compute), up to compute_max"},
+	{"compute_max", "compute-max", nil, "the most GPU time weight a Slurm job may ask: proportional or a percent (100: any)"},
+	{"compute_cap", "compute-cap", nil, "ceiling of every Slurm job's GPU time, proportional or a percent (empty: none); a job may ask a lower one"},
 }
 
 // Load builds the configuration from args (without the program name) and
@@ -155,6 +169,10 @@ func Load(args []string, stderr io.Writer) (Config, error) {
 	fs.String("cuda-library", "", keys[20].help)
 	fs.String("slurm-cgroup-root", def.SlurmCgroupRoot, keys[21].help)
 	fs.Bool("slurm-cgroup-job-id-paths", false, keys[22].help)
+	fs.String("compute-default", def.ComputeDefault, keys[23].help)
+	fs.Bool("compute-user-share", def.ComputeUserShare, keys[24].help)
+	fs.String("compute-max", def.ComputeMax, keys[25].help)
+	fs.String("compute-cap", "", keys[26].help)
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "Usage: gpusliced [flags]\n\ngpusliced keeps per-job GPU-memory quotas (see docs/daemon.md).\n"+
 			"Precedence: defaults < config file < GPUSLICE_* environment < flags.\n\nFlags:\n%s", fs.FlagUsages())
@@ -192,6 +210,10 @@ func Load(args []string, stderr io.Writer) (Config, error) {
 	v.SetDefault("cuda_library", "")
 	v.SetDefault("slurm_cgroup_root", def.SlurmCgroupRoot)
 	v.SetDefault("slurm_cgroup_job_id_paths", false)
+	v.SetDefault("compute_default", def.ComputeDefault)
+	v.SetDefault("compute_user_share", def.ComputeUserShare)
+	v.SetDefault("compute_max", def.ComputeMax)
+	v.SetDefault("compute_cap", "")
 
 	file := *configFile
 	if file == "" {
@@ -342,12 +364,39 @@ func (c Config) fieldErrors() map[string]error {
 	if c.SlurmCgroupRoot != "" && (!filepath.IsAbs(c.SlurmCgroupRoot) || filepath.Clean(c.SlurmCgroupRoot) != c.SlurmCgroupRoot) {
 		bad["slurm_cgroup_root"] = fmt.Errorf("slurm_cgroup_root must be a clean absolute path or empty (got %q)", c.SlurmCgroupRoot)
 	}
+	if _, err := api.ParseComputeDefault(c.ComputeDefault); err != nil {
+		bad["compute_default"] = fmt.Errorf("compute_default %w", err)
+	}
+	if _, err := api.ParseShareLimit(c.ComputeMax, false); err != nil {
+		bad["compute_max"] = fmt.Errorf("compute_max %w", err)
+	}
+	if _, err := api.ParseShareLimit(c.ComputeCap, true); err != nil {
+		bad["compute_cap"] = fmt.Errorf("compute_cap %w", err)
+	}
 	switch c.LogLevel {
 	case "debug", "info", "warn", "error":
 	default:
 		bad["log_level"] = fmt.Errorf("log_level must be debug, info, warn or error (got %q)", c.LogLevel)
 	}
 	return bad
+}
+
+// ComputePolicy is the compute policy the compute_* keys give (valid
+// once Validate passed).
+func (c Config) ComputePolicy() (api.ComputePolicy, error) {
+	d, err := api.ParseComputeDefault(c.ComputeDefault)
+	if err != nil {
+		return api.ComputePolicy{}, fmt.Errorf("compute_default %w", err)
+	}
+	most, err := api.ParseShareLimit(c.ComputeMax, false)
+	if err != nil {
+		return api.ComputePolicy{}, fmt.Errorf("compute_max %w", err)
+	}
+	ceiling, err := api.ParseShareLimit(c.ComputeCap, true)
+	if err != nil {
+		return api.ComputePolicy{}, fmt.Errorf("compute_cap %w", err)
+	}
+	return api.ComputePolicy{Default: d, UserShare: c.ComputeUserShare, Max: most, Cap: ceiling}, nil
 }
 
 // Validate checks values that decode but make no sense.

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/gpuslice/gpuslice/internal/api"
 )
 
 func writeFile(t *testing.T, body string) string {
@@ -126,6 +128,10 @@ func TestErrors(t *testing.T) {
 		{"conns per uid zero", "ipc_conns_per_uid: 0\n", nil, nil, []string{"line 1", "ipc_conns_per_uid"}},
 		{"context probe relative", "context_probe: bin/gpuslice-ctxprobe\n", nil, nil, []string{"line 1", "context_probe must be an absolute path or empty"}},
 		{"log level", "", []string{"--log-level", "loud"}, nil, []string{"log_level"}},
+		{"compute default unknown", "compute_default: most\n", nil, nil, []string{"line 1", `compute_default "most": want proportional, a percent 1..100 or off`}},
+		{"compute max off", "log_level: info\ncompute_max: off\n", nil, nil, []string{"line 2", `compute_max "off": want proportional or a percent 1..100`}},
+		{"compute max zero", "", []string{"--compute-max", "0"}, nil, []string{"compute_max"}},
+		{"compute cap over 100", "compute_cap: 101\n", nil, nil, []string{"line 1", "compute_cap"}},
 		{"token required without token", "", nil, map[string]string{"GPUSLICE_IPC_TOKEN_REQUIRED": "1"}, []string{"ipc_token"}},
 		{"bad env duration", "", nil, map[string]string{"GPUSLICE_DEFAULT_TTL": "forever"}, []string{"default_ttl"}},
 		{"stray argument", "", []string{"extra"}, nil, []string{"unexpected argument"}},
@@ -151,6 +157,29 @@ func TestErrors(t *testing.T) {
 				t.Fatalf("error %q does not name the file", err)
 			}
 		})
+	}
+}
+
+// The compute policy from the file, the environment and flags; by default
+// a job's weight follows its quota and may not exceed it, with no ceiling.
+func TestComputePolicyKeys(t *testing.T) {
+	clearEnv(t)
+	cfg, err := Load([]string{"--config", writeFile(t, "")}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p, err := cfg.ComputePolicy(); err != nil || p != api.DefaultComputePolicy() {
+		t.Errorf("default policy %+v %v, want %+v", p, err, api.DefaultComputePolicy())
+	}
+	t.Setenv("GPUSLICE_COMPUTE_USER_SHARE", "false")
+	cfg, err = Load([]string{"--config", writeFile(t, "compute_max: 50\ncompute_default: 20%\n"), "--compute-cap", "proportional"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := api.ComputePolicy{Default: api.Compute{Mode: api.ComputePercent, Percent: 20}, Max: api.ShareLimit{Percent: 50},
+		Cap: api.ShareLimit{Proportional: true}}
+	if p, err := cfg.ComputePolicy(); err != nil || p != want {
+		t.Errorf("policy %+v %v, want %+v", p, err, want)
 	}
 }
 

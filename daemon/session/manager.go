@@ -14,6 +14,7 @@ import (
 	"github.com/gpuslice/gpuslice/daemon/identity"
 	"github.com/gpuslice/gpuslice/daemon/reclaim"
 	"github.com/gpuslice/gpuslice/daemon/store"
+	"github.com/gpuslice/gpuslice/internal/api"
 	"github.com/gpuslice/gpuslice/internal/ledger"
 )
 
@@ -45,6 +46,9 @@ type Options struct {
 	// ComputeChanged, when set, is told that a session was created with a
 	// GPU time share or had its share given, changed or removed.
 	ComputeChanged func()
+	// ComputePolicy is the site's rule for the shares of sessions the
+	// Prolog creates (computepolicy.go); nil: api.DefaultComputePolicy.
+	ComputePolicy *api.ComputePolicy
 	// DriverLimits, when set, mirrors each session's quotas into the
 	// driver's memory limit on its job's cgroup (driverlimit.go): applied
 	// at create, quota change and restore, removed at every release.

@@ -22,6 +22,7 @@ func (m *Manager) Create(req api.SessionRequest) (api.Session, bool, error) {
 	if err != nil {
 		return api.Session{}, false, err
 	}
+	req.Compute = m.computeFor(req, limits) // the site's policy (computepolicy.go)
 	if err := req.Compute.Validate(); err != nil {
 		return api.Session{}, false, err
 	}

@@ -79,6 +79,12 @@ type SessionRequest struct {
 	Quotas     map[string]uint64 `json:"quotas,omitempty"`
 	TTLSeconds int64             `json:"ttl_seconds,omitempty"`
 	Compute    *Compute          `json:"compute,omitempty"` // GPU time share (compute.go)
+	// ComputePolicy: Compute is what the job asked (the Prolog's request,
+	// from the job's own --gpu-compute / --gpu-compute-max), and gpusliced
+	// gives it what the node's compute policy allows (ComputePolicy.Apply:
+	// the default when nil, lowered to the most allowed). False: taken as
+	// given (root's own request).
+	ComputePolicy bool `json:"compute_policy,omitempty"`
 	// SLUID is the job's SLUID (Slurm 26.05+, SLURM_JOB_SLUID; sluid.go),
 	// given by the Prolog: a process in a root-owned cgroup directory of
 	// that name belongs to this session, and the driver's memory limit
