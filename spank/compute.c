@@ -1,8 +1,11 @@
-/* --gpu-compute / --gpu-compute-max: the job's share of GPU time on each of
- * its GPUs (docs/daemon.md, "Compute share"), and plugstack.conf's
- * compute= / compute_cap= defaults. Validated at submit like --gpu-mem;
- * passed to the Prolog as GPU_COMPUTE (a percent, "proportional" or "off")
- * and GPU_COMPUTE_MAX (a percent) in the job control environment. */
+/* --gpu-compute / --gpu-compute-max: the share of GPU time a job asks for
+ * on each of its GPUs (docs/daemon.md, "Compute share"). Checked for form
+ * here, passed as GPU_COMPUTE and GPU_COMPUTE_MAX (percents) in the job
+ * control environment: a request, which job_submit.lua checks against the
+ * site's settings at submit and gpusliced against its own when the Prolog
+ * creates the session. What the job gets by default is the site's, set
+ * there: never here, in a process the user runs. plugstack.conf's
+ * compute= / compute_cap= are still accepted and no longer read. */
 #include "gs.h"
 
 #include <stdio.h>
@@ -27,12 +30,14 @@ static int opt_gpu_compute_max(int val, const char *optarg, int remote)
 
 static struct spank_option compute_options[] = {
 	{"gpu-compute", "PERCENT",
-	 "share of GPU time on each of the job's GPUs when they are contended, 1-100; a weight, not a cap: "
-	 "an idle neighbour's time is used [gpuslice]",
+	 "share of GPU time on each of the job's GPUs when they are contended, 1-100, up to what the cluster "
+	 "allows (by default the quota's fraction of the GPU, which a job gets without this option); a weight, "
+	 "not a cap: an idle neighbour's time is used [gpuslice]",
 	 1, 0, opt_gpu_compute},
 	{"gpu-compute-max", "PERCENT",
-	 "ceiling of the job's GPU time on each of its GPUs, 1-100, held even when it is alone [gpuslice]", 1, 0,
-	 opt_gpu_compute_max},
+	 "ceiling of the job's GPU time on each of its GPUs, 1-100, held even when it is alone; at most the "
+	 "cluster's own ceiling, if it has one [gpuslice]",
+	 1, 0, opt_gpu_compute_max},
 	SPANK_OPTIONS_TABLE_END,
 };
 
@@ -72,31 +77,28 @@ int gs_compute_check(void)
 
 int gs_compute_publish(spank_t sp)
 {
-	char max[16];
-	const char *share = opt_share ? opt_share : gs_config.compute;
 	int rc;
 
-	if (share[0] != '\0') {
-		rc = spank_job_control_setenv(sp, GS_COMPUTE_CONTROL_VAR, share, 1);
+	if (gs_config.compute[0] != '\0' || gs_config.compute_cap)
+		gs_verbose("plugstack.conf's compute= and compute_cap= are not read: the site's GPU time policy is "
+			   "in job_submit.lua and gpusliced.yaml");
+	if (opt_share) {
+		rc = spank_job_control_setenv(sp, GS_COMPUTE_CONTROL_VAR, opt_share, 1);
 		if (rc != ESPANK_SUCCESS) {
 			gs_error("cannot pass the GPU compute share to the job: %s", spank_strerror(rc));
 			return -1;
 		}
 	}
-	max[0] = '\0';
-	if (opt_max)
-		snprintf(max, sizeof(max), "%s", opt_max);
-	else if (gs_config.compute_cap)
-		snprintf(max, sizeof(max), "%d", gs_config.compute_cap);
-	if (max[0] != '\0') {
-		rc = spank_job_control_setenv(sp, GS_COMPUTE_MAX_CONTROL_VAR, max, 1);
+	if (opt_max) {
+		rc = spank_job_control_setenv(sp, GS_COMPUTE_MAX_CONTROL_VAR, opt_max, 1);
 		if (rc != ESPANK_SUCCESS) {
 			gs_error("cannot pass the GPU compute ceiling to the job: %s", spank_strerror(rc));
 			return -1;
 		}
 	}
-	if (share[0] != '\0' || max[0] != '\0')
-		gs_verbose("GPU compute share %s, ceiling %s", share[0] ? share : "none", max[0] ? max : "none");
+	if (opt_share || opt_max)
+		gs_verbose("GPU compute share asked %s, ceiling %s (the cluster's settings apply)",
+			   opt_share ? opt_share : "none", opt_max ? opt_max : "none");
 	return 0;
 }
 

@@ -58,16 +58,16 @@ struct gs_config {
 	uint64_t max_bytes;   /* max=: largest accepted --gpu-mem; 0 = no limit */
 	char refused[4096];   /* refused=: where the Prolog leaves a refused job's reason */
 	bool nogpu_allow;     /* nogpu=allow: jobs without a GPU keep seeing every GPU */
-	char compute[16];     /* compute=: share of jobs without --gpu-compute: "proportional", "off" or "" */
-	int compute_cap;      /* compute_cap=: ceiling of jobs without --gpu-compute-max, percent; 0 none */
+	char compute[16];     /* compute=: accepted, not read (the site's policy is in job_submit.lua, gpusliced.yaml) */
+	int compute_cap;      /* compute_cap=: accepted, not read */
 };
 
 extern struct gs_config gs_config;
 
 int gs_args_parse(struct gs_config *cfg, int ac, char **av, char *err, size_t errlen);
 
-/* --gpu-compute, --gpu-compute-max (compute.c): GPU_COMPUTE=<percent |
- * proportional | off> and GPU_COMPUTE_MAX=<percent> for the Prolog. */
+/* --gpu-compute, --gpu-compute-max (compute.c): GPU_COMPUTE=<percent> and
+ * GPU_COMPUTE_MAX=<percent> for job_submit.lua and the Prolog, when asked. */
 #define GS_COMPUTE_CONTROL_VAR "GPU_COMPUTE"
 #define GS_COMPUTE_MAX_CONTROL_VAR "GPU_COMPUTE_MAX"
 int gs_compute_register(spank_t sp);
@@ -75,7 +75,7 @@ int gs_compute_register(spank_t sp);
 int gs_parse_percent(const char *s, int *out);
 /* Validates the options given (slurm_error and -1 on a bad one). */
 int gs_compute_check(void);
-/* Passes the share and ceiling (the options, else compute= / compute_cap=). */
+/* Passes the share and ceiling the job asked for (the options only). */
 int gs_compute_publish(spank_t sp);
 void gs_compute_cleanup(void);
 

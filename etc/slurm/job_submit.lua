@@ -24,6 +24,9 @@ slurmctld schedules, on the controller, so a user cannot bypass it:
   --gres=shard:N or mps           refused: ask --gpu-mem instead
   --gpu-mem larger than every GPU of the partition (or of the nodes the job
   names with -w): refused, naming the largest GPU.
+  --gpu-compute/--gpu-compute-max above what the site allows (by default
+  the job's quota's fraction of the GPU; gpuslice.site below): refused,
+  saying what is allowed.
 
 Whole GPUs get a node of their own because Slurm 22.05 gives a gres/gpu
 job a GPU whose shards other jobs use; a gres/shard job is never placed on
@@ -38,6 +41,78 @@ the parsers below): tests call them with lua5.1 outside slurmctld.
 ]]
 
 local gpuslice = {}
+
+--[[
+Site settings: the GPU time share of jobs (docs/slurm.md, "GPU time
+shares"). The nodes' gpusliced applies the same policy again to every
+job's session, from the compute_* keys of its gpusliced.yaml; this script
+reads those keys from the same file on the controller (config below) when
+it is there, over the defaults here. Copy the nodes' gpusliced.yaml to the
+controller rather than editing this script.
+
+  compute_default     weight of a job that asks for none: "proportional"
+                      (its quota's fraction of the GPU), a percent ("25")
+                      or "off" (never held). Applied on the node.
+  compute_user_share  true: a job may ask a weight of its own
+                      (--gpu-compute), up to compute_max; false: every job
+                      gets compute_default, and --gpu-compute is refused.
+  compute_max         the most weight a job may ask: "proportional" (no
+                      more than its quota's fraction of the GPU) or a
+                      percent ("100": any); compute_default is always
+                      allowed.
+  compute_cap         every job's ceiling on its GPU time, held even when
+                      it is alone: "none", a percent or "proportional";
+                      a job may ask a lower one (--gpu-compute-max).
+  config              gpusliced.yaml, whose compute_* keys override these
+                      (GPUSLICE_CONFIG in slurmctld's environment, as
+                      for gpusliced, else /etc/gpuslice/gpusliced.yaml).
+]]
+gpuslice.site = {
+	compute_default = "proportional",
+	compute_user_share = true,
+	compute_max = "proportional",
+	compute_cap = "none",
+	config = os.getenv("GPUSLICE_CONFIG") or "/etc/gpuslice/gpusliced.yaml",
+}
+
+-- site with the compute_* keys of gpusliced.yaml's lines (flat "key:
+-- value" lines, as gpusliced reads them) over it.
+function gpuslice.parse_site(lines, site)
+	local out = {}
+	for k, v in pairs(site) do
+		out[k] = v
+	end
+	for _, line in ipairs(lines) do
+		local k, v = string.match(line, "^(compute_[%w_]+)%s*:%s*(.-)%s*$")
+		if k ~= nil and site[k] ~= nil then
+			v = string.gsub(v, "%s+#.*$", "")
+			v = string.match(v, '^"(.*)"$') or string.match(v, "^'(.*)'$") or v
+			if k == "compute_user_share" then
+				local b = ({["true"] = true, yes = true, on = true, ["false"] = false, no = false, off = false})[string.lower(v)]
+				if b ~= nil then
+					v = b
+				end
+			end
+			out[k] = v
+		end
+	end
+	return out
+end
+
+-- gpuslice.site, over which gpusliced.yaml's compute_* keys when the file
+-- is there.
+function gpuslice.load_site()
+	local f = io.open(gpuslice.site.config or "", "r")
+	if f == nil then
+		return gpuslice.site
+	end
+	local lines = {}
+	for line in f:lines() do
+		table.insert(lines, line)
+	end
+	f:close()
+	return gpuslice.parse_site(lines, gpuslice.site)
+end
 
 local MiB = 1048576
 
@@ -108,6 +183,131 @@ function gpuslice.gpu_compute_error(env)
 					return "gpuslice: invalid " .. opt .. " '" .. v .. "': expected a percent of the GPU from 1 to 100"
 				end
 			end
+		end
+	end
+	return nil
+end
+
+-- A bound of the site's settings: {proportional = true}, {percent = n}, or
+-- {} for none ("none" where none_ok, "off" where off_ok); nil and an
+-- error for anything else.
+function gpuslice.share_bound(v, name, none_ok, off_ok)
+	if v == "proportional" then
+		return {proportional = true}
+	elseif none_ok and (v == nil or v == "" or v == "none") then
+		return {}
+	elseif off_ok and v == "off" then
+		return {off = true}
+	end
+	local n = string.match(tostring(v), "^(%d+)%%?$")
+	n = tonumber(n)
+	if n == nil or n < 1 or n > 100 then
+		local want = "proportional or a percent 1-100"
+		if none_ok then
+			want = "proportional, a percent 1-100 or none"
+		elseif off_ok then
+			want = "proportional, a percent 1-100 or off"
+		end
+		return nil, "gpuslice: this cluster's setting " .. name .. ": '" .. tostring(v) .. "': expected " .. want ..
+			" (job_submit.lua or the controller's gpusliced.yaml; tell your admin)"
+	end
+	return {percent = n}
+end
+
+-- A bound in percent of a GPU for a quota of fraction f of it (nil: none).
+local function bound_of(b, f)
+	if b.off then
+		return math.huge
+	elseif b.proportional then
+		return 100 * f
+	end
+	return b.percent
+end
+
+-- A percent as people read it: 10%, 0.6%.
+local function fmt_pct(x)
+	if x == math.floor(x) then
+		return string.format("%d%%", x)
+	end
+	return string.format("%.1f%%", math.floor(x * 10) / 10)
+end
+
+--[[
+compute_policy_error(env, site, quota_mib, gpu_mib, pname): the message
+for the user when the share asked in spank_job_env (GPU_COMPUTE,
+GPU_COMPUTE_MAX; valid as gpu_compute_error checks) is more than the site
+allows, else nil. quota_mib: the job's quota (nil: it gets none, and no
+share either); gpu_mib: the largest GPU it may be given, whose fraction
+its quota is the smallest (a job may land on it); pname: where, for
+messages. The node (gpusliced) applies the same policy again.
+]]
+function gpuslice.compute_policy_error(env, site, quota_mib, gpu_mib, pname)
+	local default, err = gpuslice.share_bound(site.compute_default, "compute_default", false, true)
+	if default == nil then
+		return err
+	end
+	local most, cap
+	most, err = gpuslice.share_bound(site.compute_max, "compute_max", false, false)
+	if most == nil then
+		return err
+	end
+	cap, err = gpuslice.share_bound(site.compute_cap, "compute_cap", true, false)
+	if cap == nil then
+		return err
+	end
+	if type(site.compute_user_share) ~= "boolean" then
+		return "gpuslice: this cluster's setting compute_user_share: '" .. tostring(site.compute_user_share) ..
+			"': expected true or false (job_submit.lua or the controller's gpusliced.yaml; tell your admin)"
+	end
+	if quota_mib == nil then
+		return nil
+	end
+	local share, max
+	for _, kv in pairs(env or {}) do
+		if type(kv) == "string" then
+			share = string.match(kv, "^GPU_COMPUTE=(.*)$") or share
+			max = string.match(kv, "^GPU_COMPUTE_MAX=(.*)$") or max
+		end
+	end
+	local f = 1
+	if gpu_mib ~= nil and gpu_mib > 0 then
+		f = math.min(quota_mib / gpu_mib, 1)
+	end
+	local whose = string.format("the job's quota's share of the GPU: %s of %s, the largest GPU in %s",
+		gpuslice.format_mib(quota_mib), gpuslice.format_mib(gpu_mib or quota_mib), pname)
+	if share ~= nil and share ~= "" then
+		if site.compute_user_share == false then
+			return "gpuslice: --gpu-compute is not accepted here: this cluster sets each job's GPU time share; " ..
+				"leave --gpu-compute out"
+		end
+		local asked = bound_of(gpuslice.share_bound(share, "", false, true) or {off = true}, f)
+		local allowed, why = bound_of(most, f), "this cluster's maximum"
+		if most.proportional then
+			why = whose
+		end
+		if bound_of(default, f) > allowed then
+			allowed, why = bound_of(default, f), "this cluster's default"
+			if default.proportional then
+				why = whose
+			end
+		end
+		if asked > allowed + 1e-9 then
+			local ask = "ask for less, or leave --gpu-compute out"
+			if allowed < 1 then
+				ask = "no percent is that small: leave --gpu-compute out"
+			end
+			return string.format("gpuslice: --gpu-compute=%s is more than this cluster allows: at most %s (%s); %s",
+				share, fmt_pct(allowed), why, ask)
+		end
+	end
+	if max ~= nil and max ~= "" and (cap.proportional or cap.percent ~= nil) then
+		local ceiling, why = cap.percent, "this cluster's ceiling"
+		if cap.proportional then
+			ceiling, why = math.max(1, math.ceil(100 * f - 1e-9)), whose .. ", rounded up"
+		end
+		if tonumber(max) > ceiling then
+			return string.format("gpuslice: --gpu-compute-max=%s is more than this cluster allows: at most %d%% (%s); " ..
+				"ask for less, or leave --gpu-compute-max out", max, ceiling, why)
 		end
 	end
 	return nil
@@ -441,9 +641,10 @@ function slurm_job_submit(job_desc, part_list, submit_uid)
 		slurm.log_user("gpuslice: " .. err)
 		return slurm.ERROR
 	end
+	-- log_user formats its first argument: messages go through "%s".
 	local cerr = gpuslice.gpu_compute_error(job_desc.spank_job_env)
 	if cerr ~= nil then
-		slurm.log_user(cerr)
+		slurm.log_user("%s", cerr)
 		return slurm.ERROR
 	end
 	local conf = gpuslice.load_conf()
@@ -463,6 +664,21 @@ function slurm_job_submit(job_desc, part_list, submit_uid)
 	local change, msg = gpuslice.translate(req, sizes, pname)
 	if change == nil then
 		slurm.log_user(msg)
+		return slurm.ERROR
+	end
+	-- The GPU time share asked, against the site's settings: only a job
+	-- with a quota gets a session, and with it a share.
+	local quota_mib
+	if mem ~= nil and not (change.exclusive and req.gpu_mem_default) then
+		quota_mib = gpuslice.mib_ceil(mem)
+	end
+	local largest = 0
+	for _, sz in ipairs(sizes) do
+		largest = math.max(largest, sz)
+	end
+	cerr = gpuslice.compute_policy_error(job_desc.spank_job_env, gpuslice.load_site(), quota_mib, largest, pname)
+	if cerr ~= nil then
+		slurm.log_user("%s", cerr)
 		return slurm.ERROR
 	end
 	apply(job_desc, change)

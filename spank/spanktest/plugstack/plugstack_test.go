@@ -37,8 +37,10 @@ func TestComputeOptions(t *testing.T) {
 		{"", nil, nil, map[string]string{}, ""},
 		{"", ptr("25"), nil, map[string]string{"GPU_COMPUTE": "25"}, ""},
 		{"", ptr("25"), ptr("40"), map[string]string{"GPU_COMPUTE": "25", "GPU_COMPUTE_MAX": "40"}, ""},
-		{"compute=proportional compute_cap=30", nil, nil,
-			map[string]string{"GPU_COMPUTE": "proportional", "GPU_COMPUTE_MAX": "30"}, ""},
+		// compute= and compute_cap= are read in the user's own srun: they
+		// are accepted and decide nothing (the site's policy is in
+		// job_submit.lua and gpusliced.yaml).
+		{"compute=proportional compute_cap=30", nil, nil, map[string]string{}, ""},
 		{"compute=proportional compute_cap=30", ptr("60"), ptr("70"),
 			map[string]string{"GPU_COMPUTE": "60", "GPU_COMPUTE_MAX": "70"}, ""},
 		{"", ptr("0"), nil, nil, "invalid --gpu-compute '0': expected a percent of the GPU from 1 to 100"},
