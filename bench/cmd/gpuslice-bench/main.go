@@ -49,6 +49,11 @@ type options struct {
 	storm       int
 	stormRounds int
 	scale       int
+	// message floods (flood.go)
+	floodRate   int
+	floodProcs  int
+	floodWindow time.Duration
+	floodRounds int
 	only        string
 }
 
@@ -84,12 +89,23 @@ func run() int {
 	flag.IntVar(&o.storm, "storm", 1000, "processes of one job in an attach storm")
 	flag.IntVar(&o.stormRounds, "storm-rounds", 5, "interleaved storm pairs")
 	flag.IntVar(&o.scale, "scale-sessions", 10000, "sessions for the scale figures")
-	flag.StringVar(&o.only, "only", "", "comma-separated figure groups: alloc,ipc,attach,create,reclaim,audit,exec,storm,compute,scale (default all)")
+	flag.IntVar(&o.floodRate, "flood-rate", 2000, "messages a second in each flood (PING, SHORT, malformed)")
+	flag.IntVar(&o.floodProcs, "flood-procs", 300, "processes of a job holding memory during the floods (each audit pass walks them)")
+	flag.DurationVar(&o.floodWindow, "flood-window", 2*time.Second, "measuring window of each flood")
+	flag.IntVar(&o.floodRounds, "flood-rounds", 3, "interleaved rounds of the floods")
+	floodKind := flag.String("flood-send", "", "send this flood (internal; -flood-sock, -flood-session, -flood-gpu, -flood-rate)")
+	floodSock := flag.String("flood-sock", "", "IPC socket of -flood-send (internal)")
+	floodSession := flag.String("flood-session", "", "session -flood-send short_attached attaches to (internal)")
+	floodGPU := flag.String("flood-gpu", "", "GPU UUID of -flood-send's SHORTs (internal)")
+	flag.StringVar(&o.only, "only", "", "comma-separated figure groups: alloc,ipc,attach,create,reclaim,audit,flood,exec,storm,compute,scale (default all)")
 	echo := flag.String("echo", "", "serve the reference echo server on this socket (internal)")
 	readme := flag.String("readme", "", "only rewrite the performance table of this README from -out")
 	flag.Parse()
 	if *echo != "" {
 		return echoServe(*echo)
+	}
+	if *floodKind != "" {
+		return floodSend(*floodKind, *floodSock, *floodSession, *floodGPU, o.floodRate)
 	}
 	if *readme != "" {
 		if err := writeReadme(*readme, o.out); err != nil {
@@ -334,6 +350,11 @@ func measure(o options, r *results) error {
 		} else {
 			r.set("neighbour_refused_p50_ms", p50)
 			r.set("neighbour_refused_p99_ms", p99)
+		}
+	}
+	if o.runs("flood") {
+		if err := floodBench(o, r); err != nil {
+			r.fail("flood_short_cpu_over_ping_points", err)
 		}
 	}
 	if o.runs("compute") {
