@@ -235,8 +235,10 @@ func Run(ctx context.Context, cfg config.Config, logw io.Writer) error {
 }
 
 // shortAuditGap bounds how often SHORT messages (ipc.TypeShort) make the
-// audit run out of turn: at most 100 passes a second more, whoever sends
-// them.
+// audit run out of turn, over all uids: at most 100 passes a second more.
+// Only attached processes are heard, each uid asks for at most one pass
+// per ipcserver.ShortUIDGap (10 a second), and a user with no job for
+// none (daemon/ipcserver/short.go).
 const shortAuditGap = 10 * time.Millisecond
 
 // shortAuditConfirm is the pause before the confirming read of a pass a

@@ -84,20 +84,6 @@ func (s *Server) handleAttach(cc *conn, req ipc.Request) error {
 	return err
 }
 
-// handleShort: the driver refused a process an allocation its quota
-// allowed (ipc.TypeShort). Anyone may say so; it only makes the audit run
-// now (bounded by the audit loop's MinGap), and the audit acts only on
-// what the driver reports.
-func (s *Server) handleShort(cc *conn, req ipc.Request) error {
-	s.opt.Log.Debug("ipc: a process was refused memory its quota allowed: auditing now",
-		"gpu", string(req.GPU), "pid", cc.cred.Pid, "uid", cc.cred.Uid)
-	if s.opt.Short != nil {
-		s.opt.Short()
-	}
-	cc.out = ipc.AppendFrame(cc.out[:0], ipc.TypeOK, nil)
-	return cc.write(cc.out)
-}
-
 func (s *Server) handleDetach(cc *conn, req ipc.Request) error {
 	if err := s.m.Detach(cc.session, int(req.Slot), uint32(cc.cred.Pid)); err != nil {
 		return cc.writeError(codeFor(err), err.Error())

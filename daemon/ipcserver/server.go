@@ -1,5 +1,5 @@
 // Package ipcserver serves the IPC socket (docs/protocol.md): PING,
-// ATTACH (ledger fds over SCM_RIGHTS), DETACH and STATUS, with the peer
+// ATTACH (ledger fds over SCM_RIGHTS), DETACH, STATUS, VIEW and SHORT, with the peer
 // identified by SO_PEERCRED. A malformed frame closes that connection only.
 package ipcserver
 
@@ -74,8 +74,9 @@ type Options struct {
 	ConnsPerUID int
 	// Observe records one request's duration (seconds) by type; may be nil.
 	Observe func(t ipc.Type, seconds float64)
-	// Short is called for each SHORT message (a job refused memory its
-	// quota allowed): the daemon audits at once. May be nil.
+	// Short asks the audit for a pass out of turn: called for the SHORT
+	// messages of attached processes, within their rate limits
+	// (short.go). May be nil.
 	Short func()
 }
 
@@ -101,6 +102,8 @@ type Server struct {
 	workers     sync.WaitGroup // the same, for Close
 
 	lastRefusal time.Time
+
+	short shortLimiter // SHORT's rate limits (short.go)
 }
 
 // New creates a server for m.

@@ -1,0 +1,259 @@
+package ipcserver
+
+import (
+	"errors"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/gpuslice/gpuslice/daemon/gpu"
+	"github.com/gpuslice/gpuslice/daemon/reclaim"
+	"github.com/gpuslice/gpuslice/daemon/session"
+	"github.com/gpuslice/gpuslice/daemon/store"
+	"github.com/gpuslice/gpuslice/internal/api"
+	"github.com/gpuslice/gpuslice/internal/ipc"
+)
+
+// fakeTimers stands in for time.AfterFunc on a clock the test moves.
+type fakeTimers struct {
+	now  time.Time
+	due  []time.Time
+	fns  []func()
+	kick int
+}
+
+func (f *fakeTimers) after(d time.Duration, fn func()) {
+	f.due = append(f.due, f.now.Add(d))
+	f.fns = append(f.fns, fn)
+}
+
+// advance moves the clock to t, running the timers due by then.
+func (f *fakeTimers) advance(t time.Time) {
+	for {
+		i := -1
+		for j, d := range f.due {
+			if !d.After(t) && (i < 0 || d.Before(f.due[i])) {
+				i = j
+			}
+		}
+		if i < 0 {
+			break
+		}
+		fn := f.fns[i]
+		f.now = f.due[i]
+		f.due = append(f.due[:i], f.due[i+1:]...)
+		f.fns = append(f.fns[:i], f.fns[i+1:]...)
+		fn()
+	}
+	f.now = t
+}
+
+// send plays one SHORT from the checked process k of uid, as handleShort
+// does.
+func (f *fakeTimers) send(l *shortLimiter, uid uint32, k reclaim.Key) shortStep {
+	step := l.look(uid, k, f.now)
+	if step == shortCheck {
+		l.take(uid, k, f.now, func() { f.kick++ })
+	}
+	return step
+}
+
+func key(pid uint32) reclaim.Key {
+	return reclaim.Key{Session: "s", Slot: int(pid % 64), PID: pid, StartTime: uint64(pid) * 7}
+}
+
+// A job's 300 attached processes each send a SHORT every millisecond for
+// a second: the uid gets one pass per ShortUIDGap, not one per message or
+// per process.
+func TestShortLimiterPerUID(t *testing.T) {
+	f := &fakeTimers{now: time.Unix(1000, 0)}
+	l := &shortLimiter{after: f.after}
+	start := f.now
+	sent := 0
+	for ms := 0; ms < 1000; ms++ {
+		f.advance(start.Add(time.Duration(ms) * time.Millisecond))
+		for p := uint32(0); p < 300; p++ {
+			f.send(l, 1000, key(100+p))
+			sent++
+		}
+	}
+	f.advance(start.Add(time.Second))
+	want := int(time.Second/ShortUIDGap) + 1
+	t.Logf("%d SHORTs from 300 processes of one uid in 1 s: %d passes", sent, f.kick)
+	if f.kick > want || f.kick < want-1 {
+		t.Fatalf("%d passes asked for in 1 s; want %d or %d (one per %v)", f.kick, want-1, want, ShortUIDGap)
+	}
+}
+
+// A SHORT inside its uid's window is not lost: all those until the
+// window ends make one pass, asked for at its end.
+func TestShortLimiterFoldsIntoOnePass(t *testing.T) {
+	f := &fakeTimers{now: time.Unix(1000, 0)}
+	l := &shortLimiter{after: f.after}
+	start := f.now
+	if step := f.send(l, 7, key(1)); step != shortCheck || f.kick != 1 {
+		t.Fatalf("first SHORT: step %d, %d passes; want a pass at once", step, f.kick)
+	}
+	f.advance(start.Add(30 * time.Millisecond))
+	if step := f.send(l, 7, key(2)); step != shortCheck || f.kick != 1 {
+		t.Fatalf("SHORT inside the window: step %d, %d passes; want it checked and the pass deferred", step, f.kick)
+	}
+	for ms := 31; ms < 100; ms++ {
+		f.advance(start.Add(time.Duration(ms) * time.Millisecond))
+		if step := f.send(l, 7, key(uint32(ms))); step != shortCovered {
+			t.Fatalf("SHORT at %d ms: step %d; want covered by the pending pass", ms, step)
+		}
+	}
+	if f.kick != 1 {
+		t.Fatalf("%d passes before the window's end; want 1", f.kick)
+	}
+	f.advance(start.Add(ShortUIDGap))
+	if f.kick != 2 {
+		t.Fatalf("%d passes at the window's end; want 2 (the deferred one)", f.kick)
+	}
+	// The next window starts at the deferred pass.
+	f.advance(start.Add(ShortUIDGap + 10*time.Millisecond))
+	f.send(l, 7, key(500))
+	if f.kick != 2 {
+		t.Fatalf("%d passes 10 ms after the deferred one; want 2", f.kick)
+	}
+	f.advance(start.Add(2 * ShortUIDGap))
+	if f.kick != 3 {
+		t.Fatalf("%d passes; want 3", f.kick)
+	}
+	// Another uid has its own window.
+	f.send(l, 8, key(900))
+	if f.kick != 4 {
+		t.Fatalf("another uid's SHORT: %d passes; want 4", f.kick)
+	}
+}
+
+// One process's SHORTs closer than ShortProcessGap are dropped before any
+// check; another attachment under the same pid (a new process) is not.
+func TestShortLimiterPerProcess(t *testing.T) {
+	f := &fakeTimers{now: time.Unix(1000, 0)}
+	l := &shortLimiter{after: f.after}
+	start := f.now
+	f.send(l, 7, key(1))
+	f.advance(start.Add(ShortUIDGap)) // the uid's window is open again
+	f.advance(start.Add(ShortUIDGap))
+	l.take(7, key(1), f.now, func() { f.kick++ })
+	f.advance(f.now.Add(ShortProcessGap / 2))
+	if step := l.look(7, key(1), f.now); step != shortDrop {
+		t.Fatalf("the same process again after %v: step %d; want dropped", ShortProcessGap/2, step)
+	}
+	other := key(1)
+	other.StartTime++
+	if step := l.look(7, other, f.now); step == shortDrop {
+		t.Fatal("a new process under the same pid was dropped as the old one's excess")
+	}
+	f.advance(f.now.Add(ShortProcessGap))
+	if step := l.look(7, key(1), f.now); step == shortDrop {
+		t.Fatalf("the same process after %v: dropped", ShortProcessGap*3/2)
+	}
+}
+
+// startShortServer is startServerSrv with a counter of the passes the
+// server asks for.
+func startShortServer(t *testing.T, kicks *atomic.Int64) (string, *session.Manager) {
+	t.Helper()
+	dir, err := os.MkdirTemp("/tmp", "gsipc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	st, err := store.Open(filepath.Join(dir, "db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.Mkdir(filepath.Join(dir, "ledgers"), 0o700)
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	gpus := []gpu.GPU{{Index: 0, UUID: "GPU-00000000-0000-0000-0000-000000000000", Physical: 1 << 34}}
+	m, err := session.New(session.Options{LedgerDir: filepath.Join(dir, "ledgers"), Slots: 4, Overcommit: 1,
+		DefaultTTL: time.Hour, Log: log}, gpus, st, session.Events{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go m.Watcher().Run()
+	sock := filepath.Join(dir, "ipc.sock")
+	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: sock, Net: "unix"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := New(m, Options{Log: log, Short: func() { kicks.Add(1) }})
+	done := make(chan struct{})
+	go func() { srv.Serve(ln); close(done) }()
+	t.Cleanup(func() {
+		srv.Close()
+		<-done
+		m.Watcher().Close()
+		m.Close()
+		st.Close()
+	})
+	return sock, m
+}
+
+// A SHORT from a process attached to no session is refused (code 10) and
+// asks for no pass, on a connection that stays usable; once the process
+// has attached, its SHORT asks for one, and its next one for one more
+// (at the end of the uid's window).
+func TestShortOnlyFromAttachedProcess(t *testing.T) {
+	var kicks atomic.Int64
+	sock, m := startShortServer(t, &kicks)
+	if _, _, err := m.Create(api.SessionRequest{ID: "s", UID: uint32(os.Getuid()), QuotaBytes: 1 << 30}); err != nil {
+		t.Fatal(err)
+	}
+	const uuid = "GPU-00000000-0000-0000-0000-000000000000"
+	c, err := ipc.Dial(sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	for i := 0; i < 100; i++ {
+		err := c.Short(uuid)
+		var re *ipc.RemoteError
+		if !errors.As(err, &re) || re.Code != ipc.CodeNotAttached {
+			t.Fatalf("SHORT %d from a process attached to no session: %v; want error code %d", i, err, ipc.CodeNotAttached)
+		}
+	}
+	if _, err := c.Ping([]byte("x")); err != nil {
+		t.Fatalf("the connection after refused SHORTs: %v", err)
+	}
+	if n := kicks.Load(); n != 0 {
+		t.Fatalf("refused SHORTs asked for %d audit passes", n)
+	}
+
+	a, err := c.Attach("s", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	c2, err := ipc.Dial(sock) // the interceptor sends SHORT on a connection of its own
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c2.Close()
+	if err := c2.Short(uuid); err != nil {
+		t.Fatalf("SHORT from the attached process: %v", err)
+	}
+	if n := kicks.Load(); n != 1 {
+		t.Fatalf("the attached process's SHORT asked for %d passes; want 1", n)
+	}
+	// The process's next SHORT, past its own gap, comes inside the uid's
+	// window (or, on a slow machine, after it): one more pass either way.
+	time.Sleep(ShortProcessGap)
+	if err := c2.Short(uuid); err != nil {
+		t.Fatalf("second SHORT: %v", err)
+	}
+	for deadline := time.Now().Add(10 * time.Second); kicks.Load() < 2 && time.Now().Before(deadline); {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if n := kicks.Load(); n != 2 {
+		t.Fatalf("two SHORTs of an attached process asked for %d passes; want 2", n)
+	}
+}
