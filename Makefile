@@ -58,6 +58,8 @@ include mk/interceptor.mk
 include mk/ctxprobe.mk
 include mk/go.mk
 include mk/trixie.mk
+include mk/sources.mk
+include mk/slurm-src.mk
 include mk/spank.mk
 include mk/packaging.mk
 include mk/nvidia.mk

@@ -5,15 +5,14 @@
 # Apptainer (apptainer/apptainer, Go modules through the module proxy; no
 # Debian 12 package exists), and a Debian 11 (glibc 2.31) squashfs image.
 #
-# Sources: GitHub is not reachable from the build machines. Each tree comes
-# from NAME-COMMIT.tar.gz in CONTAINERS_CACHE (GPUSLICE_CACHE/containers,
-# kept across clones and `make clean`), made
-# the first time from a bare git mirror of the repository under
-# CONTAINERS_MIRROR (default /work/.mirror/OWNER+NAME/repo, where the
-# development machines keep fetched repositories). With neither, the
-# runtime is not built: build/containers/NAME/UNAVAILABLE says why, `make
-# containers` prints it and the suite's tests of that runtime skip with it.
-# Each built runtime's build/containers/NAME/COMMIT names the commit.
+# Sources: the commits, archives and checksums are pinned in
+# mk/sources.txt, and scripts/sources.sh finds each archive (mk/sources.mk):
+# in the machine's cache (GPUSLICE_CACHE/sources), in GPUSLICE_SOURCES
+# (checked against its SHA256SUMS), or at the project's GitHub URL. With
+# none of them, the runtime is not built: build/containers/NAME/UNAVAILABLE
+# says what is missing, `make containers` prints it and the suite's tests of
+# that runtime skip with it. Each built runtime's build/containers/NAME/COMMIT
+# names the commit.
 #
 # Packages (make deps, mk/deps.mk): squashfs-tools (mksquashfs, unsquashfs),
 # libbsd-dev (enroot's helpers on glibc), makeself (enroot's self-extracting
@@ -23,13 +22,13 @@
 # archive.debian.org, set IMAGE_MIRROR (scripts/container-image.sh).
 CT             := $(BUILD)/containers
 CONTAINERS_CACHE  ?= $(GPUSLICE_CACHE)/containers
-CONTAINERS_MIRROR ?= /work/.mirror
-# Pinned commits: enroot's main after v4.1.2, pyxis v0.24.0, Apptainer v1.5.3.
-ENROOT_COMMIT    := 8ea147d337da60cb1c557140f3a85cdf0d620968
-PYXIS_COMMIT     := 107519944221822ea1dace4db8e7234b2eaa4cd5
-APPTAINER_COMMIT := 6a76317a87c4eae10f52c7805965756a919291d7
+# Pinned commits (mk/sources.txt): enroot's main after v4.1.2, pyxis v0.24.0,
+# Apptainer v1.5.3.
+ENROOT_COMMIT    := $(call src_field,enroot,$(SRC_VERSION))
+PYXIS_COMMIT     := $(call src_field,pyxis,$(SRC_VERSION))
+APPTAINER_COMMIT := $(call src_field,apptainer,$(SRC_VERSION))
 APPTAINER_VERSION:= 1.5.3
-CT_SRC         := $(ROOT)/scripts/container-src.sh
+CT_SRC         := $(SOURCES_SH) $(SOURCES_TABLE)
 # The image: Debian 11's root (debootstrap, cached as a tarball in
 # CONTAINERS_CACHE) with the suite's CUDA program built for its glibc.
 CT_IMAGE       := $(CT)/images/bullseye.sqsh
@@ -46,16 +45,19 @@ pyxis: $(CT)/pyxis/.stamp
 apptainer: $(CT)/apptainer/.stamp
 container-image: $(CT_IMAGE)
 
-# ct_source NAME COMMIT OWNER+REPO: unpack the source into $(CT)/src/NAME,
-# or record why it cannot be had (UNAVAILABLE) and stop the recipe there
-# without failing the build.
+# ct_source NAME COMMIT: unpack the source into $(CT)/src/NAME
+# (scripts/sources.sh), or record why it cannot be had (UNAVAILABLE) and
+# stop the recipe there without failing the build. An archive an earlier
+# layout kept in CONTAINERS_CACHE moves to the sources cache.
 define ct_source
 	@rm -f $(CT)/$(1)/UNAVAILABLE
-	@mkdir -p $(CT)/$(1)
-	@rc=0; $(CT_SRC) $(1) $(2) $(CONTAINERS_MIRROR)/$(3)/repo $(CONTAINERS_CACHE) $(CT)/src/$(1) 2>$(CT)/$(1)/why || rc=$$?; \
+	@mkdir -p $(CT)/$(1) $(GPUSLICE_CACHE)/sources
+	@[ ! -f $(CONTAINERS_CACHE)/$(1)-$(2).tar.gz ] || mv $(CONTAINERS_CACHE)/$(1)-$(2).tar.gz $(GPUSLICE_CACHE)/sources/
+	@rc=0; $(SOURCES_ENV) $(SOURCES_SH) unpack $(1) $(CT)/src/$(1) 2>$(CT)/$(1)/why || rc=$$?; \
 	if [ $$rc = 3 ]; then mv $(CT)/$(1)/why $(CT)/$(1)/UNAVAILABLE; \
 	  echo "containers: $(1) not built: $$(cat $(CT)/$(1)/UNAVAILABLE)" >&2; \
-	elif [ $$rc != 0 ]; then cat $(CT)/$(1)/why >&2; exit $$rc; else rm -f $(CT)/$(1)/why; fi
+	elif [ $$rc != 0 ]; then cat $(CT)/$(1)/why >&2; exit $$rc; \
+	else cat $(CT)/$(1)/why; rm -f $(CT)/$(1)/why; echo $(2) >$(CT)/src/$(1)/.commit; fi
 endef
 
 # enroot: its helpers are built on glibc (FORCE_GLIBC) instead of musl: the
@@ -64,7 +66,7 @@ endef
 # 2.36 lacks) and Debian's makeself stand in. Installed with its
 # configuration under build/containers/enroot (etc/enroot/hooks.d...).
 $(CT)/enroot/.stamp: mk/containers.mk $(CT_SRC)
-	$(call ct_source,enroot,$(ENROOT_COMMIT),NVIDIA+enroot)
+	$(call ct_source,enroot,$(ENROOT_COMMIT))
 	@[ -f $(CT)/enroot/UNAVAILABLE ] || { \
 	  set -e; s=$(CT)/src/enroot; \
 	  mkdir -p $$s/deps/linux-headers $$s/deps/makeself && touch $$s/deps/linux-headers/.stamp $$s/deps/makeself/.stamp; \
@@ -76,7 +78,7 @@ $(CT)/enroot/.stamp: mk/containers.mk $(CT_SRC)
 
 # pyxis: the SPANK plugin, against /usr/include/slurm (Slurm 22.05).
 $(CT)/pyxis/.stamp: mk/containers.mk $(CT_SRC) $(BUILD_HEADERS)
-	$(call ct_source,pyxis,$(PYXIS_COMMIT),NVIDIA+pyxis)
+	$(call ct_source,pyxis,$(PYXIS_COMMIT))
 	@[ -f $(CT)/pyxis/UNAVAILABLE ] || { \
 	  set -e; echo "pyxis: building $(PYXIS_COMMIT)"; \
 	  $(MAKE) -s -C $(CT)/src/pyxis prefix=$(CT)/pyxis libdir=$(CT)/pyxis/lib all install >$(CT)/pyxis/build.log 2>&1 || { tail -n 30 $(CT)/pyxis/build.log >&2; exit 1; }; \
@@ -108,7 +110,7 @@ $(CT)/apptainer/.stamp: mk/containers.mk $(CT_SRC) $(TREE_CACHE)
 # around build/ (it would name this project's commit as Apptainer's).
 APPTAINER_GOCACHE ?= $(GPUSLICE_CACHE)/apptainer-go-build
 apptainer-build:
-	$(call ct_source,apptainer,$(APPTAINER_COMMIT),apptainer+apptainer)
+	$(call ct_source,apptainer,$(APPTAINER_COMMIT))
 	@[ -f $(CT)/apptainer/UNAVAILABLE ] || { \
 	  set -e; s=$(CT)/src/apptainer; echo $(APPTAINER_VERSION) > $$s/VERSION; \
 	  echo "apptainer: building $(APPTAINER_COMMIT) (about 6 minutes on 2 cores the first time on a machine, one after)"; \

@@ -1,10 +1,18 @@
 # deps: install what builds and tests need. Debian packages via apt-get when
 # running as root; Go modules through the module proxy.
+# What SchedMD's Slurm releases are built with (make slurm-src,
+# scripts/slurm-src.sh): munge, MariaDB's client (slurmdbd's storage), Lua 5.4
+# (job_submit/lua), hwloc, D-Bus (cgroup/v2 needs it and the kernel's BPF
+# headers), PAM, NUMA, JSON, lz4; patchelf makes the installed tree
+# relocatable.
+SLURM_SRC_DEB_PKGS := libmunge-dev libmariadb-dev liblua5.4-dev libhwloc-dev libdbus-1-dev linux-libc-dev \
+            libpam0g-dev libnuma-dev libjson-c-dev libyaml-dev liblz4-dev libreadline-dev patchelf
 DEB_PKGS := gcc make libc6-dev pkg-config libslurm-dev slurmd slurmctld slurm-client munge \
             rpm lintian prometheus systemd passwd procps \
             lua5.1 slurmdbd mariadb-server iproute2 tmux debootstrap ffmpeg \
             python3 python3-numpy python3-pytools python3-platformdirs valgrind \
-            squashfs-tools squashfuse fuse-overlayfs fuse3 libbsd-dev makeself libseccomp-dev zstd
+            squashfs-tools squashfuse fuse-overlayfs fuse3 libbsd-dev makeself libseccomp-dev zstd \
+            $(SLURM_SRC_DEB_PKGS)
 
 .PHONY: deps
 deps: ## install build/test dependencies (apt-get as root, go mod download)

@@ -1,0 +1,51 @@
+# slurm-src: SchedMD's Slurm releases built from their source, each as a GPU
+# cluster runs it (slurmctld, slurmd, slurmstepd, slurmdbd with MariaDB
+# storage, the client commands, cgroup/v2, job_submit/lua, hwloc, munge),
+# into a relocatable tree of its own: build/slurm/RELEASE (bin, sbin, lib,
+# lib/slurm, include, etc). scripts/slurm-src.sh builds one and says what
+# is in it; the releases and their archives are the slurm-* rows of
+# mk/sources.txt, found by scripts/sources.sh (mk/sources.mk).
+#
+# Each built tree is kept as a tarball in SLURM_SRC_CACHE (default in
+# GPUSLICE_CACHE, kept across clones and `make clean`), keyed by the
+# archive's SHA-256, the configure options, the script's LAYOUT and the
+# distribution: a fresh clone, at any path, unpacks it in seconds. A first
+# build takes 4-6 minutes a release on 2 cores (docs/slurm.md). Without a
+# source the target still succeeds but writes build/slurm/RELEASE/UNAVAILABLE
+# (and tries again next time); what needs the release skips with it.
+#
+# `make build` does not need these; the plugin for each (make spank-RELEASE,
+# mk/spank.mk) and the suites that run on them do.
+SLURM_SRC       := $(BUILD)/slurm
+SLURM_SRC_CACHE ?= $(GPUSLICE_CACHE)/slurm
+SLURM_SRC_SH    := $(ROOT)/scripts/slurm-src.sh
+# 23.11 24.05 25.05 25.11 26.05
+SLURM_SRC_RELEASES := $(shell awk '$$1 ~ /^slurm-/ {sub(/^slurm-/, "", $$1); print $$1}' $(SOURCES_TABLE))
+
+.PHONY: slurm-src slurm-src-clean
+slurm-src: $(SLURM_SRC_RELEASES:%=slurm-src-%) ## build every SchedMD Slurm release of mk/sources.txt into build/slurm/RELEASE (make slurm-src-25.05: one; cached in SLURM_SRC_CACHE)
+
+slurm-src-clean: ## remove build/slurm (the cache in SLURM_SRC_CACHE stays)
+	rm -rf $(SLURM_SRC)
+
+# slurm-src-RELEASE, one target each (make help lists slurm-src only).
+define slurm_src_release
+.PHONY: slurm-src-$(1)
+slurm-src-$(1): $(SLURM_SRC)/$(1)/.stamp
+endef
+$(foreach r,$(SLURM_SRC_RELEASES),$(eval $(call slurm_src_release,$(r))))
+
+$(SLURM_SRC)/%/.stamp: $(SOURCES_TABLE) $(SOURCES_SH) $(SLURM_SRC_SH) $(TREE_CACHE)
+	@rm -f $@ $(@D)/UNAVAILABLE
+	@rc=0; $(SOURCES_ENV) $(SLURM_SRC_SH) build $* $(@D) $(SLURM_SRC_CACHE) || rc=$$?; \
+	if [ $$rc = 3 ]; then echo "slurm-src-$*: not built: $$(cat $(@D)/UNAVAILABLE)" >&2; \
+	elif [ $$rc != 0 ]; then exit $$rc; else touch $@; fi
+
+# The plugin for every release loaded by that release's own srun, the
+# sources table and its resolver (tests/slurmsrc). A release that is not
+# built skips with one line; under CI=true one whose sources are here fails
+# instead. Not part of `make test` yet: a first build of every release takes
+# about 20 minutes on 2 cores, with the cache filled about a minute.
+.PHONY: test-slurm-src
+test-slurm-src: spank-releases ## build every Slurm release and its plugin, and check each release's srun loads it (tests/slurmsrc)
+	GPUSLICE_BUILD_DIR=$(BUILD) $(SOURCES_ENV) $(GO) test -count=1 -timeout 10m ./tests/slurmsrc/
