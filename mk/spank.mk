@@ -78,3 +78,31 @@ $(SPANK24_SO): $(SPANK_SRCS) $(SPANK_HDRS) $(SPANK_MAP) $(TRIXIE_STAMP)
 	TRIXIE_BINDS='$(ROOT):/mnt/gpuslice:ro $(@D):/mnt/gpuslice-out' $(TRIXIE_RUN) \
 	  /bin/sh -c 'cd /mnt/gpuslice && gcc $(SPANK_CFLAGS) $(SPANK_LDFLAGS) -o /mnt/gpuslice-out/gpuslice.so $(SPANK_SRCS)'
 	$(SLURM_VERSION_CMD) $(TRIXIE_ROOT)/usr/include/slurm/slurm_version.h >$(@D)/slurm-version
+
+# ---- The plugin for SchedMD's releases (make slurm-src) -------------------------
+# Built with this machine's gcc against each release's installed headers
+# (build/slurm/RELEASE/include, mk/slurm-src.mk), which come before
+# /usr/include (Debian's 22.05) on the command line: build/spank/RELEASE/
+# gpuslice.so and slurm-version, checked to name RELEASE. When the
+# release's source was not found (build/slurm/RELEASE/UNAVAILABLE) nothing
+# is built and a warning says why. make spank-releases builds the plugin
+# for every release: 22.05, 24.11 and these.
+.PHONY: spank-releases
+spank-releases: spank spank-24.11 $(SLURM_SRC_RELEASES:%=spank-%) ## build the SPANK plugin for every supported Slurm release (make spank-RELEASE: one, e.g. spank-25.05 in build/spank/25.05)
+
+define spank_release
+.PHONY: spank-$(1)
+spank-$(1): slurm-src-$(1)
+	@if [ -e $(SLURM_SRC)/$(1)/UNAVAILABLE ]; then \
+	  echo "spank-$(1): not built: $$$$(cat $(SLURM_SRC)/$(1)/UNAVAILABLE)" >&2; \
+	else $(MAKE) --no-print-directory $(SPANK_DIR)/$(1)/gpuslice.so; fi
+endef
+$(foreach r,$(SLURM_SRC_RELEASES),$(eval $(call spank_release,$(r))))
+
+$(SPANK_DIR)/%/gpuslice.so: $(SPANK_SRCS) $(SPANK_HDRS) $(SPANK_MAP) $(SLURM_SRC)/%/.stamp
+	@mkdir -p $(@D)
+	$(CC) $(SPANK_CFLAGS) -I$(SLURM_SRC)/$*/include $(SPANK_LDFLAGS) -o $@ $(SPANK_SRCS)
+	@v=$$($(SLURM_VERSION_CMD) $(SLURM_SRC)/$*/include/slurm/slurm_version.h); \
+	 [ "$$(printf '%d.%02d' $$((v >> 16)) $$(((v >> 8) & 255)))" = "$*" ] || \
+	   { echo "$@: built against Slurm $$v, not $*" >&2; rm -f $@; exit 1; }; \
+	 echo $$v >$(@D)/slurm-version

@@ -16,6 +16,11 @@ struct gs_config gs_config;
 
 SPANK_PLUGIN(gpuslice, 1);
 
+#if GS_HAVE_INIT_FAILURE_MODE
+/* A failed slurm_spank_init fails the job, never the node (compat.h). */
+int slurm_spank_init_failure_mode = ESPANK_JOB_FAILURE;
+#endif
+
 int slurm_spank_init(spank_t sp, int ac, char **av)
 {
 	char err[512];
