@@ -10,6 +10,7 @@ import (
 	"github.com/gpuslice/gpuslice/daemon/compute"
 	"github.com/gpuslice/gpuslice/daemon/config"
 	"github.com/gpuslice/gpuslice/daemon/gpu"
+	"github.com/gpuslice/gpuslice/daemon/identity"
 	"github.com/gpuslice/gpuslice/daemon/metrics"
 	"github.com/gpuslice/gpuslice/daemon/session"
 )
@@ -23,22 +24,35 @@ const (
 	computeIdleInterval = time.Second
 )
 
+// freezeAfter is how long a session held at its share may keep using the
+// GPU before its processes are frozen (daemon/compute/freeze.go): well
+// beyond what a held job's queued kernels take to finish.
+const freezeAfter = 2 * time.Second
+
 // computeShare holds the compute page (nil when it could not be made:
-// launches are then never gated).
+// launches are then never gated) and the freezer of held sessions that
+// bypass the gate.
 type computeShare struct {
-	page *compute.Page
-	wake chan struct{}
+	page   *compute.Page
+	wake   chan struct{}
+	freeze *compute.CgroupFreezer
 }
 
-// openComputePage maps the compute page beside the IPC socket, where the
-// interceptor looks for it (docs/daemon.md, "Compute share").
+// openComputePage maps the compute page beside the IPC socket
+// (docs/daemon.md, "Compute share"), and thaws what a gpusliced that died
+// left frozen.
 func openComputePage(cfg config.Config, log *slog.Logger) *computeShare {
+	root := filepath.Join("/sys/fs/cgroup", identity.V2Dir("/sys/fs/cgroup"))
+	fr := &compute.CgroupFreezer{Root: root, Record: filepath.Join(cfg.RuntimeDir, "compute.frozen")}
+	if thawed, err := fr.Recover(); err != nil || len(thawed) > 0 {
+		log.Warn("compute share: thawed what a gpusliced that stopped uncleanly had frozen", "cgroups", thawed, "err", err)
+	}
 	p, err := compute.OpenPage(filepath.Join(filepath.Dir(cfg.IPCSocket), "compute"))
 	if err != nil {
 		log.Warn("compute share disabled: no compute page", "err", err)
 		return &computeShare{}
 	}
-	return &computeShare{page: p, wake: make(chan struct{}, 1)}
+	return &computeShare{page: p, wake: make(chan struct{}, 1), freeze: fr}
 }
 
 // changed is session.Options.ComputeChanged: a share was given or changed,
@@ -50,6 +64,16 @@ func (c *computeShare) changed() {
 	}
 }
 
+// attachInfo is ipcserver.Options.Compute: the page's fd and the session's
+// slot on it.
+func (c *computeShare) attachInfo(id string) (int, uint32, uint64, bool) {
+	if c.page == nil {
+		return 0, 0, 0, false
+	}
+	slot, gen, ok := c.page.Slot(id)
+	return c.page.FD(), slot, gen, ok
+}
+
 // assign is session.Options.ComputeAssign.
 func (c *computeShare) assign(id string) {
 	if c.page != nil && !c.page.Assign(id) {
@@ -59,7 +83,7 @@ func (c *computeShare) assign(id string) {
 
 // start runs the controller until ctx ends.
 func (c *computeShare) start(ctx context.Context, cfg config.Config, log *slog.Logger, mgr *session.Manager,
-	gpus []gpu.GPU, met *metrics.Metrics, wg *sync.WaitGroup) {
+	gpus []gpu.GPU, met *metrics.Metrics, wg *sync.WaitGroup, leaf func(uint32) (string, string)) {
 	if c.page == nil {
 		return
 	}
@@ -86,11 +110,15 @@ func (c *computeShare) start(ctx context.Context, cfg config.Config, log *slog.L
 				}
 			}
 			gauges.Pass(g, active, held)
-		}}
+		},
+		Freezer: c.freeze, Leaf: leaf, FreezeAfter: freezeAfter, Frozen: gauges.Frozen}
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
 		defer src.Close()
 		ctl.Run(ctx)
+		if err := c.freeze.ThawAll(); err != nil {
+			log.Error("compute share: cannot thaw", "err", err)
+		}
 	}()
 }

@@ -152,7 +152,8 @@ func Run(ctx context.Context, cfg config.Config, logw io.Writer) error {
 
 	kick := audit.NewKicker() // a job refused memory its quota allowed: audit at once
 	ipcSrv := ipcserver.New(mgr, ipcserver.Options{Token: cfg.IPCToken, TokenRequired: cfg.IPCTokenRequired,
-		ConnsPerUID: cfg.IPCConnsPerUID, Log: log, Observe: met.ObserveIPC, Short: kick.Kick})
+		ConnsPerUID: cfg.IPCConnsPerUID, Log: log, Observe: met.ObserveIPC, Short: kick.Kick,
+		Compute: share.attachInfo})
 	adminSrv := &http.Server{Handler: admin.Handler(mgr, met.Registry, log), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: time.Minute,
 		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
 	var pubSrv *http.Server
@@ -205,7 +206,7 @@ func Run(ctx context.Context, cfg config.Config, logw io.Writer) error {
 	if err := startAudit(ctx, cfg, log, mgr, met, gpus, &wg, kick); err != nil {
 		log.Warn("audit disabled: the driver's per-process figures cannot be read", "err", err)
 	}
-	share.start(ctx, cfg, log, mgr, gpus, met, &wg)
+	share.start(ctx, cfg, log, mgr, gpus, met, &wg, resolver.Leaf)
 
 	log.Info("gpusliced started", "version", version.Version, "ipc", cfg.IPCSocket, "admin", cfg.AdminSocket,
 		"listen", cfg.Listen, "gpus", len(gpus), "config", cfg.File, "overcommit", cfg.Overcommit,

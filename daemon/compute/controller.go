@@ -5,6 +5,8 @@ import (
 	"log/slog"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/gpuslice/gpuslice/internal/api"
 )
 
@@ -59,8 +61,31 @@ type Controller struct {
 	// Passes, when set, is told of each pass's decisions (tests, metrics).
 	Passes func(gpu int, entries map[string]Entry)
 
+	// Freezer, when set, enforces the holds from outside the job: a
+	// session held for FreezeAfter that still uses the GPU has the
+	// cgroups of its processes that used it (Leaf) frozen until it is no
+	// longer held (freeze.go). Frozen, when set, is told of each freeze
+	// and thaw (metrics).
+	Freezer     Freezer
+	Leaf        func(pid uint32) (job, dir string)
+	FreezeAfter time.Duration
+	Frozen      func(session, dir string, frozen bool)
+
 	state map[int]map[string]*Entry
-	last  time.Time
+	holds map[string]*hold
+	// strays are the processes of each session that use a GPU without
+	// having attached (the kernel's pid->job): as long as one lives, the
+	// session has work, like one with attached processes.
+	strays map[string]map[uint32]bool
+	last   time.Time
+}
+
+// hold is a session held on some GPU since a pass, and the cgroups of it
+// the controller froze.
+type hold struct {
+	since       time.Time
+	dirs        map[string]bool
+	unfreezable map[uint32]bool // offending pids in no directory of the job's own (said once)
 }
 
 // Run passes every Interval while a session has a share, else every
@@ -68,6 +93,7 @@ type Controller struct {
 func (c *Controller) Run(ctx context.Context) {
 	t := time.NewTimer(c.Interval)
 	defer t.Stop()
+	defer c.thawAll() // gpusliced stopping: nothing stays frozen
 	for {
 		var now time.Time
 		select {
@@ -120,6 +146,16 @@ func (c *Controller) Pass(now time.Time) (sharing bool) {
 	shared := map[string]bool{} // those with a share: the controller's
 	byPid := map[uint32]string{}
 	ledgerIdx := map[string]map[int]int{} // session -> inventory GPU -> ledger index
+	for id, pids := range c.strays {
+		for pid := range pids {
+			if unix.Kill(int(pid), 0) == unix.ESRCH {
+				delete(pids, pid)
+			}
+		}
+		if len(pids) == 0 {
+			delete(c.strays, id)
+		}
+	}
 	for _, s := range c.Sessions.ComputeSessions() {
 		live[s.ID] = true
 		c.Page.Assign(s.ID)
@@ -147,8 +183,8 @@ func (c *Controller) Pass(now time.Time) (sharing bool) {
 				st[s.ID] = e
 			}
 			e.Share = ShareOf(s.Spec, s.Limits[li], c.Physical[g])
-			e.Used = 0
-			if len(s.Pids) == 0 {
+			e.Used, e.Top = 0, 0
+			if len(s.Pids) == 0 && len(c.strays[s.ID]) == 0 {
 				// its processes are gone: it wants nothing, its share is free
 				e.Held, e.Active = false, false
 			}
@@ -157,6 +193,11 @@ func (c *Controller) Pass(now time.Time) (sharing bool) {
 	for _, id := range c.Page.Assigned() {
 		if !live[id] {
 			c.Page.Release(id)
+		}
+	}
+	for id := range c.strays {
+		if !shared[id] {
+			delete(c.strays, id)
 		}
 	}
 	if len(shared) == 0 {
@@ -169,6 +210,7 @@ func (c *Controller) Pass(now time.Time) (sharing bool) {
 		for id := range live {
 			c.Page.SetThrottle(id, 0) // a share removed: its session runs free
 		}
+		c.thawAll()
 		c.Page.Beat()
 		return false
 	}
@@ -181,20 +223,36 @@ func (c *Controller) Pass(now time.Time) (sharing bool) {
 		busy = nil // what ran before any share: nobody owes it
 	}
 	others := map[int]float64{}
+	users := map[int]map[string][]uint32{} // GPU -> session -> its pids that used it
 	for g, w := range busy {
+		users[g] = map[string][]uint32{}
 		for pid, ns := range w.Procs {
-			id, ok := byPid[pid]
-			if !ok {
+			id, attached := byPid[pid]
+			if !attached {
 				id = c.Sessions.JobOf(pid)
 			}
 			if e := c.state[g][id]; e != nil && id != "" {
 				e.Used += ns
+				e.Top = max(e.Top, ns)
+				if ns > 0 {
+					users[g][id] = append(users[g][id], pid)
+					if !attached {
+						if c.strays == nil {
+							c.strays = map[string]map[uint32]bool{}
+						}
+						if c.strays[id] == nil {
+							c.strays[id] = map[uint32]bool{}
+						}
+						c.strays[id][pid] = true
+					}
+				}
 			} else {
 				others[g] += ns
 			}
 		}
 	}
 	bits := map[string]uint64{}
+	offenders := map[string][]uint32{} // held sessions that kept using a GPU, and their pids
 	for g, st := range c.state {
 		ids := make([]string, 0, len(st))
 		es := make([]Entry, 0, len(st))
@@ -217,6 +275,9 @@ func (c *Controller) Pass(now time.Time) (sharing bool) {
 				c.Log.Debug("compute share", "gpu", g, "session", id, "held", es[i].Held,
 					"used_ms", es[i].Used/1e6, "lag_ms", es[i].Lag/1e6, "cap_lag_ms", es[i].CapLag/1e6)
 			}
+			if was[i] && span(busy, g) > 0 && es[i].Used > 0.1*span(busy, g) {
+				offenders[id] = append(offenders[id], users[g][id]...)
+			}
 			*st[id] = es[i]
 			seen[id] = es[i]
 			if es[i].Held {
@@ -230,6 +291,97 @@ func (c *Controller) Pass(now time.Time) (sharing bool) {
 	for id := range live {
 		c.Page.SetThrottle(id, bits[id])
 	}
+	c.enforce(now, bits, offenders)
 	c.Page.Beat()
 	return true
+}
+
+func span(busy map[int]Window, g int) float64 { return busy[g].Span }
+
+// enforce freezes the sessions that kept using the GPU while held for
+// FreezeAfter, and thaws those no longer held (freeze.go).
+func (c *Controller) enforce(now time.Time, bits map[string]uint64, offenders map[string][]uint32) {
+	if c.Freezer == nil {
+		return
+	}
+	if c.holds == nil {
+		c.holds = map[string]*hold{}
+	}
+	for id, h := range c.holds {
+		if bits[id] == 0 {
+			c.thaw(id, h) // paid its debt, alone now, released or without a share
+			h.since = time.Time{}
+			if len(h.dirs) == 0 {
+				delete(c.holds, id) // else tried again next pass
+			}
+		}
+	}
+	for id, b := range bits {
+		if b == 0 {
+			continue
+		}
+		if c.holds[id] == nil {
+			c.holds[id] = &hold{dirs: map[string]bool{}, unfreezable: map[uint32]bool{}}
+		}
+		if c.holds[id].since.IsZero() {
+			c.holds[id].since = now
+		}
+	}
+	for id, pids := range offenders {
+		h := c.holds[id]
+		if h == nil || h.since.IsZero() || now.Sub(h.since) < c.FreezeAfter {
+			continue
+		}
+		for _, pid := range pids {
+			job, dir := c.Leaf(pid)
+			if job != id || dir == "" {
+				if !h.unfreezable[pid] {
+					h.unfreezable[pid] = true
+					c.Log.Warn("compute share: a session held at its share keeps using the GPU, and its process runs in no cgroup of its job's own: it cannot be frozen",
+						"session", id, "pid", pid)
+				}
+				continue
+			}
+			if h.dirs[dir] {
+				continue
+			}
+			if err := c.Freezer.Freeze(dir); err != nil {
+				c.Log.Warn("compute share: cannot freeze a session held at its share that keeps using the GPU",
+					"session", id, "pid", pid, "cgroup", dir, "err", err)
+				continue
+			}
+			h.dirs[dir] = true
+			c.Log.Info("compute share: froze a session that kept using the GPU while held at its share; thawed once it is no longer held",
+				"session", id, "pid", pid, "cgroup", dir, "held_for", now.Sub(h.since).Round(time.Millisecond))
+			if c.Frozen != nil {
+				c.Frozen(id, dir, true)
+			}
+		}
+	}
+}
+
+func (c *Controller) thaw(id string, h *hold) {
+	for dir := range h.dirs {
+		if err := c.Freezer.Thaw(dir); err != nil {
+			c.Log.Error("compute share: cannot thaw", "session", id, "cgroup", dir, "err", err)
+			continue
+		}
+		delete(h.dirs, dir)
+		c.Log.Info("compute share: thawed", "session", id, "cgroup", dir)
+		if c.Frozen != nil {
+			c.Frozen(id, dir, false)
+		}
+	}
+}
+
+// thawAll thaws every session the controller froze (what it cannot thaw
+// stays recorded: it is tried again next pass, and by the daemon).
+func (c *Controller) thawAll() {
+	for id, h := range c.holds {
+		c.thaw(id, h)
+		h.since = time.Time{}
+		if len(h.dirs) == 0 {
+			delete(c.holds, id)
+		}
+	}
 }

@@ -27,6 +27,7 @@ type Share struct {
 type Entry struct {
 	Share
 	Used   float64 // ns of GPU time used in this pass (input)
+	Top    float64 // ns used by the busiest of its processes in this pass (input)
 	Lag    float64 // ns entitled minus used, over the contended passes
 	CapLag float64 // ns allowed by the cap minus used
 	Active bool    // had work in the last samples (or was held)
@@ -65,26 +66,30 @@ func Step(es []Entry, dt, span, others float64) {
 		}
 		total += e.Used
 	}
-	// Who wanted more than it got? The GPU runs the sessions free to
-	// launch in round robin, so one that got less than the busiest of them
-	// (on a GPU with no idle time) got all it asked for; on a GPU that
-	// idled, all of them did. A held session's kernels that kept running
-	// (the gate cannot stop a kernel) took their time from the others,
-	// whose demand that pass is then unknown: taken as unlimited.
+	// Who wanted more than it got? The GPU runs the processes free to
+	// launch in round robin (processes, not sessions: a session of four
+	// busy processes gets four turns to a one-process neighbour's one), so
+	// a session none of whose processes got as much as the busiest
+	// process free to launch (on a GPU with no idle time) got all it asked
+	// for; on a GPU that idled, all of them did. A session with a process
+	// at the top wanted more, however many others it has. A held
+	// session's kernels that kept running (the gate cannot stop a kernel)
+	// took their time from the others, whose demand that pass is then
+	// unknown: taken as unlimited.
 	idle := span-total-others > 0.05*span
 	overrun := false
 	top := 0.0
 	for _, e := range es {
 		overrun = overrun || (e.Held && e.Used > 0.1*span)
 		if !e.Held {
-			top = max(top, e.Used)
+			top = max(top, e.Top)
 		}
 	}
 	contended := n >= 2
 	demand := make([]float64, len(es))
 	for i, e := range es {
 		demand[i] = math.Inf(1)
-		if !e.Held && (idle || (!overrun && e.Used < 0.9*top)) {
+		if !e.Held && (idle || (!overrun && e.Top < 0.9*top)) {
 			demand[i] = e.Used
 		}
 	}

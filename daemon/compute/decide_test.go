@@ -5,13 +5,15 @@ import (
 	"testing"
 )
 
-// gpu is a time-sliced GPU for the decision: in each pass the sessions
+// gpu is a time-sliced GPU for the decision: in each pass the processes
 // with work that the gate lets launch share it equally (as the hardware's
-// round robin does), and a session's queued work lasts `queue` ns past
-// the moment it is held. Its samples come every `period` passes (1: every
-// pass), each covering the passes since the last.
+// round robin does: a session of procs processes gets procs turns), and a
+// session's queued work lasts `queue` ns past the moment it is held. Its
+// samples come every `period` passes (1: every pass), each covering the
+// passes since the last.
 type gpu struct {
 	es      []Entry
+	procs   []int     // busy processes per session (1 unless set)
 	demand  []bool    // wants the GPU
 	giant   []float64 // ns of one kernel still running (ignores the gate)
 	used    []float64 // totals
@@ -24,12 +26,12 @@ func (g *gpu) pass(dt float64) {
 	run := 0
 	for i := range g.es {
 		if g.demand[i] && (!g.es[i].Held || g.giant[i] > 0) {
-			run++
+			run += g.procs[i]
 		}
 	}
 	for i := range g.es {
 		if g.demand[i] && (!g.es[i].Held || g.giant[i] > 0) {
-			u := dt / float64(run)
+			u := dt / float64(run) * float64(g.procs[i])
 			g.giant[i] = math.Max(0, g.giant[i]-u)
 			g.used[i] += u
 			g.pending[i] += u
@@ -42,20 +44,22 @@ func (g *gpu) pass(dt float64) {
 		span = dt * float64(max(g.period, 1))
 	}
 	for i := range g.es {
-		g.es[i].Used = 0
+		g.es[i].Used, g.es[i].Top = 0, 0
 		if sample {
 			g.es[i].Used, g.pending[i] = g.pending[i], 0
+			g.es[i].Top = g.es[i].Used / float64(g.procs[i]) // its processes round-robin alike
 		}
 	}
 	Step(g.es, dt, span, 0)
 }
 
 func newGPU(shares ...Share) *gpu {
-	g := &gpu{es: make([]Entry, len(shares)), demand: make([]bool, len(shares)),
+	g := &gpu{es: make([]Entry, len(shares)), procs: make([]int, len(shares)), demand: make([]bool, len(shares)),
 		giant: make([]float64, len(shares)), used: make([]float64, len(shares)),
 		pending: make([]float64, len(shares)), period: 1}
 	for i, s := range shares {
 		g.es[i].Share = s
+		g.procs[i] = 1
 		g.demand[i] = true
 	}
 	return g
@@ -100,6 +104,27 @@ func TestStepShares(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// A share is the session's, not its processes': a session of 10 with 2,
+// 4 or 8 busy processes beside one process of 90 gets 10 % (the GPU's
+// round robin gave it 2/3, 4/5, 8/9, and the decision took the one-process
+// neighbour's smaller part as all it wanted).
+func TestStepSharesAnyProcessCount(t *testing.T) {
+	for _, procs := range [][2]int{{2, 1}, {4, 1}, {8, 1}, {1, 4}, {4, 2}} {
+		for _, period := range []int{1, 10} {
+			g := newGPU(Share{Weight: 10}, Share{Weight: 90})
+			g.procs = procs[:]
+			g.period = period
+			for i := 0; i < 1000; i++ {
+				g.pass(pass)
+			}
+			if f := g.fractions(); math.Abs(f[0]-.1) > .02 {
+				t.Errorf("%d processes of 10 beside %d of 90, samples every %d passes: %.3f of the GPU, want 0.10 (all: %.3f)",
+					procs[0], procs[1], period, f[0], f)
+			}
+		}
 	}
 }
 

@@ -33,6 +33,7 @@ const (
 type Page struct {
 	mu    sync.Mutex
 	mem   []byte
+	ro    *os.File // read-only, handed to attaching processes (FD)
 	slots map[string]int
 	free  []int
 }
@@ -64,7 +65,12 @@ func OpenPage(path string) (*Page, error) {
 	if err != nil {
 		return nil, fmt.Errorf("map compute page: %w", err)
 	}
-	p := &Page{mem: mem, slots: map[string]int{}}
+	ro, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW, 0)
+	if err != nil {
+		syscall.Munmap(mem)
+		return nil, fmt.Errorf("open compute page read-only: %w", err)
+	}
+	p := &Page{mem: mem, ro: ro, slots: map[string]int{}}
 	le := binary.LittleEndian
 	if fresh || le.Uint32(mem[0:]) != pageMagic || le.Uint32(mem[4:]) != pageVersion ||
 		le.Uint32(mem[8:]) != pageSessions {
@@ -140,6 +146,22 @@ func (p *Page) Release(id string) {
 	p.free = append(p.free, i)
 }
 
+// FD is a read-only descriptor of the page, handed to a process at
+// ATTACH (ipcserver): a job maps the page it is given, never one found
+// through a path its environment names.
+func (p *Page) FD() int { return int(p.ro.Fd()) }
+
+// Slot is id's slot and the slot's generation (false: id has none).
+func (p *Page) Slot(id string) (uint32, uint64, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	i, ok := p.slots[id]
+	if !ok {
+		return 0, 0, false
+	}
+	return uint32(i), atomic.LoadUint64(p.gen(i)), true
+}
+
 // Assigned lists the sessions holding a slot.
 func (p *Page) Assigned() []string {
 	p.mu.Lock()
@@ -176,4 +198,7 @@ func (p *Page) Throttle(id string) uint64 {
 func (p *Page) Beat() { atomic.AddUint64(p.word64(16), 1) }
 
 // Close unmaps the page (the file stays for the next daemon).
-func (p *Page) Close() error { return syscall.Munmap(p.mem) }
+func (p *Page) Close() error {
+	p.ro.Close()
+	return syscall.Munmap(p.mem)
+}

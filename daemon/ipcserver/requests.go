@@ -79,6 +79,18 @@ func (s *Server) handleAttach(cc *conn, req ipc.Request) error {
 	cc.session = a.Session
 	cc.out = ipc.AppendAttachOK(cc.out[:0], uint32(a.Slot), uint32(a.NGPUs), a.Generation)
 	oob := unix.UnixRights(a.Limits, a.Counters)
+	if req.Flags&ipc.AttachCompute != 0 {
+		// the page of the session the daemon attached it to, by its fd:
+		// never a file found through a path the job's environment names
+		cslot, cgen := uint32(ipc.NoComputeSlot), uint64(0)
+		if s.opt.Compute != nil {
+			if fd, slot, gen, ok := s.opt.Compute(a.Session); ok {
+				cslot, cgen = slot, gen
+				oob = unix.UnixRights(a.Limits, a.Counters, fd)
+			}
+		}
+		cc.out = ipc.AppendAttachOKCompute(cc.out[:0], uint32(a.Slot), uint32(a.NGPUs), a.Generation, cslot, cgen)
+	}
 	cc.c.SetWriteDeadline(time.Now().Add(FrameTimeout))
 	_, _, err = cc.c.WriteMsgUnix(cc.out, oob, nil)
 	return err

@@ -78,6 +78,10 @@ type Options struct {
 	// messages of attached processes, within their rate limits
 	// (short.go). May be nil.
 	Short func()
+	// Compute, when set, gives a session's slot on the compute page, the
+	// slot's generation and a read-only fd of the page, which ATTACH_OK
+	// hands to a client that asks (ipc.AttachCompute). ok false: none.
+	Compute func(session string) (fd int, slot uint32, gen uint64, ok bool)
 }
 
 // Server is the IPC server.

@@ -12,6 +12,8 @@ import (
 // the node's GPUs), registered when the compute controller runs.
 type ComputeGauges struct {
 	active, held *prometheus.GaugeVec
+	freezes      prometheus.Counter
+	frozen       prometheus.Gauge
 	gpus         []gpu.GPU
 }
 
@@ -26,9 +28,27 @@ func (m *Metrics) ComputeGauges() *ComputeGauges {
 			Name: "gpuslice_compute_held_sessions",
 			Help: "Sessions held at the launch gate on the GPU after the last pass (ahead of their share or at their cap).",
 		}, []string{"gpu", "uuid"}),
+		freezes: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "gpuslice_compute_freezes_total",
+			Help: "Cgroups of sessions frozen because they kept using the GPU while held at their share (the gate bypassed).",
+		}),
+		frozen: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "gpuslice_compute_frozen_cgroups",
+			Help: "Cgroups of sessions frozen now by the compute share.",
+		}),
 	}
-	m.Registry.MustRegister(c.active, c.held)
+	m.Registry.MustRegister(c.active, c.held, c.freezes, c.frozen)
 	return c
+}
+
+// Frozen records a freeze (frozen) or a thaw of one cgroup.
+func (c *ComputeGauges) Frozen(_, _ string, frozen bool) {
+	if frozen {
+		c.freezes.Inc()
+		c.frozen.Inc()
+	} else {
+		c.frozen.Dec()
+	}
 }
 
 // Pass records one pass's decision on inventory GPU i.

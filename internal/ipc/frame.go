@@ -202,7 +202,15 @@ type Request struct {
 	Slot    uint32 // DETACH
 	View    View   // VIEW (its Session is Session)
 	GPU     []byte // SHORT: the GPU's UUID
+	Flags   uint32 // ATTACH (optional there): AttachCompute
 }
+
+// AttachCompute (an ATTACH flag): the client takes the compute page's fd
+// and its session's slot on it with ATTACH_OK (docs/protocol.md).
+const AttachCompute = 1
+
+// NoComputeSlot is ATTACH_OK's compute slot when the session has none.
+const NoComputeSlot = 0xFFFFFFFF
 
 // ParseRequest decodes the payload of a client→daemon frame exactly.
 func ParseRequest(t Type, p []byte) (Request, error) {
@@ -219,6 +227,9 @@ func ParseRequest(t Type, p []byte) (Request, error) {
 		// Empty: the daemon decides the session from the peer's pid.
 		r.Session = d.str("session", 0, MaxSession)
 		r.Token = d.str("token", 0, MaxToken)
+		if d.err == nil && len(d.b) > 0 {
+			r.Flags = d.u32() // optional: clients before the compute page send none
+		}
 	case TypeDetach:
 		r.Slot = d.u32()
 	case TypeStatus:
@@ -244,6 +255,9 @@ func AppendRequest(dst []byte, r Request) []byte {
 		p = r.Ping
 	case TypeAttach:
 		p = appendStr(appendStr(nil, string(r.Session)), string(r.Token))
+		if r.Flags != 0 {
+			p = binary.LittleEndian.AppendUint32(p, r.Flags)
+		}
 	case TypeDetach:
 		p = binary.LittleEndian.AppendUint32(nil, r.Slot)
 	case TypeStatus:
@@ -266,9 +280,14 @@ type Response struct {
 	Slot       uint32 // ATTACH_OK
 	NGPUs      uint32 // ATTACH_OK
 	Generation uint64 // ATTACH_OK
-	Status     []byte // STATUS_OK, VIEW_OK (JSON)
-	Code       uint32 // ERROR
-	Message    []byte // ERROR
+	// ATTACH_OK to an ATTACH with AttachCompute: the session's slot on
+	// the compute page (NoComputeSlot: none) and that slot's generation.
+	Compute     bool
+	ComputeSlot uint32
+	ComputeGen  uint64
+	Status      []byte // STATUS_OK, VIEW_OK (JSON)
+	Code        uint32 // ERROR
+	Message     []byte // ERROR
 }
 
 // ParseResponse decodes the payload of a daemon→client frame exactly.
@@ -286,6 +305,14 @@ func ParseResponse(t Type, p []byte) (Response, error) {
 		r.Slot = d.u32()
 		r.NGPUs = d.u32()
 		r.Generation = d.u64()
+		if d.err == nil && len(d.b) > 0 {
+			r.Compute = true
+			r.ComputeSlot = d.u32()
+			if d.u32() != 0 && d.err == nil {
+				return r, fmt.Errorf("%w: attach_ok reserved word is not 0", ErrMalformed)
+			}
+			r.ComputeGen = d.u64()
+		}
 	case TypeOK:
 	case TypeStatusOK, TypeViewOK:
 		r.Status = p
@@ -308,6 +335,18 @@ func AppendAttachOK(dst []byte, slot, ngpus uint32, generation uint64) []byte {
 	return AppendFrame(dst, TypeAttachOK, p[:])
 }
 
+// AppendAttachOKCompute appends an ATTACH_OK frame answering an ATTACH
+// with AttachCompute: the session's compute slot and its generation follow.
+func AppendAttachOKCompute(dst []byte, slot, ngpus uint32, generation uint64, cslot uint32, cgen uint64) []byte {
+	var p [32]byte
+	binary.LittleEndian.PutUint32(p[0:], slot)
+	binary.LittleEndian.PutUint32(p[4:], ngpus)
+	binary.LittleEndian.PutUint64(p[8:], generation)
+	binary.LittleEndian.PutUint32(p[16:], cslot)
+	binary.LittleEndian.PutUint64(p[24:], cgen)
+	return AppendFrame(dst, TypeAttachOK, p[:])
+}
+
 // AppendError appends an ERROR frame; msg is cut to fit a frame.
 func AppendError(dst []byte, code uint32, msg string) []byte {
 	if len(msg) > MaxPayload-6 {
@@ -325,6 +364,9 @@ func AppendResponse(dst []byte, r Response) []byte {
 	case TypePong:
 		return AppendFrame(dst, TypePong, r.Pong)
 	case TypeAttachOK:
+		if r.Compute {
+			return AppendAttachOKCompute(dst, r.Slot, r.NGPUs, r.Generation, r.ComputeSlot, r.ComputeGen)
+		}
 		return AppendAttachOK(dst, r.Slot, r.NGPUs, r.Generation)
 	case TypeStatusOK, TypeViewOK:
 		return AppendFrame(dst, r.Type, r.Status)

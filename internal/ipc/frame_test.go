@@ -29,6 +29,7 @@ func TestRequestRoundTrip(t *testing.T) {
 		{"ping 64", Request{Type: TypePing, Ping: bytes.Repeat([]byte{7}, MaxPing)}},
 		{"attach", Request{Type: TypeAttach, Session: []byte("1234"), Token: []byte{}}},
 		{"attach token", Request{Type: TypeAttach, Session: []byte(strings.Repeat("s", 63)), Token: bytes.Repeat([]byte("t"), 256)}},
+		{"attach compute", Request{Type: TypeAttach, Session: []byte("1234"), Token: []byte{}, Flags: AttachCompute}},
 		{"detach", Request{Type: TypeDetach, Slot: 255}},
 		{"status", Request{Type: TypeStatus, Session: []byte("job.1_a-b")}},
 		{"status token", Request{Type: TypeStatus, Session: []byte("j"), Token: []byte("secret")}},
@@ -46,7 +47,7 @@ func TestRequestRoundTrip(t *testing.T) {
 				t.Fatal(err)
 			}
 			if got.Type != tc.req.Type || !bytes.Equal(got.Ping, tc.req.Ping) || !bytes.Equal(got.Session, tc.req.Session) ||
-				!bytes.Equal(got.Token, tc.req.Token) || got.Slot != tc.req.Slot {
+				!bytes.Equal(got.Token, tc.req.Token) || got.Slot != tc.req.Slot || got.Flags != tc.req.Flags {
 				t.Fatalf("got %+v, want %+v", got, tc.req)
 			}
 		})
@@ -60,6 +61,7 @@ func TestResponseRoundTrip(t *testing.T) {
 	}{
 		{"pong", Response{Type: TypePong, Pong: []byte("abc")}},
 		{"attach ok", Response{Type: TypeAttachOK, Slot: 3, NGPUs: 2, Generation: 1 << 40}},
+		{"attach ok compute", Response{Type: TypeAttachOK, Slot: 3, NGPUs: 2, Generation: 7, Compute: true, ComputeSlot: 4095, ComputeGen: 1 << 33}},
 		{"ok", Response{Type: TypeOK}},
 		{"status ok", Response{Type: TypeStatusOK, Status: []byte(`{"id":"x"}`)}},
 		{"error", Response{Type: TypeError, Code: CodeNotPermitted, Message: []byte("no")}},
@@ -78,7 +80,8 @@ func TestResponseRoundTrip(t *testing.T) {
 			if got.Type != tc.resp.Type || got.Slot != tc.resp.Slot || got.NGPUs != tc.resp.NGPUs ||
 				got.Generation != tc.resp.Generation || got.Code != tc.resp.Code ||
 				!bytes.Equal(got.Message, tc.resp.Message) || !bytes.Equal(got.Status, tc.resp.Status) ||
-				!bytes.Equal(got.Pong, tc.resp.Pong) {
+				!bytes.Equal(got.Pong, tc.resp.Pong) || got.Compute != tc.resp.Compute ||
+				got.ComputeSlot != tc.resp.ComputeSlot || got.ComputeGen != tc.resp.ComputeGen {
 				t.Fatalf("got %+v, want %+v", got, tc.resp)
 			}
 		})

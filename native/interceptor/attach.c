@@ -221,14 +221,25 @@ static int attach_once(struct gs_attach_err *err)
 	}
 	int s = early_socket();
 	if (s < 0)
-		s = gs_ipc_attach_send(sock_path, session_env, token, 0, err);
+		s = gs_ipc_attach_send(sock_path, session_env, token, GS_ATTACH_COMPUTE, 0, err);
 	if (s < 0)
 		return -1;
-	if (gs_ipc_attach_recv(s, &rep, err) < 0)
-		return -1;
+	if (gs_ipc_attach_recv(s, &rep, err) < 0) {
+		if (err->code != GS_IPC_CODE_BAD_REQUEST)
+			return -1;
+		/* a gpusliced from before the compute page refuses the flag:
+		 * attach without it (launches are then never gated) */
+		s = gs_ipc_attach_send(sock_path, session_env, token, 0, 0, err);
+		if (s < 0 || gs_ipc_attach_recv(s, &rep, err) < 0)
+			return -1;
+	}
 	int rv = map_ledger(&rep, err);
 	close(rep.limfd);
 	close(rep.ctrfd);
+	if (rv == 0)
+		gs_gate_attach(rep.cfd, rep.cslot, rep.cgen);
+	if (rep.cfd >= 0)
+		close(rep.cfd);
 	return rv;
 }
 
@@ -316,7 +327,7 @@ __attribute__((constructor)) static void attach_early(void)
 	    atomic_load_explicit(&gs.state, memory_order_acquire) == GS_ST_UNINIT && dl_iterate_phdr(names_cuda, NULL)) {
 		struct gs_attach_err err = {.msg = "", .retry = 0};
 		register_atfork(); /* a child forked before the first call must not read the answer */
-		early_fd = gs_ipc_attach_send(sock_path, session_env, token, 1, &err);
+		early_fd = gs_ipc_attach_send(sock_path, session_env, token, GS_ATTACH_COMPUTE, 1, &err);
 		struct stat st;
 		if (early_fd >= 0 && fstat(early_fd, &st) == 0) {
 			early_dev = st.st_dev;
@@ -353,7 +364,6 @@ int gs_init_slow(void)
 		tries++;
 		if (attach_once(&err) == 0) {
 			s = GS_ST_ACTIVE;
-			gs_gate_attach(sock_path);
 			gs_debug("attached to session '%s' at %s: slot %u, %u GPU(s), %lld us, %d tr%s",
 				 session_env, sock_path, gs.slot_index, gs.ngpus,
 				 (long long)(gs_mono_ns() - t0) / 1000, tries, tries == 1 ? "y" : "ies");
@@ -394,7 +404,6 @@ int gs_failed_retry(void)
 		struct gs_attach_err err = {.msg = "", .retry = 0};
 		if (attach_once(&err) == 0) {
 			s = GS_ST_ACTIVE;
-			gs_gate_attach(sock_path);
 			gs_log("attached to session '%s' at %s after an earlier failure; GPU allocations "
 			       "are admitted again",
 			       session_env, sock_path);

@@ -4,45 +4,41 @@
  *
  * gpusliced decides from what the driver measures (NVML's per-process
  * utilisation, docs/daemon.md "Compute share"); the page only carries its
- * decision, read-only to jobs. A throttled launch sleeps in 200 us steps
+ * decision, read-only to jobs, and is handed over at ATTACH with the
+ * session's slot: a job never finds it through a path its environment
+ * names. A throttled launch sleeps in 200 us steps
  * until its bit clears, the session's slot is given to another session,
  * or the page's heartbeat stops (gpusliced gone: never hold a job).
  */
 #include "gate.h"
 #include "gpuslice_compute.h"
 
-#include <fcntl.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
-#include <sys/un.h>
 #include <time.h>
-#include <unistd.h>
 
 static const uint64_t zero_word;
 const uint64_t *gs_gate_word GS_LOCAL = &zero_word;
 static const struct gs_compute_hdr *page;
+static dev_t page_dev;
+static ino_t page_ino;
 static const struct gs_compute_sess *mine;
 static uint64_t my_gen;
 
-void gs_gate_attach(const char *sock_path)
+void gs_gate_attach(int fd, uint32_t slot, uint64_t gen)
 {
-	char path[sizeof(((struct sockaddr_un *)0)->sun_path) + sizeof("/compute")];
-	const char *slash = strrchr(sock_path, '/');
-	size_t dir = slash ? (size_t)(slash - sock_path) : 0;
-	if (dir + sizeof("/compute") > sizeof(path))
+	struct stat st;
+	if (fd < 0 || slot >= GS_COMPUTE_SESSIONS || fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) ||
+	    st.st_size != (off_t)GS_COMPUTE_SIZE) {
+		mine = NULL;
+		__atomic_store_n(&gs_gate_word, &zero_word, __ATOMIC_RELEASE); /* no share: never gated */
 		return;
-	memcpy(path, sock_path, dir);
-	memcpy(path + dir, "/compute", sizeof("/compute"));
-	if (page == NULL) {
-		int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-		if (fd < 0)
-			return; /* no compute page: launches are never gated */
-		struct stat st;
-		void *m = MAP_FAILED;
-		if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_size == (off_t)GS_COMPUTE_SIZE)
-			m = mmap(NULL, GS_COMPUTE_SIZE, PROT_READ, MAP_SHARED, fd, 0);
-		close(fd);
+	}
+	if (page == NULL || st.st_dev != page_dev || st.st_ino != page_ino) {
+		/* A page mapped before (a gpusliced that made a new one since) stays
+		 * mapped: other threads may be reading it. */
+		void *m = mmap(NULL, GS_COMPUTE_SIZE, PROT_READ, MAP_SHARED, fd, 0);
 		if (m == MAP_FAILED)
 			return;
 		const struct gs_compute_hdr *h = m;
@@ -52,19 +48,14 @@ void gs_gate_attach(const char *sock_path)
 			return;
 		}
 		page = h;
+		page_dev = st.st_dev;
+		page_ino = st.st_ino;
 	}
 	const struct gs_compute_sess *s = (const void *)(page + 1);
-	for (unsigned i = 0; i < GS_COMPUTE_SESSIONS; i++) {
-		uint64_t gen = __atomic_load_n(&s[i].gen, __ATOMIC_ACQUIRE);
-		if (gen == 0 || strncmp(s[i].name, gs.session, GS_COMPUTE_NAME) != 0)
-			continue;
-		mine = &s[i];
-		my_gen = gen;
-		__atomic_store_n(&gs_gate_word, &s[i].throttle, __ATOMIC_RELEASE);
-		gs_debug("compute share: session '%s' has slot %u on %s", gs.session, i, path);
-		return;
-	}
-	__atomic_store_n(&gs_gate_word, &zero_word, __ATOMIC_RELEASE); /* no share: never gated */
+	mine = &s[slot];
+	my_gen = gen; /* a slot given to another session since has another generation */
+	__atomic_store_n(&gs_gate_word, &s[slot].throttle, __ATOMIC_RELEASE);
+	gs_debug("compute share: session '%s' has slot %u on the compute page", gs.session, slot);
 }
 
 /* The page's heartbeat as last seen changing, process-wide: a daemon that

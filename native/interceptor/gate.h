@@ -17,9 +17,10 @@ extern const uint64_t *gs_gate_word GS_LOCAL;
  * context's GPU (and the page is fresh). */
 void gs_gate_wait(void);
 
-/* Maps the compute page beside the IPC socket and finds this session on
- * it (after each successful attach). */
-void gs_gate_attach(const char *sock_path);
+/* Maps the compute page gpusliced handed over at ATTACH (fd, read-only;
+ * -1: none) and follows the session's slot on it (after each successful
+ * attach). */
+void gs_gate_attach(int fd, uint32_t slot, uint64_t gen);
 
 GS_INLINE void gs_gate(void)
 {

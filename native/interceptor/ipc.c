@@ -170,8 +170,8 @@ static const char *code_name(uint32_t code)
 /* Connects and sends one ATTACH request: the connected socket, or -1.
  * With nonblock, neither the connect nor the send waits (a full listen
  * backlog is a failure); the socket returned blocks again. */
-int gs_ipc_attach_send(const char *sock_path, const char *session, const char *token, int nonblock,
-		       struct gs_attach_err *err)
+int gs_ipc_attach_send(const char *sock_path, const char *session, const char *token, uint32_t flags,
+		       int nonblock, struct gs_attach_err *err)
 {
 	int s = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | (nonblock ? SOCK_NONBLOCK : 0), 0);
 	err->code = 0;
@@ -193,13 +193,15 @@ int gs_ipc_attach_send(const char *sock_path, const char *session, const char *t
 	}
 
 	size_t slen = strlen(session), tlen = strlen(token);
-	unsigned char req[GS_IPC_HDR + 2 + GS_SESSION_LEN + 2 + GS_MAX_TOKEN];
-	size_t plen = 2 + slen + 2 + tlen;
+	unsigned char req[GS_IPC_HDR + 2 + GS_SESSION_LEN + 2 + GS_MAX_TOKEN + 4];
+	size_t plen = 2 + slen + 2 + tlen + (flags ? 4 : 0);
 	put_hdr(req, GS_IPC_ATTACH, (uint32_t)plen);
 	put16(req + 12, (uint16_t)slen);
 	memcpy(req + 14, session, slen);
 	put16(req + 14 + slen, (uint16_t)tlen);
 	memcpy(req + 16 + slen, token, tlen);
+	if (flags)
+		put32(req + 16 + slen + tlen, flags);
 	if (send_all(s, req, GS_IPC_HDR + plen, err) < 0 ||
 	    (nonblock && fcntl(s, F_SETFL, fcntl(s, F_GETFL) & ~O_NONBLOCK) < 0)) {
 		close(s);
@@ -263,13 +265,21 @@ int gs_ipc_attach_recv(int s, struct gs_attach_reply *rep, struct gs_attach_err 
 		gs_attach_fail(err, 0, "malformed reply (unexpected frame type %u)", type);
 		goto out;
 	}
-	if (len != 16) {
-		gs_attach_fail(err, 0, "malformed reply (attach_ok payload %u bytes, want 16)", len);
+	/* 16 bytes; 32 with the compute page (an ATTACH with GS_ATTACH_COMPUTE),
+	 * whose fd comes third when the session has a slot on it */
+	if (len != 16 && len != 32) {
+		gs_attach_fail(err, 0, "malformed reply (attach_ok payload %u bytes, want 16 or 32)", len);
 		goto out;
 	}
-	if (fds.n != 2 || fds.extra) {
-		gs_attach_fail(err, 0, "reply carried %d file descriptors%s, want 2", fds.n,
-		     fds.extra ? " (and more)" : "");
+	uint32_t cslot = len == 32 ? get32(pay + 16) : GS_NO_COMPUTE_SLOT;
+	int want = cslot == GS_NO_COMPUTE_SLOT ? 2 : 3;
+	if (len == 32 && get32(pay + 20) != 0) {
+		gs_attach_fail(err, 0, "malformed reply (attach_ok reserved word)");
+		goto out;
+	}
+	if (fds.n != want || fds.extra) {
+		gs_attach_fail(err, 0, "reply carried %d file descriptors%s, want %d", fds.n,
+		     fds.extra ? " (and more)" : "", want);
 		goto out;
 	}
 	rep->slot = get32(pay);
@@ -277,6 +287,9 @@ int gs_ipc_attach_recv(int s, struct gs_attach_reply *rep, struct gs_attach_err 
 	rep->generation = get64(pay + 8);
 	rep->limfd = fds.fd[0];
 	rep->ctrfd = fds.fd[1];
+	rep->cslot = cslot;
+	rep->cgen = len == 32 ? get64(pay + 24) : 0;
+	rep->cfd = want == 3 ? fds.fd[2] : -1;
 	fds.n = 0;
 	rv = 0;
 out:

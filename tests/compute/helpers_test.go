@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -58,9 +59,27 @@ func program(t *testing.T, name string) string {
 
 // job is a process of a session launching 2 ms kernels, 32 queued ahead
 // (64 ms: a stall of the job on a loaded CPU does not empty its queue).
+// A job may also stand for several processes of one session (group):
+// what they got together is measured.
 type job struct {
-	cmd *exec.Cmd
-	pid int
+	cmd  *exec.Cmd
+	pid  int
+	more []*job // group: the processes it stands for
+}
+
+// group stands for the processes js of one session.
+func group(js ...*job) *job { return &job{pid: -1, more: js} }
+
+// busyOf is the GPU time j's processes got in busy.
+func (j *job) busyOf(busy map[int]float64) float64 {
+	if j.more == nil {
+		return busy[j.pid]
+	}
+	var ms float64
+	for _, p := range j.more {
+		ms += p.busyOf(busy)
+	}
+	return ms
 }
 
 func launch(t *testing.T, d *testenv.Daemon, id string, args ...string) *job {
@@ -71,15 +90,41 @@ func launch(t *testing.T, d *testenv.Daemon, id string, args ...string) *job {
 // launchAs is launch as another user (nil: the test's own).
 func launchAs(t *testing.T, d *testenv.Daemon, u *testenv.Account, id string, args ...string) *job {
 	t.Helper()
+	return start(t, d, how{user: u, session: id}, args...)
+}
+
+// how a job's process is started: as whom, in which cgroup (a directory
+// fd, 0: the test's), with which environment changes (env replaces or
+// adds; unset removes).
+type how struct {
+	user    *testenv.Account
+	session string
+	cgroup  int
+	env     []string
+	unset   []string
+}
+
+func start(t *testing.T, d *testenv.Daemon, h how, args ...string) *job {
+	t.Helper()
+	id := h.session
 	if len(args) == 0 {
 		args = []string{"2", "32"}
 	}
 	cmd := exec.Command(program(t, "fc_launcher"), args...)
-	if u != nil {
-		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: u.UID, Gid: u.GID}}
+	cmd.SysProcAttr = &syscall.SysProcAttr{}
+	if u := h.user; u != nil {
+		cmd.SysProcAttr.Credential = &syscall.Credential{Uid: u.UID, Gid: u.GID}
 	}
-	cmd.Env = append(d.Env(), "LD_PRELOAD="+filepath.Join(testenv.BuildDir(t), "lib", "libgpuslice.so"),
+	if h.cgroup > 0 {
+		cmd.SysProcAttr.UseCgroupFD, cmd.SysProcAttr.CgroupFD = true, h.cgroup
+	}
+	env := append(d.Env(), "LD_PRELOAD="+filepath.Join(testenv.BuildDir(t), "lib", "libgpuslice.so"),
 		"GPUSLICE_SESSION="+id)
+	env = append(env, h.env...)
+	for _, k := range h.unset {
+		env = slices.DeleteFunc(env, func(kv string) bool { return strings.HasPrefix(kv, k+"=") })
+	}
+	cmd.Env = env
 	cmd.Stderr = os.Stderr
 	out, err := cmd.StdoutPipe()
 	if err != nil {
@@ -168,7 +213,7 @@ func shares(busy map[int]float64, jobs ...*job) []float64 {
 	out := make([]float64, len(jobs))
 	for i, j := range jobs {
 		if total > 0 {
-			out[i] = 100 * busy[j.pid] / total
+			out[i] = 100 * j.busyOf(busy) / total
 		}
 	}
 	return out

@@ -30,6 +30,7 @@ func TestSharesFollowWeights(t *testing.T) {
 				want = append(want, float64(w))
 			}
 			expectShares(t, d, fmt.Sprintf("weights %v", weights), want, jobs...)
+			expectNoFreeze(t, d)
 		})
 	}
 }
@@ -119,6 +120,7 @@ func TestGiantKernelPaidBack(t *testing.T) {
 	if over > 200 {
 		t.Errorf("one giant kernel took %.0f ms beyond its session's share over 10 s; want <= 200 (one pass, one NVML sample)", over)
 	}
+	expectNoFreeze(t, d) // a kernel running while its session is held is paid back, not punished
 }
 
 // A session whose process is killed mid-kernel leaves its share at once:

@@ -115,6 +115,16 @@ func attachOK(slot, ngpus uint32) []byte {
 	return frame(typeAttachO, uint32(len(p)), p)
 }
 
+// attachOKCompute is ATTACH_OK with the compute page's slot (cslot,
+// 0xFFFFFFFF: none), as gpusliced answers the library's ATTACH.
+func attachOKCompute(slot, ngpus, cslot uint32) []byte {
+	p := attachOK(slot, ngpus)[12:]
+	p = binary.LittleEndian.AppendUint32(p, cslot)
+	p = binary.LittleEndian.AppendUint32(p, 0)
+	p = binary.LittleEndian.AppendUint64(p, 1)
+	return frame(typeAttachO, uint32(len(p)), p)
+}
+
 func errorFrame(code uint32, msg string) []byte {
 	p := binary.LittleEndian.AppendUint32(nil, code)
 	p = binary.LittleEndian.AppendUint16(p, uint16(len(msg)))
@@ -216,6 +226,11 @@ func TestMalformedReplies(t *testing.T) {
 			return append(f, f[0])
 		}), "3 file descriptors"},
 		{"long attach_ok payload", sendWith(frame(typeAttachO, 20, append(attachOK(0, 1)[12:], 0, 0, 0, 0)), goodFiles), "payload 20 bytes"},
+		{"compute slot without the page's fd", sendWith(attachOKCompute(0, 1, 3), goodFiles), "2 file descriptors"},
+		{"no compute slot with a third fd", sendWith(attachOKCompute(0, 1, 0xFFFFFFFF), func() []*os.File {
+			f := goodFiles()
+			return append(f, f[0])
+		}), "3 file descriptors"},
 		{"unexpected type", sendRaw(frame(typePong, 0, nil)), "unexpected frame type 2"},
 		{"error frame", sendRaw(errorFrame(3, "uid 1000 does not own session peer1")), "not permitted: uid 1000 does not own session peer1"},
 		{"error frame with bad length", sendRaw(frame(typeError, 8, []byte{3, 0, 0, 0, 9, 0, 'x', 'y'})), "malformed error reply"},
