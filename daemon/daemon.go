@@ -155,7 +155,7 @@ func Run(ctx context.Context, cfg config.Config, logw io.Writer) error {
 		ConnsPerUID: cfg.IPCConnsPerUID, Log: log, Observe: met.ObserveIPC, Short: kick.Kick,
 		Compute: share.attachInfo})
 	adminSrv := &http.Server{Handler: admin.Handler(mgr, met.Registry, log), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: time.Minute,
-		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
+		ConnContext: admin.ConnContext, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
 	var pubSrv *http.Server
 	var pubLn net.Listener
 	if cfg.Listen != "" {

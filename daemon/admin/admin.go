@@ -99,7 +99,20 @@ func (h *handler) create(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, err)
 		return
 	}
-	s, created, err := h.m.Create(req)
+	var s api.Session
+	var created bool
+	var err error
+	if req.CreatorPID != 0 {
+		// Bound to the process that sent it, as the kernel names it.
+		p, ok := peerOf(r.Context())
+		if !ok || p.PID != req.CreatorPID || p.Start == 0 {
+			writeErr(w, fmt.Errorf("%w: creator_pid %d is not the process that sent the request (peer pid %d)", api.ErrBadRequest, req.CreatorPID, p.PID))
+			return
+		}
+		s, created, err = h.m.CreateFor(req, p)
+	} else {
+		s, created, err = h.m.Create(req)
+	}
 	if err != nil {
 		if !errors.Is(err, api.ErrBadRequest) {
 			h.log.Info("create refused", "session", req.ID, "err", err)

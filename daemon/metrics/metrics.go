@@ -58,7 +58,7 @@ func New(gpus []gpu.GPU) *Metrics {
 	})
 	m.released = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "gpuslice_sessions_released_total",
-		Help: "Sessions released, by reason (deleted, ttl).",
+		Help: "Sessions released, by reason (deleted, ttl, abandoned: the process that created it is gone).",
 	}, []string{"reason"})
 	m.ipcDuration = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "gpuslice_ipc_request_duration_seconds",
@@ -113,6 +113,7 @@ func New(gpus []gpu.GPU) *Metrics {
 	}
 	m.released.WithLabelValues("deleted")
 	m.released.WithLabelValues("ttl")
+	m.released.WithLabelValues("abandoned")
 	buildInfo := prometheus.NewGauge(prometheus.GaugeOpts{
 		Name:        "gpuslice_build_info",
 		Help:        "A metric with a constant '1' value labelled by version and Go version of gpusliced.",

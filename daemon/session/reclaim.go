@@ -38,6 +38,10 @@ func (m *Manager) rebaseIfIdleLocked(s *Session) {
 // has exited, a zombie leader whose other threads run has not), so /proc
 // is not asked again.
 func (m *Manager) onExit(k reclaim.Key) {
+	if k.Slot == creatorSlot { // the process a session lives with (creator.go)
+		go m.creatorGone(k)
+		return
+	}
 	m.mu.RLock()
 	s, ok := m.sessions[k.Session]
 	m.mu.RUnlock()

@@ -122,6 +122,7 @@ func (m *Manager) Restore() error {
 			os.Remove(filepath.Join(m.opt.LedgerDir, name))
 		}
 	}
+	m.watchCreators()
 	return nil
 }
 

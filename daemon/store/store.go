@@ -40,6 +40,11 @@ type Record struct {
 	// SLUID is the job's SLUID as Slurm prints it (api.CanonicalSLUID);
 	// absent in records written before it was kept.
 	SLUID string `json:"sluid,omitempty"`
+	// CreatorPID and CreatorStart name the process the session lives with
+	// (api.SessionRequest.CreatorPID; its start time tells it from a later
+	// process with its pid); 0: none.
+	CreatorPID   uint32 `json:"creator_pid,omitempty"`
+	CreatorStart uint64 `json:"creator_start,omitempty"`
 }
 
 // Store is the open database.

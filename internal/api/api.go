@@ -90,6 +90,14 @@ type SessionRequest struct {
 	// that name belongs to this session, and the driver's memory limit
 	// goes on that directory. Empty: none (Slurm before 26.05).
 	SLUID string `json:"sluid,omitempty"`
+	// CreatorPID, when set, binds the session to the process that sends
+	// the request (gpuslice run), which must be that process's pid: the
+	// daemon checks it against the admin socket's peer (SO_PEERCRED).
+	// gpusliced releases the session when that process is gone without
+	// releasing it, after killing what is left in its run cgroup
+	// (gpuslice-run-<id>), and a create that names a live session fails
+	// (conflict) unless that session is this process's.
+	CreatorPID uint32 `json:"creator_pid,omitempty"`
 }
 
 // PatchRequest changes a session's quotas, TTL and/or GPU time share live.
@@ -157,7 +165,7 @@ type Report struct {
 	UID      uint32      `json:"uid"`
 	Created  time.Time   `json:"created"`
 	Released time.Time   `json:"released"`
-	Reason   string      `json:"reason,omitempty"` // "deleted", "ttl"
+	Reason   string      `json:"reason,omitempty"` // "deleted", "ttl", "abandoned" (its creator is gone: SessionRequest.CreatorPID)
 	GPUs     []ReportGPU `json:"gpus"`
 	// Audit lists the overruns the audit found (driver figures above the
 	// quota) and what was done about them.
