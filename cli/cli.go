@@ -104,8 +104,10 @@ func init() {
 		{"run", "[flags] [--] COMMAND [ARGS...]", "run a command under a private quota",
 			"Creates a private session owned by the caller, runs COMMAND with the interceptor preloaded\n" +
 				"(LD_PRELOAD, appended to any existing one) and GPUSLICE_SESSION / GPUSLICE_IPC_SOCK set,\n" +
-				"forwards SIGINT/SIGTERM/SIGHUP/SIGQUIT to it, releases the session when it exits and exits\n" +
-				"with its exit code (128+N when killed by signal N). Needs access to the admin socket.", runCmd},
+				"forwards SIGINT/SIGTERM/SIGHUP/SIGQUIT/SIGUSR1/SIGUSR2/SIGALRM to it; when it exits, kills what it\n" +
+				"left running in the run's cgroup, releases the session and exits with its exit code (128+N when\n" +
+				"killed by signal N). Never shares a session or cgroup with another run (exit 5). Needs access\n" +
+				"to the admin socket.", runCmd},
 	}
 }
 
