@@ -29,6 +29,7 @@
 #include "gs.h"
 #include "gate.h"
 #include "ipc.h"
+#include "notice.h"
 
 #define GS_DEFAULT_SOCK "/run/gpuslice/ipc.sock"
 #define GS_MAX_SLOTS 65536u
@@ -280,6 +281,7 @@ static void atfork_child(void)
 	gs_tls.dev_last = GS_DEV_NONE;
 	gs_tab_drop(); /* drops this thread's front too */
 	gs_kept_drop();
+	gs_notice_fork();
 	int e = early_socket(); /* the parent's ATTACH: its answer is the parent's */
 	if (e >= 0)
 		close(e);

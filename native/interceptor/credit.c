@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "gs.h"
+#include "notice.h"
 
 static pthread_key_t exit_key;
 static pthread_once_t exit_once = PTHREAD_ONCE_INIT;
@@ -192,6 +193,7 @@ static int reserve(int g, uint64_t n, int claim)
 	if (gs_kept_refresh(g, 1) != 0 && reserve_exact(g, n, claim) == 0)
 		return 0;
 	__atomic_fetch_add(&gs.ctr->gpu[g].denied, 1, __ATOMIC_RELAXED);
+	gs_notice_refused(g, n, claim);
 	return -1;
 }
 

@@ -298,7 +298,8 @@ func TestWellFormedReplyFromPeer(t *testing.T) {
 	r := probe.Run(t, preload(t, env, "GPUSLICE_SESSION="+session, "GPUSLICE_IPC_SOCK="+p.sock,
 		"GPUSLICE_IPC_TOKEN=s3cret"), probe.Bin(t, "gs_probe"),
 		"dev:0", "alloc:512M", "alloc:600M", "meminfo", "meminfonull", "totalmem:0", "pitch:1000:1000", "free", "free", "meminfo")
-	if r.Err != nil || r.Stderr != "" {
+	if r.Err != nil || len(r.StderrLines()) != 1 || !refusalLine.MatchString(r.StderrLines()[0]) {
+		// the one refusal below says so on stderr, nothing else does
 		t.Fatalf("probe: %v\n%s\n%s", r.Err, r.Stdout, r.Stderr)
 	}
 	if rc := r.Find(t, "alloc", 0).Get("rc"); rc != "0" {
@@ -341,6 +342,7 @@ func TestWellFormedReplyFromPeer(t *testing.T) {
 	want = append(want, session...)
 	want = binary.LittleEndian.AppendUint16(want, 6)
 	want = append(want, "s3cret"...)
+	want = binary.LittleEndian.AppendUint32(want, 1) // flags: hand over the compute page
 	if string(p.reqs[0]) != string(want) {
 		t.Errorf("ATTACH payload %q, want %q", p.reqs[0], want)
 	}
