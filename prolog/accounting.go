@@ -59,26 +59,110 @@ func AccountingFlags(fs *pflag.FlagSet) *Accounting {
 	return a
 }
 
-// FormatComment renders a report as gpuslice's AdminComment: per GPU its
-// UUID, quota and peak in MiB (the peak rounded up) and the allocations
-// denied, several GPUs separated by ";", e.g.
+// NodeEntries renders a node's release report as its part of gpuslice's
+// AdminComment: one entry per GPU, its node and UUID, quota and peak in
+// MiB (the peak rounded up) and the allocations denied, e.g.
 //
-//	gpuslice:gpu-0fb77ae2-cd90-4869-996b-d2ca1bdef09b=quota_mib:8192,peak_mib:5121,denied:0
+//	node01/gpu-0fb77ae2-cd90-4869-996b-d2ca1bdef09b=quota_mib:8192,peak_mib:5121,denied:0
 //
 // All lowercase, without quotes or spaces: sacctmgr lowercases what it
 // stores and stops a value at a quote.
-func FormatComment(r *client.Report) string {
-	parts := make([]string, 0, len(r.GPUs))
+func NodeEntries(node string, r *client.Report) []string {
+	node = commentNode(node)
+	out := make([]string, 0, len(r.GPUs))
 	for _, g := range r.GPUs {
-		parts = append(parts, fmt.Sprintf("%s=quota_mib:%d,peak_mib:%d,denied:%d",
+		out = append(out, fmt.Sprintf("%s/%s=quota_mib:%d,peak_mib:%d,denied:%d", node,
 			strings.ToLower(g.UUID), g.LimitBytes>>20, (g.PeakBytes+(1<<20)-1)>>20, g.Denied))
 	}
-	return CommentTag + strings.Join(parts, ";")
+	return out
+}
+
+// RefusalEntry is the entry of a node whose gpusliced refused the job's
+// quota (quotaBytes per GPU, rounded up to the MiB), e.g.
+//
+//	node01/refused=quota_mib:4096
+func RefusalEntry(node string, quotaBytes uint64) string {
+	return fmt.Sprintf("%s/refused=quota_mib:%d", commentNode(node), (quotaBytes+(1<<20)-1)>>20)
+}
+
+// FormatComment joins entries into gpuslice's AdminComment: CommentTag,
+// then the entries separated by ";".
+func FormatComment(entries []string) string {
+	return CommentTag + strings.Join(entries, ";")
+}
+
+// commentNode is a node name as it stands in the comment: lowercase (as
+// sacctmgr stores it), and nothing that would end a value or an entry.
+func commentNode(node string) string {
+	b := []byte(strings.ToLower(node))
+	for i, c := range b {
+		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '.' || c == '-' || c == '_') {
+			b[i] = '_'
+		}
+	}
+	return string(b)
+}
+
+// commentEntries splits gpuslice's AdminComment into its entries and the
+// node of each ("" for an entry without one, from a gpuslice that did
+// not name nodes).
+func commentEntries(comment string) (entries, nodes []string) {
+	rest, ok := strings.CutPrefix(strings.TrimSpace(comment), CommentTag)
+	if !ok || rest == "" {
+		return nil, nil
+	}
+	for _, e := range strings.Split(rest, ";") {
+		if e == "" {
+			continue
+		}
+		key, _, _ := strings.Cut(e, "=")
+		node, _, named := strings.Cut(key, "/")
+		if !named {
+			node = ""
+		}
+		entries, nodes = append(entries, e), append(nodes, node)
+	}
+	return entries, nodes
+}
+
+// MergeComment returns comment (gpuslice's AdminComment of the job, or
+// empty) with node's entries replaced by mine. The other nodes' entries
+// stay, those of nodes outside the job (nodes, when known: an earlier run
+// of the job id) and those that name no node excepted.
+func MergeComment(comment, node string, mine, nodes []string) string {
+	node = commentNode(node)
+	inJob := map[string]bool{}
+	for _, n := range nodes {
+		inJob[commentNode(n)] = true
+	}
+	var out []string
+	entries, owners := commentEntries(comment)
+	for i, e := range entries {
+		if o := owners[i]; o != "" && o != node && (len(nodes) == 0 || inJob[o]) {
+			out = append(out, e)
+		}
+	}
+	return FormatComment(append(out, mine...))
+}
+
+// commentHas reports whether comment holds every entry of want.
+func commentHas(comment string, want []string) bool {
+	entries, _ := commentEntries(comment)
+	have := map[string]bool{}
+	for _, e := range entries {
+		have[e] = true
+	}
+	for _, w := range want {
+		if !have[w] {
+			return false
+		}
+	}
+	return true
 }
 
 // ours reports whether an AdminComment is empty or only gpuslice's (from
-// an earlier run of the same job id): anything else is the site's, which
-// sacctmgr would lowercase, so it is left alone.
+// this job's other nodes, or an earlier run of the same job id): anything
+// else is the site's, which sacctmgr would lowercase, so it is left alone.
 func ours(existing string) bool {
 	existing = strings.TrimSpace(existing)
 	return existing == "" || existing == "(null)" ||
@@ -116,20 +200,39 @@ func noAccounting(out []byte) bool {
 // errSiteComment: the job's AdminComment holds someone else's data.
 var errSiteComment = errors.New("the job's AdminComment holds other data; left alone")
 
-// Record stores r in job's AdminComment. Failing to record is logged,
-// never an error: a failing Epilog would drain the node.
-func (a *Accounting) Record(ctx context.Context, cfg Config, job Job, r *client.Report) {
-	if a == nil || a.Sacctmgr == "" || r == nil || len(r.GPUs) == 0 {
+// Record stores this node's part of the job's figures in its
+// AdminComment: r, gpusliced's release report, or, when gpusliced refused
+// the job's quota here (refused), that refusal. Failing to record is
+// logged, never an error: a failing Epilog would drain the node.
+//
+// Each node of a job writes the whole comment (sacctmgr sets a field; it
+// cannot add to one), its entries merged into what the other nodes
+// wrote. So that two nodes do not write at once, each reading the comment
+// before the other has written, a node first waits (for half of Wait at
+// most) for the entries of the nodes before it in the job's node list;
+// and after writing it reads the comment back, writing again if its
+// entries were lost.
+func (a *Accounting) Record(ctx context.Context, cfg Config, job Job, r *client.Report, refused bool) {
+	if a == nil || a.Sacctmgr == "" {
 		return
 	}
-	comment := FormatComment(r)
+	var mine []string
+	switch {
+	case r != nil && len(r.GPUs) > 0:
+		mine = NodeEntries(job.Node, r)
+	case refused:
+		mine = []string{RefusalEntry(job.Node, job.QuotaBytes)}
+	default:
+		return
+	}
 	ctx, cancel := context.WithTimeout(ctx, a.Wait)
 	defer cancel()
+	w := writer{a: a, job: job, mine: mine, before: nodesBefore(job), until: time.Now().Add(a.Wait / 2)}
 	wait := 250 * time.Millisecond
 	var err error
 	for {
-		if err = a.record(ctx, job, comment); err == nil {
-			cfg.logf(job, "recorded in Slurm's accounting (AdminComment): %s", comment)
+		if err = w.record(ctx); err == nil {
+			cfg.logf(job, "recorded in Slurm's accounting (AdminComment): %s", strings.Join(mine, ";"))
 			return
 		}
 		if errors.Is(err, errNoAccounting) {
@@ -139,32 +242,108 @@ func (a *Accounting) Record(ctx context.Context, cfg Config, job Job, r *client.
 		if errors.Is(err, errSiteComment) || ctx.Err() != nil {
 			break
 		}
+		pause := wait
+		if errors.Is(err, errEarlierNodes) {
+			pause = 100 * time.Millisecond
+		} else {
+			wait = min(2*wait, 2*time.Second)
+		}
 		select {
 		case <-ctx.Done():
-		case <-time.After(wait):
+		case <-time.After(pause):
 		}
-		wait = min(2*wait, 2*time.Second)
 	}
-	cfg.logf(job, "could not record the GPU memory figures in Slurm's accounting (%s): %v", comment, err)
+	cfg.logf(job, "could not record the GPU memory figures in Slurm's accounting (%s): %v", strings.Join(mine, ";"), err)
 }
 
-func (a *Accounting) record(ctx context.Context, job Job, comment string) error {
-	if a.Sacct != "" {
-		out, err := a.exec(ctx, a.Sacct, "-X", "-n", "-P", "-j", job.ID, "-o", "AdminComment")
-		if err != nil && noAccounting(out) {
-			return errNoAccounting
-		}
-		if err != nil {
-			return fmt.Errorf("sacct: %w: %s", err, strings.TrimSpace(string(out)))
-		}
-		if len(out) == 0 { // a job without a comment prints an empty line
-			return errNotYet
-		}
-		lines := strings.Split(strings.TrimRight(string(out), "\n"), "\n")
-		if last := lines[len(lines)-1]; !ours(last) { // the latest run of this job id
-			return fmt.Errorf("%w: %q", errSiteComment, last)
+// nodesBefore are the job's nodes before this one in Slurm's order.
+func nodesBefore(job Job) []string {
+	me := commentNode(job.Node)
+	for i, n := range job.Nodes {
+		if commentNode(n) == me {
+			return job.Nodes[:i]
 		}
 	}
+	return nil
+}
+
+// errEarlierNodes: nodes before this one have not written their entries.
+var errEarlierNodes = errors.New("waiting for the entries of the job's nodes before this one")
+
+// errLost: another node's write replaced this node's entries.
+var errLost = errors.New("this node's entries were overwritten by another node's")
+
+// writer is one node's attempt at the job's comment.
+type writer struct {
+	a      *Accounting
+	job    Job
+	mine   []string
+	before []string
+	until  time.Time // when to stop waiting for the nodes before
+}
+
+func (w *writer) record(ctx context.Context) error {
+	a, job := w.a, w.job
+	if a.Sacct == "" { // nothing to merge with: this node's entries only
+		return a.set(ctx, job, FormatComment(w.mine))
+	}
+	existing, err := a.comment(ctx, job)
+	if err != nil {
+		return err
+	}
+	if time.Now().Before(w.until) {
+		_, owners := commentEntries(existing)
+		have := map[string]bool{}
+		for _, o := range owners {
+			have[o] = true
+		}
+		for _, n := range w.before {
+			if !have[commentNode(n)] {
+				return fmt.Errorf("%w (%s)", errEarlierNodes, n)
+			}
+		}
+	}
+	merged := MergeComment(existing, job.Node, w.mine, job.Nodes)
+	if merged != existing {
+		if err := a.set(ctx, job, merged); err != nil {
+			return err
+		}
+	}
+	if existing, err = a.comment(ctx, job); err != nil {
+		return err
+	}
+	if !commentHas(existing, w.mine) {
+		return errLost
+	}
+	return nil
+}
+
+// comment reads the job's AdminComment (its latest run's): errNotYet
+// when slurmdbd has no record, errSiteComment when it is not gpuslice's.
+func (a *Accounting) comment(ctx context.Context, job Job) (string, error) {
+	out, err := a.exec(ctx, a.Sacct, "-X", "-n", "-P", "-j", job.ID, "-o", "AdminComment")
+	if err != nil && noAccounting(out) {
+		return "", errNoAccounting
+	}
+	if err != nil {
+		return "", fmt.Errorf("sacct: %w: %s", err, strings.TrimSpace(string(out)))
+	}
+	if len(out) == 0 { // a job without a comment prints an empty line
+		return "", errNotYet
+	}
+	lines := strings.Split(strings.TrimRight(string(out), "\n"), "\n")
+	last := strings.TrimSpace(lines[len(lines)-1]) // the latest run of this job id
+	if !ours(last) {
+		return "", fmt.Errorf("%w: %q", errSiteComment, last)
+	}
+	if last == "(null)" {
+		last = ""
+	}
+	return last, nil
+}
+
+// set writes the job's AdminComment.
+func (a *Accounting) set(ctx context.Context, job Job, comment string) error {
 	out, err := a.exec(ctx, a.Sacctmgr, "-i", "modify", "job", "where", "jobid="+job.ID, "set", "AdminComment="+comment)
 	text := strings.TrimSpace(string(out))
 	if err != nil && noAccounting(out) {

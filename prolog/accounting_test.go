@@ -6,27 +6,76 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/gpuslice/gpuslice/internal/client"
 )
 
-func TestFormatComment(t *testing.T) {
+func TestNodeEntries(t *testing.T) {
 	r := &client.Report{GPUs: []client.ReportGPU{
 		{UUID: "GPU-A1", LimitBytes: 8 << 30, PeakBytes: 5<<30 + 1, Denied: 2},
 		{UUID: "GPU-b", LimitBytes: 1 << 30, PeakBytes: 0},
 	}}
-	want := "gpuslice:gpu-a1=quota_mib:8192,peak_mib:5121,denied:2;gpu-b=quota_mib:1024,peak_mib:0,denied:0"
-	if got := FormatComment(r); got != want {
+	want := "gpuslice:node01/gpu-a1=quota_mib:8192,peak_mib:5121,denied:2;node01/gpu-b=quota_mib:1024,peak_mib:0,denied:0"
+	if got := FormatComment(NodeEntries("Node01", r)); got != want {
 		t.Fatalf("got %q, want %q", got, want)
+	}
+	if got := RefusalEntry("gpu 7", 4<<30+1); got != "gpu_7/refused=quota_mib:4097" {
+		t.Fatalf("refusal entry %q", got)
+	}
+}
+
+func TestMergeComment(t *testing.T) {
+	for _, c := range []struct {
+		name, comment, node string
+		mine, nodes         []string
+		want                string
+	}{
+		{"empty", "", "n1", []string{"n1/gpu-a=x"}, nil, "gpuslice:n1/gpu-a=x"},
+		{"another node's kept", "gpuslice:n1/gpu-a=x", "n2", []string{"n2/gpu-a=y"}, []string{"n1", "n2"},
+			"gpuslice:n1/gpu-a=x;n2/gpu-a=y"},
+		{"own replaced", "gpuslice:n1/gpu-a=old;n2/gpu-a=y", "n1", []string{"n1/gpu-a=new"}, []string{"n1", "n2"},
+			"gpuslice:n2/gpu-a=y;n1/gpu-a=new"},
+		{"a node outside the job dropped", "gpuslice:n9/gpu-a=old", "n1", []string{"n1/refused=quota_mib:1"}, []string{"n1", "n2"},
+			"gpuslice:n1/refused=quota_mib:1"},
+		{"an entry naming no node dropped", "gpuslice:gpu-a=quota_mib:1,peak_mib:1,denied:0", "n1", []string{"n1/gpu-a=x"}, nil,
+			"gpuslice:n1/gpu-a=x"},
+	} {
+		if got := MergeComment(c.comment, c.node, c.mine, c.nodes); got != c.want {
+			t.Errorf("%s: got %q, want %q", c.name, got, c.want)
+		}
+	}
+}
+
+func TestExpandHostlist(t *testing.T) {
+	for in, want := range map[string]string{
+		"tn1":             "tn1",
+		"tn[1-3,5],gpu01": "tn1 tn2 tn3 tn5 gpu01",
+		"n[08-10]":        "n08 n09 n10",
+		"r[1-2]n[1-2]":    "r1n1 r1n2 r2n1 r2n2",
+		"a-b[1-2].x,c":    "a-b1.x a-b2.x c",
+		"":                "",
+	} {
+		got, err := ExpandHostlist(in)
+		if err != nil || strings.Join(got, " ") != want {
+			t.Errorf("ExpandHostlist(%q) = %q, %v; want %q", in, got, err, want)
+		}
+	}
+	for _, bad := range []string{"tn[1-", "tn[3-1]", "tn[a]", "tn]1", "n[0-99999999]"} {
+		if got, err := ExpandHostlist(bad); err == nil {
+			t.Errorf("ExpandHostlist(%q) = %q, want an error", bad, got)
+		}
 	}
 }
 
 func TestOurs(t *testing.T) {
 	for existing, want := range map[string]bool{
 		"": true, "(null)": true, "gpuslice:gpu-a=quota_mib:1,peak_mib:1,denied:0": true,
+		"gpuslice:n1/gpu-a=quota_mib:1,peak_mib:1,denied:0;n2/refused=quota_mib:1": true,
 		"JS1:abc": false, "gpuslice:x JS1:abc": false, "gpuslice:'x'": false,
 	} {
 		if got := ours(existing); got != want {
@@ -35,16 +84,22 @@ func TestOurs(t *testing.T) {
 	}
 }
 
-// fakeSlurm answers sacct and sacctmgr like slurmdbd would, with the job's
-// record appearing after `after` sacct calls.
+// fakeSlurm answers sacct and sacctmgr like slurmdbd would, for any
+// number of nodes' Epilogs at once, with the job's record appearing after
+// `after` sacct calls. clobber, when set, runs after each sacctmgr write
+// (another writer).
 type fakeSlurm struct {
+	mu      sync.Mutex
 	after   int
 	sacct   int
 	comment string
 	calls   []string
+	clobber func(f *fakeSlurm)
 }
 
 func (f *fakeSlurm) run(_ context.Context, name string, args ...string) ([]byte, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
 	f.calls = append(f.calls, name+" "+strings.Join(args, " "))
 	switch name {
 	case "sacct":
@@ -58,31 +113,50 @@ func (f *fakeSlurm) run(_ context.Context, name string, args ...string) ([]byte,
 			return []byte(" Nothing modified\n"), nil
 		}
 		f.comment = strings.TrimPrefix(args[len(args)-1], "AdminComment=")
+		if c := f.clobber; c != nil {
+			f.clobber = nil
+			c(f)
+		}
 		return []byte(" Modified jobs...\n"), nil
 	}
 	return nil, nil
 }
 
+func (f *fakeSlurm) get() string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.comment
+}
+
 func TestRecord(t *testing.T) {
 	r := &client.Report{GPUs: []client.ReportGPU{{UUID: "GPU-a", LimitBytes: 1 << 30, PeakBytes: 768 << 20}}}
-	want := "gpuslice:gpu-a=quota_mib:1024,peak_mib:768,denied:0"
+	want := "gpuslice:n1/gpu-a=quota_mib:1024,peak_mib:768,denied:0"
+	job := Job{ID: "42", Node: "n1", QuotaBytes: 1 << 30}
 	t.Run("once slurmdbd has the job", func(t *testing.T) {
 		f := &fakeSlurm{after: 2}
 		a := &Accounting{Sacctmgr: "sacctmgr", Sacct: "sacct", Timeout: time.Second, Wait: 10 * time.Second, run: f.run}
 		var log bytes.Buffer
-		a.Record(context.Background(), Config{Log: &log}, Job{ID: "42"}, r)
+		a.Record(context.Background(), Config{Log: &log}, job, r, false)
 		if f.comment != want {
 			t.Fatalf("AdminComment %q; calls %q; log %s", f.comment, f.calls, log.String())
 		}
-		if last := f.calls[len(f.calls)-1]; last != "sacctmgr -i modify job where jobid=42 set AdminComment="+want {
-			t.Fatalf("last call %q", last)
+		if !slices.Contains(f.calls, "sacctmgr -i modify job where jobid=42 set AdminComment="+want) {
+			t.Fatalf("calls %q", f.calls)
+		}
+	})
+	t.Run("a refusal", func(t *testing.T) {
+		f := &fakeSlurm{}
+		a := &Accounting{Sacctmgr: "sacctmgr", Sacct: "sacct", Timeout: time.Second, Wait: 10 * time.Second, run: f.run}
+		a.Record(context.Background(), Config{}, job, nil, true)
+		if f.comment != "gpuslice:n1/refused=quota_mib:1024" {
+			t.Fatalf("AdminComment %q; calls %q", f.comment, f.calls)
 		}
 	})
 	t.Run("leaves the site's comment alone", func(t *testing.T) {
 		f := &fakeSlurm{comment: "JS1:AbC"}
 		a := &Accounting{Sacctmgr: "sacctmgr", Sacct: "sacct", Timeout: time.Second, Wait: 10 * time.Second, run: f.run}
 		var log bytes.Buffer
-		a.Record(context.Background(), Config{Log: &log}, Job{ID: "42"}, r)
+		a.Record(context.Background(), Config{Log: &log}, job, r, false)
 		if f.comment != "JS1:AbC" || len(f.calls) != 1 || !strings.Contains(log.String(), "left alone") {
 			t.Fatalf("comment %q, calls %q, log %q", f.comment, f.calls, log.String())
 		}
@@ -91,7 +165,7 @@ func TestRecord(t *testing.T) {
 		f := &fakeSlurm{after: 1 << 30}
 		a := &Accounting{Sacctmgr: "sacctmgr", Sacct: "sacct", Timeout: time.Second, Wait: 600 * time.Millisecond, run: f.run}
 		var log bytes.Buffer
-		a.Record(context.Background(), Config{Log: &log}, Job{ID: "42"}, r)
+		a.Record(context.Background(), Config{Log: &log}, job, r, false)
 		if !strings.Contains(log.String(), "could not record") || f.comment != "" {
 			t.Fatalf("log %q, comment %q", log.String(), f.comment)
 		}
@@ -99,14 +173,46 @@ func TestRecord(t *testing.T) {
 	t.Run("nothing to record", func(t *testing.T) {
 		f := &fakeSlurm{}
 		a := &Accounting{Sacctmgr: "sacctmgr", Sacct: "sacct", Timeout: time.Second, run: f.run}
-		a.Record(context.Background(), Config{}, Job{ID: "42"}, nil) // no session
-		(&Accounting{Sacct: "sacct", run: f.run}).Record(context.Background(), Config{}, Job{ID: "42"}, r)
+		a.Record(context.Background(), Config{}, job, nil, false) // no session, no refusal
+		(&Accounting{Sacct: "sacct", run: f.run}).Record(context.Background(), Config{}, job, r, false)
 		var none *Accounting // the Prolog has none
-		none.Record(context.Background(), Config{}, Job{ID: "42"}, r)
+		none.Record(context.Background(), Config{}, job, r, false)
 		if len(f.calls) != 0 {
 			t.Fatalf("calls %q", f.calls)
 		}
 	})
+	t.Run("writes again when another write lost its entries", func(t *testing.T) {
+		f := &fakeSlurm{clobber: func(f *fakeSlurm) { f.comment = "gpuslice:n2/gpu-a=x" }}
+		a := &Accounting{Sacctmgr: "sacctmgr", Sacct: "sacct", Timeout: time.Second, Wait: 10 * time.Second, run: f.run}
+		a.Record(context.Background(), Config{}, Job{ID: "42", Node: "n1", Nodes: []string{"n1", "n2"}}, r, false)
+		if got := f.get(); got != "gpuslice:n2/gpu-a=x;n1/gpu-a=quota_mib:1024,peak_mib:768,denied:0" {
+			t.Fatalf("AdminComment %q; calls %q", got, f.calls)
+		}
+	})
+}
+
+// The Epilogs of a job's nodes run at once, each writing the whole
+// comment: every node's entries end up in it (before, the last writer's
+// alone were kept).
+func TestRecordManyNodes(t *testing.T) {
+	f := &fakeSlurm{after: 3}
+	nodes := []string{"n1", "n2", "n3", "n4"}
+	var wg sync.WaitGroup
+	var want []string
+	for i, n := range nodes {
+		r := &client.Report{GPUs: []client.ReportGPU{{UUID: "GPU-a", LimitBytes: 1 << 30, PeakBytes: uint64(i+1) << 20}}}
+		want = append(want, NodeEntries(n, r)...)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			a := &Accounting{Sacctmgr: "sacctmgr", Sacct: "sacct", Timeout: time.Second, Wait: 10 * time.Second, run: f.run}
+			a.Record(context.Background(), Config{}, Job{ID: "42", Node: n, Nodes: nodes}, r, false)
+		}()
+	}
+	wg.Wait()
+	if got := f.get(); got != FormatComment(want) {
+		t.Fatalf("AdminComment %q, want %q", got, FormatComment(want))
+	}
 }
 
 // On a cluster without accounting storage (no slurmdbd), Slurm's own sacct
@@ -134,7 +240,7 @@ func TestRecordWithoutAccountingAsksOnce(t *testing.T) {
 		run: runNoting(&calls)}
 	r := &client.Report{GPUs: []client.ReportGPU{{UUID: "GPU-a", LimitBytes: 1 << 30, PeakBytes: 768 << 20}}}
 	var log bytes.Buffer
-	a.Record(context.Background(), Config{Log: &log}, Job{ID: "42"}, r)
+	a.Record(context.Background(), Config{Log: &log}, Job{ID: "42", Node: "n1"}, r, false)
 	if len(calls) != 1 || calls[0] != "sacct" {
 		t.Fatalf("Slurm programs run: %q, want sacct once; log:\n%s", calls, log.String())
 	}

@@ -39,6 +39,11 @@ type Job struct {
 	// SLUID is the job's SLUID (EnvSLUID, Slurm 26.05+) as Slurm prints
 	// it; empty when Slurm gives none or gives a malformed one.
 	SLUID string
+	// Node is the node this runs on (SLURMD_NODENAME); Nodes are all the
+	// job's nodes in Slurm's order (SLURM_JOB_NODELIST, expanded), nil
+	// when Slurm gives none or a list this cannot read.
+	Node  string
+	Nodes []string
 }
 
 // EnvSLUID is where slurmd (26.05+) gives the Prolog and Epilog the SLUID
@@ -82,6 +87,8 @@ func JobFromEnv(getenv func(string) string, defaultBytes uint64) (Job, error) {
 	j.UID = uint32(u)
 	j.Compute = ComputeFromEnv(getenv)
 	j.SLUID = sluidFromEnv(getenv)
+	j.Node = strings.TrimSpace(getenv("SLURMD_NODENAME"))
+	j.Nodes, _ = ExpandHostlist(getenv("SLURM_JOB_NODELIST")) // only orders the Epilogs' records
 
 	j.QuotaBytes = defaultBytes
 	if q := strings.TrimSpace(getenv(EnvQuota)); q != "" {

@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"os/signal"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"time"
 
@@ -144,7 +146,12 @@ func Main(mode Mode, args []string, getenv func(string) string, stderr io.Writer
 		}
 	}
 	if mode == ModeEpilog {
-		acct.Record(ctx, cfg, job, Epilog(ctx, cfg, job))
+		if job.Node == "" { // run by hand: this machine's name, as slurmd's default
+			host, _ := os.Hostname()
+			job.Node, _, _ = strings.Cut(host, ".")
+		}
+		refused := Refused(cfg.RefusalDir, job.ID)
+		acct.Record(ctx, cfg, job, Epilog(ctx, cfg, job), refused)
 		if err := RemoveRefusal(cfg.RefusalDir, job.ID); err != nil {
 			fmt.Fprintf(logw, "job %s: %v\n", job.ID, err)
 		}

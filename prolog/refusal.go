@@ -66,6 +66,16 @@ func WriteRefusal(dir, id, msg string) error {
 	return nil
 }
 
+// Refused reports whether job id has a refusal line: gpusliced refused
+// its quota on this node.
+func Refused(dir, id string) bool {
+	if !api.ValidSessionID(id) {
+		return false
+	}
+	_, err := os.Stat(filepath.Join(dir, id))
+	return err == nil
+}
+
 // RemoveRefusal deletes job id's refusal line, if any.
 func RemoveRefusal(dir, id string) error {
 	if !api.ValidSessionID(id) {

@@ -16,7 +16,8 @@ import (
 
 // Inside the job its user reads the job's quota and peak without root
 // (gpuslice status). The Epilog records the job's quota and peak GPU memory
-// in Slurm's accounting: `sacct -o JobID,AdminComment` shows them, from the real
+// in Slurm's accounting, and AllocTRES holds its ask (gres/shard, MiB):
+// `sacct -o JobID,AdminComment` shows them, from the real
 // slurmdbd and MariaDB, to root and to the job's user; the user cannot
 // write the field.
 func TestSacctShowsPeak(t *testing.T) {
@@ -49,7 +50,7 @@ srun %[2]s --step 300M --count 4
 	}
 
 	rep := c.history(t, id)
-	want := prolog.FormatComment(rep)
+	want := prolog.FormatComment(prolog.NodeEntries(c.jobNode(t, id).Name, rep))
 	if !strings.Contains(want, "=quota_mib:1024,peak_mib:900,denied:1") {
 		t.Fatalf("gpusliced's report of job %s: %s (%+v)", id, want, rep)
 	}
@@ -69,6 +70,9 @@ srun %[2]s --step 300M --count 4
 	if err != nil {
 		t.Fatalf("%v\nslurmdbd log:\n%s", err, tail(readFile(t, c.path("log", "slurmdbd.log")), 20))
 	}
+
+	// The ask, in Slurm's own terms: 1024 shards of one GPU (MiB).
+	c.sacctField(t, id, "AllocTRES", containsAll("gres/shard=1024"))
 
 	t.Run("the job's user reads it", func(t *testing.T) {
 		out, err := c.cmd(u, "sacct", "-X", "-n", "-P", "-j", id, "-o", "JobID,AdminComment").CombinedOutput()

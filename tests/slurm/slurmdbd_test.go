@@ -51,10 +51,12 @@ func (c *cluster) prepareAccounting() error {
 	// slurmdbd listens on the bridge's host address, which slurmctld and the
 	// nodes' Epilogs (sacctmgr, in the nodes' network namespaces) reach.
 	// AccountingStoragePass names the munge socket of connections to
-	// slurmdbd (AuthInfo's does not apply to them).
+	// slurmdbd (AuthInfo's does not apply to them). gres/shard is a job's
+	// GPU memory in MiB of one GPU per node (docs/monitoring.md).
 	c.opts.Accounting = []string{
 		"JobAcctGatherType=jobacct_gather/none",
 		"AccountingStorageType=accounting_storage/slurmdbd",
+		"AccountingStorageTRES=gres/gpu,gres/shard",
 		"AccountingStorageHost=" + bridgeAddr,
 		fmt.Sprintf("AccountingStoragePort=%d", a.dbdPort),
 		"AccountingStoragePass=" + c.path("munge", "munge.sock"),
