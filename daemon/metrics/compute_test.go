@@ -25,3 +25,27 @@ gpuslice_compute_held_sessions{gpu="0",uuid="` + testGPUs[0].UUID + `"} 1
 		t.Error(err)
 	}
 }
+
+// Each freeze counts once; the gauge follows freezes and thaws.
+func TestComputeFreezeMetrics(t *testing.T) {
+	m := New(testGPUs)
+	c := m.ComputeGauges()
+	c.Frozen("a", "/cg/a/task_0", true)
+	c.Frozen("a", "/cg/a/task_1", true)
+	c.Frozen("a", "/cg/a/task_0", false)
+	problems, err := testutil.GatherAndLint(m.Registry, "gpuslice_compute_freezes_total", "gpuslice_compute_frozen_cgroups")
+	if err != nil || len(problems) > 0 {
+		t.Fatalf("lint: %v %v", err, problems)
+	}
+	want := `
+# HELP gpuslice_compute_freezes_total Cgroups of sessions frozen because they kept using the GPU while held at their share (the gate bypassed).
+# TYPE gpuslice_compute_freezes_total counter
+gpuslice_compute_freezes_total 2
+# HELP gpuslice_compute_frozen_cgroups Cgroups of sessions frozen now by the compute share.
+# TYPE gpuslice_compute_frozen_cgroups gauge
+gpuslice_compute_frozen_cgroups 1
+`
+	if err := testutil.GatherAndCompare(m.Registry, strings.NewReader(want), "gpuslice_compute_freezes_total", "gpuslice_compute_frozen_cgroups"); err != nil {
+		t.Error(err)
+	}
+}
