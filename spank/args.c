@@ -33,11 +33,31 @@ static int parse_size_arg(const char *key, const char *val, uint64_t *dst, char 
 	return 0;
 }
 
+/* notice=: what users are told (docs/slurm.md "For users"). */
+static int parse_notice(const char *val, int *dst)
+{
+	static const struct {
+		const char *name;
+		int mask;
+	} v[] = {{"on", GS_NOTICE_REFUSAL | GS_NOTICE_SUMMARY}, {"off", 0},
+		 {"refusal", GS_NOTICE_REFUSAL}, {"summary", GS_NOTICE_SUMMARY}};
+	size_t i;
+
+	for (i = 0; i < sizeof(v) / sizeof(v[0]); i++) {
+		if (strcmp(val, v[i].name) == 0) {
+			*dst = v[i].mask;
+			return 0;
+		}
+	}
+	return -1;
+}
+
 int gs_args_parse(struct gs_config *cfg, int ac, char **av, char *err, size_t errlen)
 {
 	int i;
 
 	memset(cfg, 0, sizeof(*cfg));
+	cfg->notice = GS_NOTICE_REFUSAL | GS_NOTICE_SUMMARY;
 	snprintf(cfg->lib, sizeof(cfg->lib), "%s", GS_DEFAULT_LIB);
 	snprintf(cfg->socket, sizeof(cfg->socket), "%s", GS_DEFAULT_SOCKET);
 	cfg->refused[0] = '\0';
@@ -49,7 +69,7 @@ int gs_args_parse(struct gs_config *cfg, int ac, char **av, char *err, size_t er
 		const char *val;
 
 		if (!eq) {
-			snprintf(err, errlen, "plugstack.conf argument '%s': expected key=value (keys: lib, socket, default, max, refused, nogpu, compute, compute_cap)", arg);
+			snprintf(err, errlen, "plugstack.conf argument '%s': expected key=value (keys: lib, socket, default, max, refused, nogpu, notice, compute, compute_cap)", arg);
 			return -1;
 		}
 		klen = (size_t)(eq - arg);
@@ -80,6 +100,11 @@ int gs_args_parse(struct gs_config *cfg, int ac, char **av, char *err, size_t er
 				snprintf(err, errlen, "plugstack.conf argument compute_cap=%s: expected a percent from 1 to 100", val);
 				return -1;
 			}
+		} else if (klen == 6 && strncmp(arg, "notice", 6) == 0) {
+			if (parse_notice(val, &cfg->notice) < 0) {
+				snprintf(err, errlen, "plugstack.conf argument notice=%s: expected on, off, refusal or summary", val);
+				return -1;
+			}
 		} else if (klen == 5 && strncmp(arg, "nogpu", 5) == 0) {
 			if (strcmp(val, "hide") == 0) {
 				cfg->nogpu_allow = false;
@@ -90,7 +115,7 @@ int gs_args_parse(struct gs_config *cfg, int ac, char **av, char *err, size_t er
 				return -1;
 			}
 		} else {
-			snprintf(err, errlen, "unknown plugstack.conf argument '%.*s' (keys: lib, socket, default, max, refused, nogpu, compute, compute_cap)",
+			snprintf(err, errlen, "unknown plugstack.conf argument '%.*s' (keys: lib, socket, default, max, refused, nogpu, notice, compute, compute_cap)",
 				 (int)klen, arg);
 			return -1;
 		}

@@ -1,8 +1,8 @@
 /*
- * Ask gpusliced whether a session exists: one STATUS request over the IPC
- * socket (docs/protocol.md). Used only as the last way to tell whether a
- * job has a quota, so every failure is "unknown" and costs at most the
- * timeout below.
+ * Ask gpusliced about a session: one STATUS request over the IPC socket
+ * (docs/protocol.md). Whether it exists is the last way to tell whether a
+ * job has a quota; its figures are the end-of-step lines (notice.c). Every
+ * failure is "unknown" and costs at most the timeout below.
  */
 #include "gs.h"
 
@@ -56,15 +56,20 @@ static int io_all(int fd, void *buf, size_t n, int writing)
 	return 0;
 }
 
-int gs_daemon_has_session(const char *socket_path, const char *id)
+/* One STATUS exchange for session id: 1 with the session object (JSON) in
+ * out (NUL-terminated, *len bytes), 0 when gpusliced has no such session
+ * (for the caller), -1 when it cannot tell. */
+int gs_daemon_status(const char *socket_path, const char *id, char *out, size_t cap, size_t *len)
 {
 	int rv = -1, fd = -1;
 	struct sockaddr_un addr;
 	struct timeval tv = {.tv_sec = 2, .tv_usec = 0};
 	unsigned char req[12 + 2 + 64], hdr[12], payload[GS_IPC_MAX_PAYLOAD];
 	size_t idlen = strlen(id);
-	uint32_t len;
+	uint32_t n;
 
+	if (len)
+		*len = 0;
 	if (idlen == 0 || idlen > 63 || strlen(socket_path) >= sizeof(addr.sun_path))
 		goto out;
 	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
@@ -87,18 +92,25 @@ int gs_daemon_has_session(const char *socket_path, const char *id)
 	memcpy(req + 14, id, idlen);
 	if (io_all(fd, req, 14 + idlen, 1) < 0 || io_all(fd, hdr, sizeof(hdr), 0) < 0)
 		goto out;
-	len = get32(hdr + 8);
-	if (get32(hdr) != GS_IPC_MAGIC || len > GS_IPC_MAX_PAYLOAD || io_all(fd, payload, len, 0) < 0)
+	n = get32(hdr + 8);
+	if (get32(hdr) != GS_IPC_MAGIC || n > GS_IPC_MAX_PAYLOAD || io_all(fd, payload, n, 0) < 0)
 		goto out;
 	switch (hdr[6] | hdr[7] << 8) {
 	case GS_IPC_STATUS_OK:
+		if (out && cap > 0) {
+			size_t m = n < cap - 1 ? n : cap - 1;
+			memcpy(out, payload, m);
+			out[m] = '\0';
+			if (len)
+				*len = m;
+		}
 		rv = 1;
 		break;
 	case GS_IPC_ERROR:
 		/* Asked as the job's user, a session that does not exist is
 		 * "not yours" (gpusliced does not tell a user whether another
 		 * user's job exists); a job's session is always its user's. */
-		if (len >= 4 && (get32(payload) == GS_IPC_ERR_UNKNOWN_SESSION || get32(payload) == GS_IPC_ERR_NOT_YOURS))
+		if (n >= 4 && (get32(payload) == GS_IPC_ERR_UNKNOWN_SESSION || get32(payload) == GS_IPC_ERR_NOT_YOURS))
 			rv = 0;
 		break;
 	default:
@@ -108,4 +120,9 @@ out:
 	if (fd >= 0)
 		close(fd);
 	return rv;
+}
+
+int gs_daemon_has_session(const char *socket_path, const char *id)
+{
+	return gs_daemon_status(socket_path, id, NULL, 0, NULL);
 }

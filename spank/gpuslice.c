@@ -72,11 +72,26 @@ int slurm_spank_task_init(spank_t sp, int ac, char **av)
 	}
 }
 
+int slurm_spank_user_init(spank_t sp, int ac, char **av)
+{
+	(void)ac;
+	(void)av;
+	return spank_context() == S_CTX_REMOTE ? gs_notice_user_init(sp) : 0;
+}
+
+int slurm_spank_task_exit(spank_t sp, int ac, char **av)
+{
+	(void)ac;
+	(void)av;
+	return spank_context() == S_CTX_REMOTE ? gs_notice_task_exit(sp) : 0;
+}
+
 int slurm_spank_exit(spank_t sp, int ac, char **av)
 {
 	(void)sp;
 	(void)ac;
 	(void)av;
+	gs_notice_exit();
 	gs_option_cleanup();
 	return 0;
 }

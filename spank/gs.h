@@ -58,9 +58,15 @@ struct gs_config {
 	uint64_t max_bytes;   /* max=: largest accepted --gpu-mem; 0 = no limit */
 	char refused[4096];   /* refused=: where the Prolog leaves a refused job's reason */
 	bool nogpu_allow;     /* nogpu=allow: jobs without a GPU keep seeing every GPU */
+	int notice;           /* notice=: GS_NOTICE_* users are told (default both) */
 	char compute[16];     /* compute=: accepted, not read (the site's policy is in job_submit.lua, gpusliced.yaml) */
 	int compute_cap;      /* compute_cap=: accepted, not read */
 };
+
+/* What users are told (notice.c): the refusal line the interceptor writes,
+ * the lines at the end of each step. */
+#define GS_NOTICE_REFUSAL 1
+#define GS_NOTICE_SUMMARY 2
 
 extern struct gs_config gs_config;
 
@@ -120,7 +126,20 @@ int gs_submit_forget_inherited(spank_t sp);
  * there is none. */
 int gs_refusal_check(const char *jobid);
 
+/* notice.c: what users are told. In slurmstepd before the tasks fork: */
+int gs_notice_user_init(spank_t sp);
+/* In a task whose job has a quota, after the interceptor is injected. */
+void gs_notice_task(spank_t sp, const char *id);
+/* In every task, last: its copies of slurmstepd's descriptors closed. */
+void gs_notice_task_done(void);
+/* In slurmstepd as each task exits; after the node's last, the end-of-step
+ * lines. */
+int gs_notice_task_exit(spank_t sp);
+void gs_notice_exit(void);
+
 /* daemon.c: does gpusliced hold session id? 1 yes, 0 no, -1 unknown. */
 int gs_daemon_has_session(const char *socket_path, const char *id);
+/* The same, with the session object (JSON) copied to out when 1. */
+int gs_daemon_status(const char *socket_path, const char *id, char *out, size_t cap, size_t *len);
 
 #endif

@@ -295,8 +295,10 @@ int gs_remote_task_init(spank_t sp)
 		goto out;
 	}
 	gs_debug("job %s: interceptor injected (quota from %s)", id, why);
+	gs_notice_task(sp, id);
 	rv = 0;
 out:
+	gs_notice_task_done();
 	free(old);
 	free(preload);
 	return rv;

@@ -32,7 +32,8 @@ func TestPluginExports(t *testing.T) {
 	}
 	sort.Strings(exported)
 	want := []string{"plugin_name", "plugin_type", "plugin_version",
-		"slurm_spank_exit", "slurm_spank_init", "slurm_spank_init_post_opt", "slurm_spank_task_init"}
+		"slurm_spank_exit", "slurm_spank_init", "slurm_spank_init_post_opt", "slurm_spank_task_exit",
+		"slurm_spank_task_init", "slurm_spank_user_init"}
 	if strings.Join(exported, " ") != strings.Join(want, " ") {
 		t.Fatalf("%s exports %v, want %v", so, exported, want)
 	}

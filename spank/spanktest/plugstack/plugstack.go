@@ -66,6 +66,7 @@ static const char *ctl_name(int i) { return ctl[i][0]; }
 static const char *ctl_value(int i) { return ctl[i][1]; }
 static int ctl_count(void) { return nctl; }
 static const char *error_text(void) { return last_error; }
+static int notice(void) { return gs_config.notice; }
 */
 import "C"
 
@@ -107,3 +108,7 @@ func Submit(share, max *string) (map[string]string, error) {
 	}
 	return env, nil
 }
+
+// Notice is what notice= left in the config: GS_NOTICE_REFUSAL (1) |
+// GS_NOTICE_SUMMARY (2).
+func Notice() int { return int(C.notice()) }
