@@ -18,9 +18,11 @@ TRIXIE_CACHE  ?= $(GPUSLICE_CACHE)/trixie
 TRIXIE_STAMP  := $(TRIXIE)/.stamp
 # Slurm 24.11's job_submit_lua.so links liblua5.1 in Debian 13, as in 12.
 # The end-to-end suite on 24.11 (make test-slurm-24.11) also needs iproute2
-# (the test hosts' network namespaces).
+# (the test hosts' network namespaces), slurmdbd and a database server for
+# its accounting (mariadb-server), and the gpu/nvml plugin, which
+# scripts/trixie-root.sh unpacks from contrib.
 TRIXIE_PKGS   := slurmctld slurmd slurm-client libslurm-dev slurm-wlm-basic-plugins munge \
-                 lua5.1 gcc make libc6-dev procps iproute2
+                 lua5.1 gcc make libc6-dev procps iproute2 slurmdbd mariadb-server
 TRIXIE_RUN    := $(ROOT)/scripts/trixie-root.sh run $(TRIXIE_ROOT)
 
 .PHONY: trixie-root trixie-clean

@@ -1,6 +1,11 @@
 #!/bin/bash
 # trixie-root.sh: a Debian 13 (trixie) root with Slurm 24.11, munge, Lua and a
 # C toolchain, made with debootstrap; and a way to run commands inside it.
+# Its apt sources are main and contrib: Debian ships Slurm's gpu/nvml plugin
+# (slurm-wlm-nvml-plugin) in contrib, since it links NVIDIA's NVML, which is
+# in non-free. The plugin's files are unpacked into the root without its
+# dependency on NVIDIA's library: the suites give slurmd fakecuda's NVML
+# (LD_LIBRARY_PATH), as a node would have the driver's.
 #
 #   trixie-root.sh build ROOT CACHE PKG...   make ROOT (reuse CACHE's copy when its key matches)
 #   trixie-root.sh run ROOT CMD [ARG...]     run CMD chrooted in ROOT with /proc, /sys, /dev
@@ -29,7 +34,7 @@ set -euo pipefail
 
 SUITE=${TRIXIE_SUITE:-trixie}
 MIRROR=${TRIXIE_MIRROR:-http://deb.debian.org/debian}
-LAYOUT=2
+LAYOUT=3
 log() { printf 'trixie-root: %s\n' "$*" >&2; }
 die() { log "$*"; exit 1; }
 
@@ -115,9 +120,17 @@ build() {
 	# No service may start while packages are installed into the root.
 	printf '#!/bin/sh\nexit 101\n' >"$work/usr/sbin/policy-rc.d"
 	chmod 0755 "$work/usr/sbin/policy-rc.d"
+	printf 'deb %s %s main contrib\n' "$MIRROR" "$SUITE" >"$work/etc/apt/sources.list"
 	log "installing ${pkgs[*]}"
 	inside "$work" apt-get -qq update
 	inside "$work" apt-get -qq -o Dpkg::Use-Pty=0 install --no-install-recommends -y "${pkgs[@]}" >/dev/null
+	# gpu/nvml without NVIDIA's libnvidia-ml1 (non-free, and the driver's
+	# own packages behind it): its files only, not known to dpkg.
+	if inside "$work" sh -c 'cd /tmp && apt-get -qq download slurm-wlm-nvml-plugin && dpkg-deb -x slurm-wlm-nvml-plugin_*.deb / && rm -f slurm-wlm-nvml-plugin_*.deb'; then
+		log "unpacked slurm-wlm-nvml-plugin (gpu/nvml)"
+	else
+		log "no slurm-wlm-nvml-plugin in $SUITE: the root has no gpu/nvml"
+	fi
 	inside "$work" apt-get -qq clean
 	rm -rf "$work"/var/lib/apt/lists/* "$work"/var/cache/apt/*.bin "$work"/var/log/*.log "$work"/var/log/apt/*
 

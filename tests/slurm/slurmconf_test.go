@@ -74,17 +74,7 @@ var slurm2411 = slurmRelease{
 `,
 	noCgroupConf: "CgroupPlugin=disabled\n",
 	net:          net2411,
-	noAccounting: noAccounting2411,
-	skip: map[string]string{
-		"TestSacctShowsPeak": noAccounting2411,
-	},
 }
-
-// noAccounting2411: Debian 13's slurmdbd 24.11.5 does not start against
-// Debian 13's MariaDB 11.8 here.
-const noAccounting2411 = "Debian 13's slurmdbd 24.11.5 exits at startup against Debian 13's MariaDB 11.8 " +
-	"(its sanity query `select @var := concat('')` fails with client error 5027, " +
-	"\"Number of columns in result (=1) set exceeds maximum allowed number of columns (=0)\"), so the 24.11 run has no accounting"
 
 // releases are the Slurm releases the suite runs on, by
 // GPUSLICE_SLURM_RELEASE (default: 22.05, the machine's own).

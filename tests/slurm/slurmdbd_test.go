@@ -88,8 +88,15 @@ func (c *cluster) startAccounting() error {
 	if err := c.start("mariadbd", db); err != nil {
 		return err
 	}
-	// The slurmdbd's database user, over loopback TCP only.
-	sql := "CREATE USER 'slurm'@'127.0.0.1' IDENTIFIED BY 'gpuslice-test'; GRANT ALL ON slurm_acct_db.* TO 'slurm'@'127.0.0.1';"
+	// The slurmdbd's database user, over loopback TCP only, and its
+	// database. slurmdbd would create the database itself, after its
+	// first connection failed for want of it, then connect again on the
+	// same handle: with MariaDB's client library 3.4 (Debian 13) that
+	// handle reads no result set afterwards (client error 5027, "Number of
+	// columns in result (=1) set exceeds maximum allowed number of columns
+	// (=0)"), and slurmdbd 24.11 exits at its first query.
+	sql := "CREATE DATABASE slurm_acct_db; CREATE USER 'slurm'@'127.0.0.1' IDENTIFIED BY 'gpuslice-test'; " +
+		"GRANT ALL ON slurm_acct_db.* TO 'slurm'@'127.0.0.1';"
 	if err := waitFor(60*time.Second, func() error {
 		out, err := exec.Command("mariadb", "--no-defaults", "--socket="+sock, "-u", "root", "-e", sql).CombinedOutput()
 		if err != nil {
