@@ -31,6 +31,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"testing"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -259,9 +260,32 @@ func (n *node) cgroupOf(pid int) (string, error) {
 	return "", fmt.Errorf("no cgroup v2 line for %d on %s", pid, n.Name)
 }
 
+// jobCgroupName is the name of job id's cgroup v2 directory under
+// slurmCgroupRoot: job_<id>, or on 26.05 (slurmRelease.sluidCgroups) the
+// job's SLUID, as slurmd gave it to the job's Prolog (SLURM_JOB_SLUID;
+// scontrol does not show it).
+func (c *cluster) jobCgroupName(t *testing.T, id string) string {
+	t.Helper()
+	if !slurm.sluidCgroups {
+		return "job_" + id
+	}
+	env := c.prologEnv(t, id, c.jobNodes(t, id)[0])
+	for _, l := range strings.Split(env, "\n") {
+		if v, ok := strings.CutPrefix(l, "SLURM_JOB_SLUID="); ok && v != "" {
+			return v
+		}
+	}
+	t.Fatalf("job %s: no SLURM_JOB_SLUID in its Prolog's environment:\n%s", id, env)
+	return ""
+}
+
 // slurmCgroupRoot is where node n's slurmd makes its jobs' cgroups, as the
 // node sees it: Debian builds Slurm for several slurmd per host
-// (MULTIPLE_SLURMD), which names the scope after the node.
+// (MULTIPLE_SLURMD), which names the scope after the node; SchedMD's
+// release built as sites build it has one slurmd per host.
 func (n *node) slurmCgroupRoot() string {
+	if !slurm.multipleSlurmd {
+		return "/sys/fs/cgroup/system.slice/slurmstepd.scope"
+	}
 	return "/sys/fs/cgroup/system.slice/" + n.Name + "_slurmstepd.scope"
 }

@@ -344,7 +344,7 @@ func startCluster(c *cluster, opts ClusterOptions) error {
 		return err
 	}
 	for _, n := range c.nodes {
-		cmd := n.command("slurmd", "-D", "-f", c.conf)
+		cmd := n.command("slurmd", append([]string{"-D", "-f", c.conf}, slurm.slurmdArgs(c.build)...)...)
 		cmd.Env = n.slurmdEnv()
 		if err := c.start("slurmd-"+n.Name, cmd); err != nil {
 			return err
@@ -705,7 +705,7 @@ func (n *node) onNode(u *testUser, name string, args ...string) *exec.Cmd {
 // baseEnv is a clean environment for job submission: nothing of the test
 // process's own Slurm or gpuslice variables leaks into jobs.
 func baseEnv() []string {
-	return []string{"PATH=/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin", "LANG=C"}
+	return []string{"PATH=" + slurmPath + "/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin", "LANG=C"}
 }
 
 // result of a command.

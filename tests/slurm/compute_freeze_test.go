@@ -47,7 +47,7 @@ func TestBypassFrozenUnderSlurm(t *testing.T) {
 	}); err != nil {
 		t.Fatalf("%v\n%s", err, grepFile(logPath, "compute share"))
 	}
-	want := regexp.MustCompile(`/job_` + cheat + `/step_batch/user/task_0$`)
+	want := regexp.MustCompile(`/` + regexp.QuoteMeta(c.jobCgroupName(t, cheat)) + `/step_batch/user/task_0$`)
 	if !want.MatchString(task) {
 		t.Errorf("froze %s; want the batch step's task directory of job %s", task, cheat)
 	}

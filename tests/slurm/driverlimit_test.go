@@ -82,7 +82,7 @@ func TestDriverMemoryLimit(t *testing.T) {
 		if n == nil || !n.DriverLimits {
 			return fmt.Errorf("job %s runs on %s, not on a node with the feature", id, f[1])
 		}
-		held = n.limitsOf(t, filepath.Join(n.slurmCgroupRoot(), "job_"+id))
+		held = n.limitsOf(t, filepath.Join(n.slurmCgroupRoot(), c.jobCgroupName(t, id)))
 		if !strings.Contains(held, fmt.Sprintf("hard=%d used=%d", 2*GiB, 2*GiB)) {
 			return fmt.Errorf("job %s's cgroup limits: %s", id, held)
 		}
@@ -104,9 +104,9 @@ func TestDriverMemoryLimit(t *testing.T) {
 		t.Errorf("job %s: the audit killed %d processes; the driver should have refused instead: %+v", id, h.AuditKilled, h)
 	}
 	// After the Epilog: the job's cgroup is gone, or holds no limit.
-	dir := filepath.Join(n.cg, strings.TrimPrefix(n.slurmCgroupRoot(), "/sys/fs/cgroup"), "job_"+id)
+	dir := filepath.Join(n.cg, strings.TrimPrefix(n.slurmCgroupRoot(), "/sys/fs/cgroup"), c.jobCgroupName(t, id))
 	if _, err := os.Stat(dir); err == nil {
-		if l := n.limitsOf(t, filepath.Join(n.slurmCgroupRoot(), "job_"+id)); !strings.Contains(l, fmt.Sprintf("hard=%d ", ^uint64(0))) {
+		if l := n.limitsOf(t, filepath.Join(n.slurmCgroupRoot(), c.jobCgroupName(t, id))); !strings.Contains(l, fmt.Sprintf("hard=%d ", ^uint64(0))) {
 			t.Errorf("job %s's cgroup still has a limit after its Epilog: %s", id, l)
 		}
 	}

@@ -51,11 +51,22 @@ func TestMain(m *testing.M) {
 	}
 	rel, ok := releases[name]
 	if !ok {
-		fmt.Fprintf(os.Stderr, "slurm suite: GPUSLICE_SLURM_RELEASE=%s: the suite runs on 22.05 or 24.11\n", name)
+		var names []string
+		for n := range releases {
+			names = append(names, n)
+		}
+		sort.Strings(names)
+		fmt.Fprintf(os.Stderr, "slurm suite: GPUSLICE_SLURM_RELEASE=%s: the suite runs on %s\n", name, strings.Join(names, ", "))
 		os.Exit(2)
 	}
 	slurm = rel
 	useNet(slurm.net)
+	if slurm.tree != "" {
+		if skipWhy = useTree(); skipWhy != "" {
+			fmt.Fprintln(os.Stderr, "slurm suite: SKIP: "+skipWhy)
+			os.Exit(m.Run())
+		}
+	}
 	var err error
 	if tracking, err = trackingFromEnv(); err != nil {
 		fmt.Fprintln(os.Stderr, "slurm suite: "+err.Error())
@@ -137,6 +148,33 @@ func runInRoot(m *testing.M) int {
 	return code
 }
 
+// slurmPath is the PATH prefix of this run's Slurm programs when it is a
+// release built from source (slurmRelease.tree).
+var slurmPath string
+
+// useTree puts the source-built release's programs first in PATH, for
+// the suite's commands and the jobs' (baseEnv). It returns why the run
+// must skip: the release or its plugin not built here (make slurm-src,
+// make spank-releases).
+func useTree() string {
+	build, err := testenv.FindBuildDir()
+	if err != nil {
+		return err.Error()
+	}
+	tree := filepath.Join(build, slurm.tree)
+	if b, err := os.ReadFile(filepath.Join(tree, "UNAVAILABLE")); err == nil {
+		return fmt.Sprintf("Slurm %s was not built: %s", slurm.name, strings.TrimSpace(string(b)))
+	}
+	for _, p := range []string{filepath.Join(tree, "sbin", "slurmctld"), filepath.Join(build, slurm.plugin)} {
+		if _, err := os.Stat(p); err != nil {
+			return fmt.Sprintf("Slurm %s: %s not built (make slurm-src-%s spank-%s)", slurm.name, p, slurm.name, slurm.name)
+		}
+	}
+	slurmPath = slurm.treePath(build)
+	os.Setenv("PATH", slurmPath+os.Getenv("PATH"))
+	return ""
+}
+
 // needCluster returns the running cluster or skips the test: everywhere
 // when the suite cannot run here, or a test that cannot pass on this
 // run's Slurm release (slurmRelease.skip says why).
@@ -148,11 +186,15 @@ func needCluster(t *testing.T) *cluster {
 	if why, ok := slurm.skip[t.Name()]; ok {
 		t.Skipf("not on Slurm %s: %s", slurm.name, why)
 	}
+	if slurm.core && !coreTests[strings.SplitN(t.Name(), "/", 2)[0]] {
+		t.Skipf("Slurm %s runs the core subset (coreTests in slurmconf_test.go)", slurm.name)
+	}
 	return cl
 }
 
 // The daemons and clients are the Slurm release the run is for: 22.05 on
-// the machine, 24.11 in the Debian 13 root.
+// the machine, 24.11 in the Debian 13 root, SchedMD's releases from
+// build/slurm.
 func TestSlurmRelease(t *testing.T) {
 	c := needCluster(t)
 	for _, prog := range []string{"slurmctld", "slurmd", "srun", "sbatch"} {
@@ -164,7 +206,7 @@ func TestSlurmRelease(t *testing.T) {
 		}
 	}
 	deb, err := os.ReadFile("/etc/debian_version")
-	want := map[string]string{"22.05": "12", "24.11": "13"}[slurm.name]
+	want := slurm.debian
 	if err != nil || !strings.HasPrefix(string(deb), want+".") {
 		t.Errorf("/etc/debian_version %q (%v), want Debian %s", deb, err, want)
 	}

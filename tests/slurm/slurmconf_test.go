@@ -9,6 +9,7 @@ package slurm
 import (
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 )
 
@@ -40,6 +41,45 @@ type slurmRelease struct {
 	noAccounting string
 	// skip maps a test that cannot pass on this release to why.
 	skip map[string]string
+	// tree is the release built from SchedMD's source (make slurm-src),
+	// under the build directory: its programs come first in PATH, its
+	// plugins are PluginDir, its slurmstepd is slurmd -d. Empty: the
+	// distribution's Slurm (the machine's or the Debian 13 root's).
+	tree string
+	// debian is the Debian release the suite runs on (/etc/debian_version).
+	debian string
+	// multipleSlurmd: built with MULTIPLE_SLURMD (Debian's builds), which
+	// names the steps' scope <node>_slurmstepd.scope.
+	multipleSlurmd bool
+	// sluidCgroups: a job's cgroup v2 directory is named by its SLUID
+	// (26.05 without CgroupJobIdPaths=yes), not job_<id>.
+	sluidCgroups bool
+	// jobFailureMode: the plugin exports slurm_spank_init_failure_mode
+	// (25.05 on), so a failed init in slurmstepd fails the job and leaves
+	// the node in service.
+	jobFailureMode bool
+	// core: only coreTests run on this release (the rest skip).
+	core bool
+}
+
+// coreTests are what runs on every release, the core subset on the
+// releases that do not run the full suite (issue 52 item 5): --gpu-mem
+// through srun, sbatch and salloc with the quota enforced and the memory
+// released at the job's end, placement by GPU memory through
+// job_submit.lua, default= with whole-GPU jobs, a refusal on the node
+// failing the job and never draining it, a failed plugin init failing the
+// job only, cgroup v2 with ConstrainDevices=yes.
+var coreTests = map[string]bool{
+	"TestSlurmRelease":               true,
+	"TestSrunQuota":                  true,
+	"TestSbatchSharedQuota":          true,
+	"TestSallocQuota":                true,
+	"TestQueuePacksByGPUMemory":      true,
+	"TestDefaultQuota":               true,
+	"TestNodeRefusalFailsJobNotNode": true,
+	"TestInitFailureFailsJobNotNode": true,
+	"TestJobCgroupLayout":            true,
+	"TestConstrainDevices":           true,
 }
 
 // slurm2205 is Debian 12's Slurm 22.05 on this machine, with
@@ -47,9 +87,11 @@ type slurmRelease struct {
 // the machine has. How jobs are tracked (cgroup v2 or linuxproc) is
 // tracking's (cgroup_test.go).
 var slurm2205 = slurmRelease{
-	name:   "22.05",
-	plugin: "spank/gpuslice.so",
-	gres:   "gres:",
+	name:           "22.05",
+	debian:         "12",
+	multipleSlurmd: true,
+	plugin:         "spank/gpuslice.so",
+	gres:           "gres:",
 	conf: `SlurmdParameters=config_overrides
 `,
 	net: net2205,
@@ -65,20 +107,99 @@ var slurm2205 = slurmRelease{
 // built for 22.05 on this machine (make spank), which the root sees under
 // the bind-mounted build directory, is there to be refused.
 var slurm2411 = slurmRelease{
-	name:        "24.11",
-	inRoot:      true,
-	plugin:      "spank-24.11/gpuslice.so",
-	otherPlugin: slurm2205.plugin,
-	gres:        "gres/",
+	name:           "24.11",
+	debian:         "13",
+	multipleSlurmd: true,
+	inRoot:         true,
+	plugin:         "spank-24.11/gpuslice.so",
+	otherPlugin:    slurm2205.plugin,
+	gres:           "gres/",
 	conf: `SlurmdParameters=config_overrides
 `,
 	noCgroupConf: "CgroupPlugin=disabled\n",
 	net:          net2411,
 }
 
+// schedmd is one of SchedMD's releases built from source on this machine
+// (make slurm-src-NAME, make spank-NAME), with a network of its own (tag
+// gs<major><minor>, subnet 10.<subnet>.0.0/24) so that every release may
+// run at once.
+func schedmd(name string, subnet int, core bool) slurmRelease {
+	tag := "gs" + strings.ReplaceAll(name, ".", "")
+	r := slurmRelease{
+		name:        name,
+		debian:      "12",
+		tree:        "slurm/" + name,
+		plugin:      "spank/" + name + "/gpuslice.so",
+		otherPlugin: slurm2205.plugin,
+		gres:        "gres/",
+		conf: `SlurmdParameters=config_overrides
+`,
+		noCgroupConf:   "CgroupPlugin=disabled\n",
+		net:            hostNet{tag: tag, subnet: fmt.Sprintf("10.%d.0", subnet), lock: "/run/gpuslice-" + tag + "-suite.lock", tmp: "gpuslice-slurm" + strings.ReplaceAll(name, ".", "") + "-"},
+		sluidCgroups:   name >= "26.05",
+		jobFailureMode: name >= "25.05",
+		core:           core,
+		noAccounting:   noAccountingSrc,
+		skip:           map[string]string{"TestSacctShowsPeak": noAccountingSrc},
+	}
+	return r
+}
+
+// noAccountingSrc: the source-built releases' runs have no slurmdbd yet.
+const noAccountingSrc = "the runs on SchedMD's source-built releases start no slurmdbd yet"
+
 // releases are the Slurm releases the suite runs on, by
-// GPUSLICE_SLURM_RELEASE (default: 22.05, the machine's own).
-var releases = map[string]slurmRelease{"22.05": slurm2205, "24.11": slurm2411}
+// GPUSLICE_SLURM_RELEASE (default: 22.05, the machine's own): Debian's
+// 22.05 and 24.11, and SchedMD's releases built from source, the full
+// suite on 26.05 and the core subset (coreTests) on the others.
+var releases = map[string]slurmRelease{
+	"22.05": slurm2205,
+	"24.11": slurm2411,
+	"23.11": schedmd("23.11", 79, true),
+	"24.05": schedmd("24.05", 80, true),
+	"25.05": schedmd("25.05", 81, true),
+	"25.11": schedmd("25.11", 82, true),
+	"26.05": schedmd("26.05", 83, false),
+}
+
+// treeConf is what slurm.conf needs for a release built from source: its
+// plugins.
+func (r slurmRelease) treeConf(build string) string {
+	if r.tree == "" {
+		return ""
+	}
+	return "PluginDir=" + filepath.Join(build, r.tree, "lib", "slurm") + "\n"
+}
+
+// slurmdArgs are slurmd's arguments besides -D -f: its slurmstepd for a
+// release built from source.
+func (r slurmRelease) slurmdArgs(build string) []string {
+	if r.tree == "" {
+		return nil
+	}
+	return []string{"-d", filepath.Join(build, r.tree, "sbin", "slurmstepd")}
+}
+
+// prologArgs are the Prolog/Epilog's arguments for a release built from
+// source: its scontrol (the Prolog asks slurmctld whether a job has whole
+// GPUs; the machine's /usr/bin/scontrol is 22.05's, which a newer
+// slurmctld does not answer).
+func (r slurmRelease) prologArgs(build string) string {
+	if r.tree == "" {
+		return ""
+	}
+	return " --scontrol " + filepath.Join(build, r.tree, "bin", "scontrol")
+}
+
+// treePath is the PATH prefix of a release built from source ("" for the
+// distribution's).
+func (r slurmRelease) treePath(build string) string {
+	if r.tree == "" {
+		return ""
+	}
+	return filepath.Join(build, r.tree, "bin") + ":" + filepath.Join(build, r.tree, "sbin") + ":"
+}
 
 // slurm is the release of this run (TestMain).
 var slurm = slurm2205
@@ -118,13 +239,13 @@ func (c *cluster) writeSlurmConfig() error {
 out=%[1]s/%[2]s-$SLURM_JOB_ID-$(hostname)
 env > "$out.env"
 start=$(date +%%s%%N)
-%[3]s --admin-socket %[4]s --retry-timeout %[5]s "$@" 2>"$out.err"
+%[3]s --admin-socket %[4]s --retry-timeout %[5]s%[6]s "$@" 2>"$out.err"
 rc=$?
 end=$(date +%%s%%N)
 cat "$out.err" >&2
 { cat "$out.err"; echo "ran_ns=$((end - start)) rc=$rc"; } >>"$out.log"
 exit $rc
-`, c.path("log"), name, bin, c.admSock, prologRetryArg)
+`, c.path("log"), name, bin, c.admSock, prologRetryArg, slurm.prologArgs(c.build))
 	}
 	if err := writeFile(c.path("prolog.sh"), wrapper(c.bin("prolog"), "prolog"), 0o755); err != nil {
 		return err
@@ -200,7 +321,7 @@ GresTypes=gpu,shard
 %[7]s
 %[8]s
 %[9]s
-`, c.dir, c.ctldHost, bridgeAddr, ctldPort, slurmdPort, slurm.conf+tracking.conf,
+`, c.dir, c.ctldHost, bridgeAddr, ctldPort, slurmdPort, slurm.conf+slurm.treeConf(c.build)+tracking.conf,
 		strings.Join(nodeLines, "\n"), strings.Join(c.opts.Partitions, "\n"), c.opts.ExtraConf, accounting)
 	for _, n := range c.nodes {
 		if err := os.MkdirAll(c.path("spool", n.Name), 0o755); err != nil {

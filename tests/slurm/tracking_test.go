@@ -15,7 +15,8 @@ import (
 // Under cgroup v2 a job's task runs in the job's cgroup, where Slurm
 // 22.05-25.11 put it: system.slice/slurmstepd.scope/job_<id>/step_<s>/
 // user/task_<t> (<node>_slurmstepd.scope where Slurm is built for several
-// slurmd per host, as Debian's is), a directory owned by root (what
+// slurmd per host, as Debian's is); 26.05 names the job's directory by
+// its SLUID instead of job_<id>. A directory owned by root (what
 // gpusliced's identity reads).
 func TestJobCgroupLayout(t *testing.T) {
 	c := needCluster(t)
@@ -29,7 +30,8 @@ func TestJobCgroupLayout(t *testing.T) {
 		t.Fatalf("srun: %s", r)
 	}
 	id := jobID(t, r)
-	want := regexp.MustCompile(`^0::/system\.slice/(` + regexp.QuoteMeta(c.nodes[0].Name) + `_)?slurmstepd\.scope/job_` + id + `/step_0/user/task_0$`)
+	want := regexp.MustCompile(`^0::/system\.slice/(` + regexp.QuoteMeta(c.nodes[0].Name) + `_)?slurmstepd\.scope/` +
+		regexp.QuoteMeta(c.jobCgroupName(t, id)) + `/step_0/user/task_0$`)
 	lines := strings.Split(strings.TrimSpace(r.stdout), "\n")
 	if len(lines) != 2 || !want.MatchString(lines[0]) || lines[1] != "owner=0" {
 		t.Errorf("task's cgroup and its job directory's owner:\n%s\nwant a line matching %s and owner=0", r.stdout, want)
