@@ -51,3 +51,34 @@ $(SLURM_SRC)/%/.stamp: $(SOURCES_TABLE) $(SOURCES_SH) $(SLURM_SRC_SH) $(TREE_CAC
 .PHONY: test-slurm-src
 test-slurm-src: spank-releases ## build every Slurm release and its plugin, and check each release's srun loads it (tests/slurmsrc)
 	GPUSLICE_BUILD_DIR=$(BUILD) $(SOURCES_ENV) $(GO) test -count=1 -timeout 10m ./tests/slurmsrc/
+
+# ---- The end-to-end suite on SchedMD's releases (tests/slurm) -----------------
+# make test-slurm-RELEASE runs tests/slurm on build/slurm/RELEASE with the
+# plugin built for it (GPUSLICE_SLURM_RELEASE=RELEASE; what differs between
+# releases is tests/slurm/slurmconf_test.go's table), and job_submit.lua's
+# unit tests on Lua 5.4, which that release's job_submit/lua links: the
+# full suite on 26.05, the core subset on the others (the rest skip; see
+# docs/slurm.md, "Supported Slurm versions"). Each release has its own
+# bridge, subnet, lock and /tmp prefix, so they may run at once and beside
+# the runs on 22.05 and 24.11. run-slurm-core runs the core subsets one
+# after the other (make test-slurm-all runs it beside the full suites).
+SLURM_E2E_FULL := 26.05
+SLURM_E2E_CORE := $(filter-out $(SLURM_E2E_FULL),$(SLURM_SRC_RELEASES))
+
+define slurm_e2e_release
+.PHONY: test-slurm-$(1) run-slurm-$(1)
+test-slurm-$(1): spank-$(1) $(SLURM_TEST_DEPS)
+	@$(MAKE) --no-print-directory run-slurm-$(1)
+run-slurm-$(1):
+	lua5.4 tests/slurm/lua/job_submit_test.lua etc/slurm/job_submit.lua
+	GPUSLICE_SLURM_RELEASE=$(1) GPUSLICE_BUILD_DIR=$(BUILD) $(GO) test -count=1 -timeout 20m ./tests/slurm/
+endef
+$(foreach r,$(SLURM_SRC_RELEASES),$(eval $(call slurm_e2e_release,$(r))))
+
+.PHONY: test-slurm-core run-slurm-core
+test-slurm-core: $(SLURM_E2E_CORE:%=spank-%) $(SLURM_TEST_DEPS) ## the e2e core subset on SchedMD's 23.11, 24.05, 25.05, 25.11, one after the other (make test-slurm-RELEASE: one release; 26.05 runs the full suite) (root)
+	@$(MAKE) --no-print-directory run-slurm-core
+run-slurm-core:
+	@rc=0; for r in $(SLURM_E2E_CORE); do \
+	  start=$$(date +%s); $(MAKE) --no-print-directory run-slurm-$$r || rc=1; \
+	  echo "run-slurm-core: Slurm $$r: $$(( $$(date +%s) - start )) s"; done; exit $$rc

@@ -52,11 +52,14 @@ test-slurm-24.11: trixie-root spank-24.11 $(SLURM_TEST_DEPS) ## the end-to-end s
 run-slurm-24.11:
 	GPUSLICE_SLURM_RELEASE=24.11 GPUSLICE_BUILD_DIR=$(BUILD) $(GO) test -count=1 -timeout 20m ./tests/slurm/
 
-# Both releases at once (what `make test` runs). Each run has its own
-# hosts, bridge, subnet, lock and /tmp prefix, and the suites mostly wait
-# on Slurm (the CPUs are about three quarters idle on 2 cores), so together
-# they take about as long as the 22.05 run alone. Each run's output goes to
-# build/test-logs/ and is printed whole when that run ends.
+# Every release at once (what `make test` runs): the full suite on 22.05,
+# 24.11 and 26.05, and the core subsets of 23.11 to 25.11 one after the
+# other (run-slurm-core, mk/slurm-src.mk). Each run has its own hosts,
+# bridge, subnet, lock and /tmp prefix, and the suites mostly wait on
+# Slurm, so together they take about as long as the longest alone. Each
+# run's output goes to build/test-logs/ and is printed whole when that run
+# ends.
 .PHONY: test-slurm-all
-test-slurm-all: trixie-root spank-24.11 $(SLURM_TEST_DEPS) ## make test-slurm and make test-slurm-24.11 at the same time (root)
-	@MAKE='$(MAKE)' bash scripts/run-together.sh $(BUILD)/test-logs run-slurm-22.05 run-slurm-24.11
+test-slurm-all: trixie-root spank-releases $(SLURM_TEST_DEPS) ## the end-to-end suite on every Slurm release at the same time (root)
+	@MAKE='$(MAKE)' bash scripts/run-together.sh $(BUILD)/test-logs run-slurm-22.05 run-slurm-24.11 \
+		$(SLURM_E2E_FULL:%=run-slurm-%) run-slurm-core

@@ -1,6 +1,7 @@
 package slurm
 
 // The test cluster: one slurmctld and munged on the host, and slurmd "hosts"
+// (with a munged each on SchedMD's releases: nodeMunge)
 // each in network, UTS and mount namespaces of their own (a veth on the
 // run's bridge: gs8br0, 10.77.0.0/24 on Slurm 22.05; gs13br0, 10.78.0.0/24
 // for Slurm 24.11 in the Debian 13 root), with their own gpusliced, runtime directory
@@ -324,6 +325,11 @@ func startCluster(c *cluster, opts ClusterOptions) error {
 		if err := n.setup(); err != nil {
 			return fmt.Errorf("node %s: %w", n.Name, err)
 		}
+		if nodeMunge() {
+			if err := n.startMunge(); err != nil {
+				return fmt.Errorf("node %s: %w", n.Name, err)
+			}
+		}
 		if err := n.restartGpusliced(); err != nil {
 			return fmt.Errorf("node %s: %w", n.Name, err)
 		}
@@ -379,20 +385,65 @@ func (c *cluster) startMunge() error {
 			return err
 		}
 	}
-	sock := filepath.Join(dir, "munge.sock")
-	cmd := exec.Command("munged", "--foreground", "--socket="+sock, "--key-file="+keyFile,
-		"--log-file="+filepath.Join(dir, "munged.log"), "--pid-file="+filepath.Join(dir, "munged.pid"),
-		"--seed-file="+filepath.Join(dir, "munged.seed"), "--num-threads=2")
+	cmd := exec.Command("munged", mungedArgs(dir)...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}}
 	if err := c.start("munged", cmd); err != nil {
 		return err
 	}
+	return waitSocket(filepath.Join(dir, "munge.sock"))
+}
+
+// mungedArgs are munged's arguments with its key, socket and files in dir.
+func mungedArgs(dir string) []string {
+	return []string{"--foreground", "--socket=" + filepath.Join(dir, "munge.sock"), "--key-file=" + filepath.Join(dir, "munge.key"),
+		"--log-file=" + filepath.Join(dir, "munged.log"), "--pid-file=" + filepath.Join(dir, "munged.pid"),
+		"--seed-file=" + filepath.Join(dir, "munged.seed"), "--num-threads=2"}
+}
+
+func waitSocket(sock string) error {
 	return waitFor(15*time.Second, func() error {
 		if _, err := os.Stat(sock); err != nil {
 			return fmt.Errorf("munged socket %s did not appear", sock)
 		}
 		return nil
 	})
+}
+
+// nodeMunge: each node runs a munged of its own, as real hosts do, where
+// Slurm is built for one slurmd per host (SchedMD's releases here):
+// without MULTIPLE_SLURMD, slurmd refuses a credential its munged has
+// decoded before ("_verify_signature: failed decode", replayed), which a
+// munged shared by the nodes of a multi-node step would report.
+func nodeMunge() bool { return !slurm.multipleSlurmd }
+
+// mungeDir is node n's munge directory, mounted in the node over the
+// cluster's (the same socket path in slurm.conf for every host).
+func (n *node) mungeDir() string { return filepath.Join(n.dir, "munge") }
+
+// startMunge starts node n's munged with the cluster's key (nodeMunge).
+func (n *node) startMunge() error {
+	mu, err := user.Lookup("munge")
+	if err != nil {
+		return fmt.Errorf("user munge (from the munge package): %w", err)
+	}
+	uid, _ := strconv.Atoi(mu.Uid)
+	gid, _ := strconv.Atoi(mu.Gid)
+	key, err := os.ReadFile(n.c.path("munge", "munge.key"))
+	if err != nil {
+		return err
+	}
+	keyFile := filepath.Join(n.mungeDir(), "munge.key")
+	if err := os.WriteFile(keyFile, key, 0o400); err != nil {
+		return err
+	}
+	if err := os.Chown(keyFile, uid, gid); err != nil {
+		return err
+	}
+	cmd := n.nsenter([]string{"-S", mu.Uid, "-G", mu.Gid}, "munged", mungedArgs(n.c.path("munge"))...)
+	if err := n.c.start("munged-"+n.Name, cmd); err != nil {
+		return err
+	}
+	return waitSocket(filepath.Join(n.mungeDir(), "munge.sock"))
 }
 
 // restartGpusliced (re)starts the node's gpusliced on the same directories.
@@ -749,4 +800,15 @@ func run(ctx context.Context, cmd *exec.Cmd) result {
 		r.stderr += err.Error()
 	}
 	return r
+}
+
+// chownMunge gives path to the munge user.
+func chownMunge(path string) error {
+	mu, err := user.Lookup("munge")
+	if err != nil {
+		return fmt.Errorf("user munge (from the munge package): %w", err)
+	}
+	uid, _ := strconv.Atoi(mu.Uid)
+	gid, _ := strconv.Atoi(mu.Gid)
+	return os.Chown(path, uid, gid)
 }

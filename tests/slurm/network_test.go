@@ -115,8 +115,18 @@ func (n *node) setup() error {
 		}
 	}
 	ready := filepath.Join(n.dir, "ready")
-	script := fmt.Sprintf("hostname %s && mount --bind %s %s && mount -t tmpfs -o mode=1777,size=64m tmpfs /dev/shm && touch %s && exec sleep 86400",
-		n.Name, filepath.Join(n.dir, "run"), c.path("gpuslice", "run"), ready)
+	munge := ""
+	if nodeMunge() {
+		if err := os.MkdirAll(n.mungeDir(), 0o755); err != nil {
+			return err
+		}
+		if err := chownMunge(n.mungeDir()); err != nil {
+			return err
+		}
+		munge = fmt.Sprintf("mount --bind %s %s && ", n.mungeDir(), c.path("munge"))
+	}
+	script := fmt.Sprintf("hostname %s && mount --bind %s %s && %smount -t tmpfs -o mode=1777,size=64m tmpfs /dev/shm && touch %s && exec sleep 86400",
+		n.Name, filepath.Join(n.dir, "run"), c.path("gpuslice", "run"), munge, ready)
 	// The node's mounts must not reach the machine: private. In the Debian
 	// 13 root, / is no mount point (chroot) so it cannot be made private,
 	// but there every mount already is (scripts/trixie-root.sh).

@@ -181,15 +181,22 @@ func (r slurmRelease) slurmdArgs(build string) []string {
 	return []string{"-d", filepath.Join(build, r.tree, "sbin", "slurmstepd")}
 }
 
-// prologArgs are the Prolog/Epilog's arguments for a release built from
-// source: its scontrol (the Prolog asks slurmctld whether a job has whole
-// GPUs; the machine's /usr/bin/scontrol is 22.05's, which a newer
-// slurmctld does not answer).
-func (r slurmRelease) prologArgs(build string) string {
+// prologArgs are the Prolog's (prolog) or Epilog's (epilog) arguments for
+// a release built from source: its scontrol (the Prolog asks slurmctld
+// whether a job has whole GPUs), and the Epilog's sacct and sacctmgr. The
+// machine's /usr/bin ones are 22.05's, which a newer slurmctld does not
+// answer (a whole-GPU job got the default quota; the Epilog waited on
+// sacct for its whole timeout).
+func (r slurmRelease) prologArgs(build, name string) string {
 	if r.tree == "" {
 		return ""
 	}
-	return " --scontrol " + filepath.Join(build, r.tree, "bin", "scontrol")
+	bin := filepath.Join(build, r.tree, "bin")
+	a := " --scontrol " + filepath.Join(bin, "scontrol")
+	if name == "epilog" {
+		a += " --sacct " + filepath.Join(bin, "sacct") + " --sacctmgr " + filepath.Join(bin, "sacctmgr")
+	}
+	return a
 }
 
 // treePath is the PATH prefix of a release built from source ("" for the
@@ -245,7 +252,7 @@ end=$(date +%%s%%N)
 cat "$out.err" >&2
 { cat "$out.err"; echo "ran_ns=$((end - start)) rc=$rc"; } >>"$out.log"
 exit $rc
-`, c.path("log"), name, bin, c.admSock, prologRetryArg, slurm.prologArgs(c.build))
+`, c.path("log"), name, bin, c.admSock, prologRetryArg, slurm.prologArgs(c.build, name))
 	}
 	if err := writeFile(c.path("prolog.sh"), wrapper(c.bin("prolog"), "prolog"), 0o755); err != nil {
 		return err
