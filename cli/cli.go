@@ -98,6 +98,7 @@ func init() {
 		{"release", "[flags] ID", "release a session and print its report", "", releaseCmd},
 		{"list", "[flags]", "list live sessions (--mine: your running and finished jobs)", listLong, listCmd},
 		{"report", "[flags] ID", "show the report of a released session (e.g. a finished job)", reportLong, reportCmd},
+		{"seff", "[flags] JOBID", "a finished job's GPU memory efficiency from Slurm's accounting (like seff)", seffLong, seffCmd},
 		{"gpus", "[flags]", "show the node's GPUs with committed quotas", "", gpusCmd},
 		{"top", "[flags]", "live view of the node's GPUs and jobs (like nvtop)", topLong, topCmd},
 		slurmConfigCommand,
