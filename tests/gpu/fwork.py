@@ -4,6 +4,8 @@ the worker reports as its result; sync() points let the case read the
 driver's figures while the worker holds its memory.
 """
 
+import re
+
 from harness import MiB, sync
 
 
@@ -146,3 +148,39 @@ def torch_oom_case(h, c, case_file, conf, threads, block=256 * MiB):
     if conf.startswith("expandable"):
         c.expect(r.get("expandable_segments"), "no expandable segment in torch.cuda.memory_snapshot(): %s" % (
             r.get("segments"),))
+    return out, quota
+
+
+# The interceptor's line when the quota refuses (docs/interceptor.md "When
+# the quota refuses").
+REFUSAL_LINE = re.compile(r"^gpuslice: (?:job|session) (\S+): an allocation of (\S+) on GPU (\d+) was refused: "
+                          r"the job holds (\S+) of its (\S+) quota on that GPU \(([^)]*)\)\. "
+                          r"CUDA reports out of memory\. More: gpuslice status \S+")
+
+
+def size_text(b):
+    """A size as gpuslice writes it: 8GiB, 2.5GiB, 300MiB, 100B."""
+    for name, v in (("TiB", 1 << 40), ("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if b >= v:
+            whole, rem = divmod(b, v)
+            if rem == 0:
+                return "%d%s" % (whole, name)
+            tenth = (rem * 10 + v // 2) // v
+            return "%d.%d%s" % (whole + (tenth == 10), 0 if tenth == 10 else tenth, name)
+    return "%dB" % b
+
+
+def refusal_expectations(c, out, quota, side="with"):
+    """The framework met the quota: the worker's stderr says so in the
+    interceptor's line (at least one, at most five per process) naming the
+    quota; nothing of the kind without the interceptor."""
+    lines = [l for l in out[side].get("stderr", "").splitlines() if REFUSAL_LINE.match(l)]
+    bare = [l for l in out["without"].get("stderr", "").splitlines() if l.startswith("gpuslice: ")]
+    c.fig(side + "_refusal_lines", lines[:2] + (["... %d in all" % len(lines)] if len(lines) > 2 else []))
+    c.expect(1 <= len(lines) <= 5, "%s: %d refusal lines on the worker's stderr, want 1 to 5: %s" % (
+        side, len(lines), out[side].get("stderr", "")[-600:]))
+    if lines:
+        got = REFUSAL_LINE.match(lines[0]).group(5)
+        c.expect(got == size_text(quota), "%s: the refusal line names a quota of %s, the quota is %s" % (
+            side, got, size_text(quota)))
+    c.expect(not bare, "without the interceptor the worker printed %s" % bare[:1])

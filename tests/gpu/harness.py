@@ -617,7 +617,7 @@ class Harness:
         for it and the session's charge, then let it go on. Returns
         {'syncs': {at: {'truth', 'used', **fields}}, 'result': the last
         'result' event (or None), 'events': the other JSON events, 'rc',
-        'status', 'tail'}."""
+        'status', 'tail', 'stderr'}."""
         out = {"syncs": {}, "result": None, "events": []}
         deadline = time.monotonic() + timeout
         while True:
@@ -651,6 +651,7 @@ class Harness:
         out["rc"] = p.wait(30)
         out["status"] = p.status()
         out["tail"] = p.tail()
+        out["stderr"] = p.stderr(1 << 20)
         return out
 
     def framework(self, c, case_file, args, quota, extra_env=None, timeout=120, sides=("without", "with")):

@@ -2,16 +2,18 @@
 (cuMemAlloc on demand, freed at once) and cuda_async (the driver's
 stream-ordered pools), no preallocation: arrays of 256 MiB until the first
 RESOURCE_EXHAUSTED under a quota of a context + 2 GiB, then freed and made
-again. Without the interceptor every array is made."""
+again; the worker's stderr holds the interceptor's line saying why, with
+the quota. Without the interceptor every array is made."""
 
 import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import fwork  # noqa: E402
 from harness import FrameworkSkip, GiB, MiB, fmt_bytes, sync, worker_main  # noqa: E402
 
 NAME = "jax_allocators_platform_async"
-PROVES = "JAX's platform and cuda_async allocators: RESOURCE_EXHAUSTED at the quota, memory reusable"
+PROVES = "JAX's platform and cuda_async allocators: RESOURCE_EXHAUSTED at the quota, memory reusable, the refusal line on stderr"
 ORDER = 65
 TIMEOUT = 200
 
@@ -78,6 +80,7 @@ def run(h, c):
             alloc, fmt_bytes(quota), r.get("n"), r.get("oom")))
         c.expect(r.get("again") == r.get("n"), "%s: %s of %s arrays made again after freeing (%s)" % (
             alloc, r.get("again"), r.get("n"), r.get("again_error")))
+        fwork.refusal_expectations(c, out, quota)
         if full.get("used") is not None:
             c.expect(full["used"] <= quota, "%s: the ledger held %s, quota %s" % (alloc, fmt_bytes(full["used"]),
                                                                                    fmt_bytes(quota)))

@@ -4,14 +4,17 @@ many tools do): cuMemGetInfo_v2 gives the quota as the total, blocks of
 256 MiB are allocated until CUDA_ERROR_OUT_OF_MEMORY under a quota of a
 context + 1 GiB, and freeing them gives the charge back; the ledger and
 the driver's per-process figure agree. Without the interceptor every
-block is allocated. It needs no framework, so it runs on fakecuda too,
-and with it the harness's worker machinery the framework cases use."""
+block is allocated. The first refusal writes the interceptor's line on
+the worker's stderr, naming the quota. It needs no framework, so it runs
+on fakecuda too, and with it the harness's worker machinery the framework
+cases use."""
 
 import ctypes
 import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import fwork  # noqa: E402
 from harness import GiB, MiB, OOM, fmt_bytes, sync, worker_main  # noqa: E402
 
 NAME = "python_ctypes_driver_held_to_quota"
@@ -67,6 +70,7 @@ def run(h, c):
     c.expect(r.get("n") == (quota - ctx) // BLOCK and r.get("last_rc") == OOM,
              "%s blocks of %s, then rc %s; want %d, then %d" % (r.get("n"), fmt_bytes(BLOCK), r.get("last_rc"),
                                                                 (quota - ctx) // BLOCK, OOM))
+    fwork.refusal_expectations(c, out, quota)
     full, freed = out["with"]["syncs"].get("full", {}), out["with"]["syncs"].get("freed", {})
     c.fig("ledger", {"full": full.get("used"), "freed": freed.get("used")})
     c.fig("driver", {"full": full.get("truth"), "freed": freed.get("truth")})

@@ -3,7 +3,9 @@ until the first out-of-memory, under a quota of a context + 2 GiB, with
 and without the interceptor. With it: torch.OutOfMemoryError near the
 quota, torch.cuda.mem_get_info() gives the quota as the total, the ledger
 and the driver's per-process figure stay within the quota, the memory is
-allocated again after empty_cache(). Without it every block is allowed."""
+allocated again after empty_cache(); the worker's stderr holds the
+interceptor's line saying why, with the quota. Without it every block is
+allowed."""
 
 import os
 import sys
@@ -13,7 +15,7 @@ import fwork  # noqa: E402
 from harness import worker_main  # noqa: E402
 
 NAME = "pytorch_caching_allocator_oom"
-PROVES = "PyTorch (the default caching allocator): OutOfMemoryError at the quota, mem_get_info total == quota, memory reusable after empty_cache"
+PROVES = "PyTorch (the default caching allocator): OutOfMemoryError at the quota, mem_get_info total == quota, memory reusable after empty_cache, the refusal line on stderr"
 ORDER = 70
 TIMEOUT = 120
 
@@ -22,7 +24,8 @@ THREADS = 0
 
 
 def run(h, c):
-    fwork.torch_oom_case(h, c, __file__, CONF, THREADS)
+    out, quota = fwork.torch_oom_case(h, c, __file__, CONF, THREADS)
+    fwork.refusal_expectations(c, out, quota)
 
 
 if __name__ == "__main__":
