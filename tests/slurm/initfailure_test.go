@@ -16,7 +16,9 @@ import (
 // (srun, sbatch and salloc read the same plugstack.conf and would refuse
 // the job on the submit host): the batch job is submitted held with a
 // good plugstack.conf, which is then given an argument the plugin
-// refuses, and the job released; slurmstepd's init fails on it.
+// refuses, and the job released; slurmstepd's init fails on it. (With a
+// plugin that does not export the symbol, 26.05 drained tn1 and requeued
+// the job.)
 func TestInitFailureFailsJobNotNode(t *testing.T) {
 	c := needCluster(t)
 	if !slurm.jobFailureMode {
@@ -31,22 +33,28 @@ func TestInitFailureFailsJobNotNode(t *testing.T) {
 	if r := run(ctxFor(t, 30*time.Second), c.cmd(nil, "scontrol", "release", id)); r.code != 0 {
 		t.Fatalf("scontrol release %s: %s", id, r)
 	}
-	// The job leaves the queue failed (a batch job whose launch failed is
-	// requeued held by some releases: either way it does not run).
+	// The job fails (it does not run), and no node is drained for it: a
+	// node drained ends the wait at once (a job whose node failed is
+	// requeued, and would only wait for its BeginTime).
 	var j map[string]string
 	if err := waitFor(2*time.Minute, func() error {
+		if bad, err := c.drained(); err != nil || len(bad) > 0 {
+			return nil
+		}
 		var err error
 		if j, err = c.job(id); err != nil {
 			return err
 		}
-		switch {
-		case j["JobState"] == "FAILED", j["JobState"] == "NODE_FAIL",
-			j["JobState"] == "PENDING" && strings.Contains(j["Reason"], "held"):
+		if j["JobState"] == "FAILED" {
 			return nil
 		}
 		return fmt.Errorf("job %s is %s (%s)", id, j["JobState"], j["Reason"])
 	}); err != nil {
 		t.Fatal(err)
+	}
+	if bad, err := c.drained(); err != nil || len(bad) > 0 {
+		node, _ := c.cmd(nil, "scontrol", "-o", "show", "node", n.Name).Output()
+		t.Fatalf("the plugin's failed init on %s drained nodes %v (%v): %s", n.Name, bad, err, node)
 	}
 	if _, err := os.Stat(out); err == nil {
 		t.Errorf("job %s ran its script: %s", id, readFile(t, out))
