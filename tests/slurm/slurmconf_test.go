@@ -140,14 +140,9 @@ func schedmd(name string, subnet int, core bool) slurmRelease {
 		sluidCgroups:   name >= "26.05",
 		jobFailureMode: name >= "25.05",
 		core:           core,
-		noAccounting:   noAccountingSrc,
-		skip:           map[string]string{"TestSacctShowsPeak": noAccountingSrc},
 	}
 	return r
 }
-
-// noAccountingSrc: the source-built releases' runs have no slurmdbd yet.
-const noAccountingSrc = "the runs on SchedMD's source-built releases start no slurmdbd yet"
 
 // releases are the Slurm releases the suite runs on, by
 // GPUSLICE_SLURM_RELEASE (default: 22.05, the machine's own): Debian's

@@ -122,6 +122,7 @@ StorageUser=slurm
 StoragePass=gpuslice-test
 StorageLoc=slurm_acct_db
 `, c.dir, c.ctldHost, a.dbdPort, a.dbPort, bridgeAddr)
+	conf += slurm.treeConf(c.build) // a release built from source: its plugins
 	// slurmdbd reads slurmdbd.conf next to slurm.conf (SLURM_CONF); it must
 	// be private to SlurmUser.
 	if err := writeFile(c.path("slurmdbd.conf"), conf, 0o600); err != nil {
