@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"math"
 	"os"
+	"strconv"
 	"strings"
 
 	"github.com/spf13/pflag"
@@ -22,7 +23,22 @@ var slurmConfigCommand = command{"slurm-config", "[flags]", "print this node's g
 		"gres/gpu and gres/shard with one shard per MiB of each GPU (times gpusliced's overcommit),\n" +
 		"as the shipped job_submit.lua expects (docs/slurm.md). --print node gives the slurm.conf\n" +
 		"NodeName line's Gres= part, --print gres the gres.conf lines (prefixed with NodeName= so the\n" +
-		"output of every node can be concatenated into one shared gres.conf).", slurmConfigCmd}
+		"output of every node can be concatenated into one shared gres.conf), --print billing the\n" +
+		"TRESBillingWeights= of a partition of nodes like this one: jobs bill GiB of GPU memory, a\n" +
+		"share by its quota and a whole GPU by its size (docs/monitoring.md).", slurmConfigCmd}
+
+// ShardWeight is a shard's billing weight: a shard is a MiB of GPU memory
+// and jobs bill GiB (docs/monitoring.md).
+const ShardWeight = 1.0 / 1024
+
+// AccountingLines are the slurm.conf lines (the same on every host) that
+// record GPU memory in Slurm's accounting and make fair-share count it
+// (docs/monitoring.md); TRESBillingWeights goes on each partition.
+var AccountingLines = []string{
+	"AccountingStorageTRES=gres/gpu,gres/shard",
+	"PriorityType=priority/multifactor",
+	"PriorityWeightFairshare=10000",
+}
 
 // FeatureDriverLimit is the node feature slurm-config gives a node whose
 // every GPU has the driver's own memory limit (enforcement
@@ -41,6 +57,9 @@ type SlurmLines struct {
 	Notes []string
 	// Devices are the device files the gres.conf lines name, one per GPU.
 	Devices []string
+	// Billing is the TRESBillingWeights= of a partition of such nodes:
+	// GRES/gpu weighs a GPU's GiB, GRES/shard ShardWeight.
+	Billing string
 }
 
 // SlurmConfigLines computes a node's lines. deviceFormat names GPU i's
@@ -59,7 +78,7 @@ func SlurmConfigLines(node string, gpus []client.GPU, overcommit float64, device
 	if len(gpus) == 0 {
 		return out, fmt.Errorf("gpusliced reports no GPU on this node: nothing to schedule")
 	}
-	var total uint64
+	var total, physical uint64
 	sizes := map[uint64]bool{}
 	driver := 0
 	for _, g := range gpus {
@@ -68,6 +87,7 @@ func SlurmConfigLines(node string, gpus []client.GPU, overcommit float64, device
 			return out, fmt.Errorf("GPU %d (%s) has less than 1 MiB of memory", g.Index, g.UUID)
 		}
 		total += shards
+		physical += g.PhysicalBytes
 		sizes[shards] = true
 		dev := fmt.Sprintf(deviceFormat, g.Index)
 		out.Devices = append(out.Devices, dev)
@@ -88,6 +108,13 @@ func SlurmConfigLines(node string, gpus []client.GPU, overcommit float64, device
 			"as this node's GPU size when it checks --gpu-mem at submission")
 	}
 	out.Node = fmt.Sprintf("NodeName=%s Gres=gpu:%d,shard:%d", node, len(gpus), total)
+	gib := float64(physical) / float64(len(gpus)) / (1 << 30)
+	out.Billing = "TRESBillingWeights=GRES/gpu=" + strconv.FormatFloat(gib, 'f', -1, 64) +
+		",GRES/shard=" + strconv.FormatFloat(ShardWeight, 'f', -1, 64)
+	if len(sizes) > 1 {
+		out.Notes = append(out.Notes, "GPUs of different sizes on one node: TRESBillingWeights bills a whole GPU "+
+			"at their average size")
+	}
 	switch {
 	case driver == len(gpus):
 		out.Node += " Features=" + FeatureDriverLimit
@@ -107,13 +134,14 @@ func slurmConfigCmd(fs *pflag.FlagSet, e *env) func([]string) error {
 	overcommit := fs.Float64("overcommit", 0, "shards per MiB of GPU memory (default: gpusliced's overcommit from its configuration)")
 	configFile := fs.String("config", "", "gpusliced configuration file read for overcommit (default "+config.DefaultFile+" if it exists)")
 	devFmt := fs.String("device-format", "/dev/nvidia%d", "device file of GPU N (gres.conf File=)")
-	print := fs.String("print", "all", "what to print: all (commented), node (the slurm.conf NodeName line) or gres (gres.conf lines)")
+	print := fs.String("print", "all", "what to print: all (commented), node (the slurm.conf NodeName line), gres (gres.conf lines) "+
+		"or billing (a partition's TRESBillingWeights=)")
 	return func(args []string) error {
 		if len(args) != 0 {
 			return usagef("slurm-config takes no arguments")
 		}
-		if *print != "all" && *print != "node" && *print != "gres" {
-			return usagef("--print %q: expected all, node or gres", *print)
+		if *print != "all" && *print != "node" && *print != "gres" && *print != "billing" {
+			return usagef("--print %q: expected all, node, gres or billing", *print)
 		}
 		oc := *overcommit
 		if !fs.Changed("overcommit") {
@@ -137,7 +165,7 @@ func slurmConfigCmd(fs *pflag.FlagSet, e *env) func([]string) error {
 		if err != nil {
 			return err
 		}
-		if *print != "node" {
+		if *print == "all" || *print == "gres" {
 			for _, w := range DeviceWarnings(l.Devices) {
 				fmt.Fprintf(e.stderr, "gpuslice slurm-config: warning: %s\n", w)
 			}
@@ -148,6 +176,8 @@ func slurmConfigCmd(fs *pflag.FlagSet, e *env) func([]string) error {
 			fmt.Fprintln(w, l.Node)
 		case "gres":
 			fmt.Fprintln(w, strings.Join(l.Gres, "\n"))
+		case "billing":
+			fmt.Fprintln(w, l.Billing)
 		default:
 			fmt.Fprintf(w, "# gpuslice slurm-config: node %s, overcommit %g (one shard = 1 MiB of GPU memory)\n", *node, oc)
 			for _, n := range l.Notes {
@@ -156,6 +186,10 @@ func slurmConfigCmd(fs *pflag.FlagSet, e *env) func([]string) error {
 			fmt.Fprintf(w, "# slurm.conf (same on every host): GresTypes=gpu,shard, JobSubmitPlugins=lua, and this\n"+
 				"# node's line gets Gres= (keep its other fields):\n%s\n", l.Node)
 			fmt.Fprintf(w, "# gres.conf (on this node, or all nodes' lines in one shared file):\n%s\n", strings.Join(l.Gres, "\n"))
+			fmt.Fprintf(w, "# Accounting and fair-share by GPU memory (docs/monitoring.md), slurm.conf on every host:\n#   %s\n"+
+				"# and on the PartitionName line of a partition of nodes like this one (a job bills the GiB of\n"+
+				"# GPU memory it holds: its quota, or the whole GPU's size):\n#   %s\n",
+				strings.Join(AccountingLines, "\n#   "), l.Billing)
 		}
 		return nil
 	}

@@ -107,6 +107,9 @@ func TestSlurmConfigDeviceWarning(t *testing.T) {
 		}},
 		// The NodeName line names no device file.
 		{"node", missing, "node", "NodeName=tn9 Gres=gpu:2,shard:32768\n", nil},
+		// Nor does a partition's TRESBillingWeights.
+		{"billing", missing, "billing", "TRESBillingWeights=GRES/gpu=16,GRES/shard=0.0009765625\n", nil},
+		{"all: accounting lines", chr, "all", "#   AccountingStorageTRES=gres/gpu,gres/shard\n", nil},
 	}
 	for _, tt := range tests {
 		args := []string{"slurm-config", "--node", "tn9", "--overcommit", "1", "--print", tt.print,

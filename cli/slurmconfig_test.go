@@ -28,10 +28,21 @@ func TestSlurmConfigLines(t *testing.T) {
 	if !reflect.DeepEqual(l.Gres, want) {
 		t.Errorf("gres lines %q, want %q", l.Gres, want)
 	}
+	// A partition of such nodes bills GiB of GPU memory: a whole GPU its
+	// 16, a shard (MiB) 1/1024.
+	if l.Billing != "TRESBillingWeights=GRES/gpu=16,GRES/shard=0.0009765625" {
+		t.Errorf("billing %q", l.Billing)
+	}
 	// overcommit scales the shards; a fraction of a MiB is dropped.
 	l, err = SlurmConfigLines("n2", []client.GPU{{Index: 0, PhysicalBytes: 80<<30 + 512}}, 1.5, "/x/gpu%d")
 	if err != nil || l.Node != "NodeName=n2 Gres=gpu:1,shard:122880" || l.Gres[1] != "NodeName=n2 Name=shard Count=122880 File=/x/gpu0" {
 		t.Errorf("overcommit 1.5: %+v %v", l, err)
+	}
+	// Billing stays by GiB: overcommit gives more shards, not cheaper ones;
+	// a whole GPU bills its physical size.
+	l, err = SlurmConfigLines("n3", []client.GPU{{Index: 0, PhysicalBytes: 80 << 30}, {Index: 1, PhysicalBytes: 40 << 30}}, 1.5, "/x/gpu%d")
+	if err != nil || l.Billing != "TRESBillingWeights=GRES/gpu=60,GRES/shard=0.0009765625" {
+		t.Errorf("two sizes, overcommit 1.5: billing %q, %v", l.Billing, err)
 	}
 	for _, bad := range []struct {
 		node, format string

@@ -56,13 +56,12 @@ func (c *cluster) prepareAccounting() error {
 	c.opts.Accounting = []string{
 		"JobAcctGatherType=jobacct_gather/none",
 		"AccountingStorageType=accounting_storage/slurmdbd",
-		"AccountingStorageTRES=gres/gpu,gres/shard",
 		"AccountingStorageHost=" + bridgeAddr,
 		fmt.Sprintf("AccountingStoragePort=%d", a.dbdPort),
 		"AccountingStoragePass=" + c.path("munge", "munge.sock"),
 		"JobCompType=jobcomp/none",
 	}
-	return nil
+	return c.prepareBilling()
 }
 
 // startAccounting starts MariaDB and slurmdbd and registers the cluster.
