@@ -102,6 +102,7 @@ func init() {
 		{"gpus", "[flags]", "show the node's GPUs with committed quotas", "", gpusCmd},
 		{"top", "[flags]", "live view of the node's GPUs and jobs (like nvtop)", topLong, topCmd},
 		slurmConfigCommand,
+		slurmPluginCommand,
 		{"run", "[flags] [--] COMMAND [ARGS...]", "run a command under a private quota",
 			"Creates a private session owned by the caller, runs COMMAND with the interceptor preloaded\n" +
 				"(LD_PRELOAD, appended to any existing one) and GPUSLICE_SESSION / GPUSLICE_IPC_SOCK set,\n" +
