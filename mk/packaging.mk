@@ -10,10 +10,13 @@
 PKG_VERSION   := $(shell $(ROOT)/packaging/version.sh '$(VERSION)')
 DIST          ?= $(ROOT)/dist
 VERSION_STAMP := $(BUILD)/.version
-# deb: Debian 12 (Slurm 22.05), deb13: Debian 13 (Slurm 24.11, the plugin of
-# make spank-24.11; left out with a warning when the Debian archive could not
-# be reached for the Debian 13 root), rpm: EL.
-PKG_FORMATS   ?= deb deb13 rpm
+# deb: Debian and Ubuntu, rpm: EL (SchedMD's RPM layout). Each carries the
+# SPANK plugin of every release of PKG_SLURM_RELEASES (make spank-releases:
+# Debian 12's 22.05, Debian 13's 24.11, SchedMD's releases built from source);
+# one whose plugin could not be built here (Debian's archive unreachable, no
+# source found) is left out with a line saying why.
+PKG_FORMATS   ?= deb rpm
+PKG_SLURM_RELEASES ?= 22.05 24.11 $(SLURM_SRC_RELEASES)
 
 # Programs that embed the version are rebuilt when it changes (go.mk has its
 # own stamp for gpusliced and gpuslice; this one also covers the Prolog/Epilog).
@@ -111,15 +114,19 @@ ifeq ($(VERSION),$(PKG_VERSION))
 install: build ## install under PREFIX (/usr/local) into DESTDIR: daemon, CLI, interceptor, SPANK plugin, Prolog/Epilog, unit, configs
 	$(install-recipe)
 
-packages: build $(SPANK_DIR)/slurm-version $(if $(filter deb13,$(PKG_FORMATS)),spank-24.11) ## build .deb (Debian 12 and 13) and .rpm packages (gpuslice, gpuslice-fakecuda) into dist/
+packages: build spank-releases ## build the .deb and .rpm packages (gpuslice, gpuslice-fakecuda) into dist/, with the plugin of every Slurm release
 	$(check-pkg-version)
-	@formats='$(PKG_FORMATS)'; \
-	if [ -e '$(TRIXIE)/UNREACHABLE' ] && [ -n "$$(echo " $$formats " | grep ' deb13 ')" ]; then \
-	  echo "packages: no Debian 13 package: $$(cat '$(TRIXIE)/UNREACHABLE')" >&2; \
-	  formats=$$(echo " $$formats " | sed 's/ deb13 / /'); \
-	fi; \
-	echo "BUILD='$(BUILD)' packaging/build-packages.sh '$(PKG_VERSION)' '$(DIST)' $$formats"; \
-	BUILD='$(BUILD)' GO='$(GO)' $(ROOT)/packaging/build-packages.sh '$(PKG_VERSION)' '$(DIST)' $$formats
+	@releases=; for r in $(PKG_SLURM_RELEASES); do \
+	  case $$r in \
+	  22.05) why= ;; \
+	  24.11) why=$$(cat '$(TRIXIE)/UNREACHABLE' 2>/dev/null) ;; \
+	  *) why=$$(cat '$(SLURM_SRC)/'"$$r"/UNAVAILABLE 2>/dev/null) ;; \
+	  esac; \
+	  if [ -n "$$why" ]; then echo "packages: no plugin for Slurm $$r: $$why" >&2; else releases="$$releases $$r"; fi; \
+	done; \
+	echo "BUILD='$(BUILD)' GPUSLICE_SLURM_RELEASES='$${releases# }' packaging/build-packages.sh '$(PKG_VERSION)' '$(DIST)' $(PKG_FORMATS)"; \
+	BUILD='$(BUILD)' GO='$(GO)' GPUSLICE_SLURM_RELEASES="$${releases# }" \
+	  $(ROOT)/packaging/build-packages.sh '$(PKG_VERSION)' '$(DIST)' $(PKG_FORMATS)
 else
 install packages:
 	$(check-pkg-version)

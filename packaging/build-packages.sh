@@ -5,18 +5,26 @@
 # Usage: packaging/build-packages.sh VERSION OUTDIR [FORMAT...]
 #   VERSION  package version, already valid for dpkg and rpm (packaging/version.sh)
 #   OUTDIR   where the packages go (created; older gpuslice packages removed)
-#   FORMAT   deb, deb13 and/or rpm (default: deb rpm)
-#            deb    Debian 12: gpuslice_<v>-1 and gpuslice-fakecuda_<v>-1, the
-#                   plugin of build/spank (Slurm 22.05 there)
-#            deb13  Debian 13: gpuslice_<v>-1+deb13 only (gpuslice-fakecuda is
-#                   the same for both), the plugin of build/spank-24.11
-#            rpm    EL: the plugin of build/spank
-# Each plugin directory holds slurm-version, the SLURM_VERSION_NUMBER of the
-# headers the plugin was built against; the .deb depends on that Slurm
-# release (slurm-wlm-basic-plugins, which every Debian Slurm program needs).
+#   FORMAT   deb and/or rpm (default: deb rpm): one package per distribution
+#            family, for every supported Slurm release
+# gpuslice carries the SPANK plugin built for each Slurm release, in
+# /usr/lib/gpuslice/spank/RELEASE/gpuslice.so: build/spank (22.05, Debian 12's),
+# build/spank-24.11 (Debian 13's) and build/spank/RELEASE (SchedMD's, make
+# spank-releases); each directory's slurm-version names its release. Its
+# scripts run `gpuslice slurm-plugin`, which links the one for the host's
+# Slurm and enables its plugstack.conf line (docs/install.md), when the
+# package is installed and after every Slurm upgrade: a dpkg trigger on
+# Debian's Slurm plugin directory, and %triggerin/%triggerpostun on the slurm
+# and slurm-ohpc RPMs, which nfpm cannot write and packaging/rpmtrigger adds
+# to the built .rpm.
 # Environment:
 #   BUILD                    build directory (default: <repo>/build)
 #   GO                       go command (default: go)
+#   GPUSLICE_SLURM_RELEASES  the releases the package must carry, e.g.
+#                            "22.05 23.11 24.05 24.11 25.05 25.11 26.05" (make
+#                            packages passes every one it could build); a
+#                            missing plugin fails. Default: every plugin
+#                            directory of BUILD (22.05's at least).
 #   GPUSLICE_PKG_MAINTAINER  Maintainer field
 #   SOURCE_DATE_EPOCH        timestamps (default: time of the HEAD commit)
 # nfpm is pinned in tools/go.mod and run as `go tool -modfile=tools/go.mod nfpm`.
@@ -38,8 +46,8 @@ GO=${GO:-go}
 
 for f in $formats; do
 	case $f in
-	deb | deb13 | rpm) ;;
-	*) echo "build-packages: unknown package format '$f' (want deb, deb13 or rpm)" >&2; exit 2 ;;
+	deb | rpm) ;;
+	*) echo "build-packages: unknown package format '$f' (want deb or rpm)" >&2; exit 2 ;;
 	esac
 done
 if ! printf '%s\n' "$version" | grep -Eq '^[0-9][0-9A-Za-z.+~]*$'; then
@@ -49,27 +57,60 @@ fi
 
 # Everything the two packages ship; fail with the whole list of what is missing.
 go_programs="bin/gpusliced bin/gpuslice bin/gpuslice-prolog bin/gpuslice-epilog"
-gpuslice_elf="$go_programs bin/gpuslice-ctxprobe lib/libgpuslice.so spank/gpuslice.so"
+gpuslice_elf="$go_programs bin/gpuslice-ctxprobe lib/libgpuslice.so"
 fakecuda_elf="lib/libcuda.so.1 lib/libcudart.so.12 lib/libnvidia-ml.so.1"
 missing=
 for f in $gpuslice_elf $fakecuda_elf; do
-	[ -f "$build/$f" ] || missing="$missing $build/$f"
+	[ -f "$build/$f" ] || missing="$missing
+$build/$f"
 done
 for f in etc/gpusliced.yaml etc/plugstack.conf.d/gpuslice.conf etc/slurm/slurm.conf.fragment \
 	etc/systemd/gpusliced.service docs/install.md LICENSE; do
-	[ -f "$root/$f" ] || missing="$missing $root/$f"
+	[ -f "$root/$f" ] || missing="$missing
+$root/$f"
 done
-[ -d "$build/examples" ] || missing="$missing $build/examples/"
-plugin_dirs=spank
-case " $formats " in *" deb13 "*) plugin_dirs="$plugin_dirs spank-24.11" ;; esac
-for d in $plugin_dirs; do
-	for f in $d/gpuslice.so $d/slurm-version; do
-		[ -f "$build/$f" ] || missing="$missing $build/$f"
-	done
+[ -d "$build/examples" ] || missing="$missing
+$build/examples/"
+
+# release_of DIR: the Slurm release (e.g. 24.11) of the plugin in DIR, from
+# its slurm-version (the SLURM_VERSION_NUMBER of the headers it was built
+# against: a plugin loads only into that major.minor release).
+release_of() {
+	n=$(cat "$build/$1/slurm-version")
+	case $n in
+	0x[0-9a-fA-F]*) ;;
+	*) echo "build-packages: $build/$1/slurm-version: '$n' is not a SLURM_VERSION_NUMBER" >&2; exit 1 ;;
+	esac
+	printf '%d.%02d\n' $(( (n >> 16) & 255 )) $(( (n >> 8) & 255 ))
+}
+
+# The plugin directories of the build, as "RELEASE DIR" lines.
+plugin_dirs=
+for d in spank spank-24.11 $(cd "$build" && ls -d spank/[0-9]*.[0-9]* 2>/dev/null); do
+	if [ -f "$build/$d/gpuslice.so" ] && [ -f "$build/$d/slurm-version" ]; then
+		plugin_dirs="$plugin_dirs
+$(release_of "$d") $d"
+	fi
+done
+releases=${GPUSLICE_SLURM_RELEASES:-$(echo "$plugin_dirs" | awk 'NF { print $1 }')}
+case " $(echo $releases) " in
+*" 22.05 "*) ;;
+*) missing="$missing
+$build/spank/gpuslice.so (Slurm 22.05: make spank)" ;;
+esac
+for r in $releases; do
+	if ! echo "$plugin_dirs" | awk -v r="$r" '$1 == r { found = 1 } END { exit !found }'; then
+		case $r in
+		24.11) missing="$missing
+$build/spank-24.11/gpuslice.so (make spank-24.11)" ;;
+		*) missing="$missing
+$build/spank/$r/gpuslice.so (make spank-$r)" ;;
+		esac
+	fi
 done
 if [ -n "$missing" ]; then
-	echo "build-packages: missing inputs (run make build):" >&2
-	for f in $missing; do echo "  $f" >&2; done
+	echo "build-packages: missing inputs (run make build, make spank-releases):" >&2
+	echo "$missing" | sed '/^$/d; s/^/  /' >&2
 	exit 1
 fi
 
@@ -85,22 +126,6 @@ glibc_min() {
 	v=$(for f in "$@"; do objdump -T "$build/$f"; done | grep -o 'GLIBC_[0-9][0-9.]*' |
 		sed 's/^GLIBC_//' | sort -u -V | tail -n 1)
 	echo "${v:-2.17}"
-}
-
-# slurm_depends DIR: the Slurm release the plugin in DIR was built for, as
-# GPUSLICE_SLURM_MIN (e.g. 24.11) and GPUSLICE_SLURM_NEXT (24.12): a plugin
-# loads only into the major.minor release it was built for.
-slurm_depends() {
-	n=$(cat "$build/$1/slurm-version")
-	case $n in
-	0x[0-9a-fA-F]*) ;;
-	*) echo "build-packages: $build/$1/slurm-version: '$n' is not a SLURM_VERSION_NUMBER" >&2; exit 1 ;;
-	esac
-	major=$(( (n >> 16) & 255 ))
-	minor=$(( (n >> 8) & 255 ))
-	GPUSLICE_SLURM_MIN=$(printf '%d.%02d' "$major" "$minor")
-	GPUSLICE_SLURM_NEXT=$(printf '%d.%02d' "$major" $((minor + 1)))
-	export GPUSLICE_SLURM_MIN GPUSLICE_SLURM_NEXT
 }
 
 # Debian changelog entry for this build (lintian wants one per package).
@@ -180,9 +205,9 @@ stage() {
 # directory, under which Debian's slurmd looks for plugins (slurm-wlm/).
 GPUSLICE_PKG_ARCH=$("$GO" env GOARCH)
 case $GPUSLICE_PKG_ARCH in
-amd64) GPUSLICE_DEB_MULTIARCH=x86_64-linux-gnu ;;
-arm64) GPUSLICE_DEB_MULTIARCH=aarch64-linux-gnu ;;
-ppc64le) GPUSLICE_DEB_MULTIARCH=powerpc64le-linux-gnu ;;
+amd64) GPUSLICE_DEB_MULTIARCH=x86_64-linux-gnu; rpm_arch() { echo x86_64; } ;;
+arm64) GPUSLICE_DEB_MULTIARCH=aarch64-linux-gnu; rpm_arch() { echo aarch64; } ;;
+ppc64le) GPUSLICE_DEB_MULTIARCH=powerpc64le-linux-gnu; rpm_arch() { echo ppc64le; } ;;
 *) echo "build-packages: unsupported architecture $GPUSLICE_PKG_ARCH" >&2; exit 1 ;;
 esac
 export GPUSLICE_PKG_ARCH GPUSLICE_DEB_MULTIARCH
@@ -201,22 +226,32 @@ if [ -z "$example_elf" ]; then
 fi
 changelog gpuslice gpuslice 1
 changelog gpuslice-fakecuda gpuslice-fakecuda 1
-changelog gpuslice gpuslice-deb13 1+deb13
 manpages
 third_party_licenses
 stage $gpuslice_elf $fakecuda_elf $example_elf
 
-# Debian 13's gpuslice: the same staged files with the plugin built for
-# its Slurm (hard links, no copies).
+# The plugin of each release, /usr/lib/gpuslice/spank/RELEASE/gpuslice.so
+# (the packages' tree), stripped as dh_strip does.
+for r in $releases; do
+	d=$(echo "$plugin_dirs" | awk -v r="$r" '$1 == r { print $2; exit }')
+	mkdir -p "$stage/spank-releases/$r"
+	cp "$build/$d/gpuslice.so" "$stage/spank-releases/$r/gpuslice.so"
+	strip --remove-section=.comment --remove-section=.note --strip-unneeded "$stage/spank-releases/$r/gpuslice.so"
+done
+chmod 0755 "$stage/spank-releases" "$stage/spank-releases"/*
+chmod 0644 "$stage/spank-releases"/*/gpuslice.so
+find "$stage/spank-releases" -exec touch -h -d "@$SOURCE_DATE_EPOCH" {} +
+
+# packaging/rpmtrigger, which adds the Slurm triggers to the .rpm.
 case " $formats " in
-*" deb13 "*)
-	stage13=$work/stage-deb13
-	cp -al "$stage" "$stage13"
-	rm "$stage13/spank/gpuslice.so"
-	cp "$build/spank-24.11/gpuslice.so" "$stage13/spank/gpuslice.so"
-	strip --remove-section=.comment --remove-section=.note --strip-unneeded "$stage13/spank/gpuslice.so"
-	;;
+*" rpm "*) (cd "$root" && "$GO" build -o "$work/rpmtrigger" ./packaging/rpmtrigger) ;;
 esac
+
+# nfpm expands the environment in file sources, not in the deb triggers:
+# the configuration is written out with the multiarch directory in place.
+for pkg in gpuslice gpuslice-fakecuda; do
+	sed "s|\${GPUSLICE_DEB_MULTIARCH}|$GPUSLICE_DEB_MULTIARCH|g" "$root/packaging/nfpm/$pkg.yaml" >"$work/$pkg.yaml"
+done
 
 mkdir -p "$outdir"
 outdir=$(cd "$outdir" && pwd)
@@ -227,38 +262,29 @@ for pkg in gpuslice gpuslice-fakecuda; do
 	*) elf="$fakecuda_elf $example_elf" ;;
 	esac
 	for fmt in $formats; do
-		# Defaults: Debian 12 / EL.
 		GPUSLICE_BUILD=$stage
 		GPUSLICE_PKG_RELEASE=1
 		GPUSLICE_DEB_CHANGELOG=$work/$pkg/changelog.Debian.gz
+		# The floor of the C library: what the programs and the
+		# interceptor need. Each Slurm release's plugin needs its own
+		# build's, which gpuslice slurm-plugin checks on the host.
 		GPUSLICE_GLIBC_MIN=$(glibc_min $elf)
-		slurm_depends spank
-		packager=$fmt
 		case $fmt in
-		deb)
-			for f in "$outdir/${pkg}_"*.deb; do
-				case $f in *+deb13_*) ;; *) rm -f "$f" ;; esac
-			done
-			;;
-		deb13)
-			[ "$pkg" = gpuslice ] || continue
-			rm -f "$outdir/${pkg}_"*+deb13_*.deb
-			packager=deb
-			GPUSLICE_BUILD=$stage13
-			GPUSLICE_PKG_RELEASE=1+deb13
-			GPUSLICE_DEB_CHANGELOG=$work/gpuslice-deb13/changelog.Debian.gz
-			GPUSLICE_GLIBC_MIN=$(glibc_min $(echo "$elf" | sed 's|spank/gpuslice.so|spank-24.11/gpuslice.so|'))
-			slurm_depends spank-24.11
-			;;
+		deb) rm -f "$outdir/${pkg}_"*.deb ;;
 		rpm) rm -f "$outdir/$pkg-"[0-9]*.rpm ;;
 		esac
 		export GPUSLICE_BUILD GPUSLICE_PKG_RELEASE GPUSLICE_DEB_CHANGELOG GPUSLICE_GLIBC_MIN
-		"$GO" tool -modfile="$root/tools/go.mod" nfpm package --config "packaging/nfpm/$pkg.yaml" \
-			--packager "$packager" --target "$outdir/" >"$work/nfpm.log" 2>&1 || {
+		"$GO" tool -modfile="$root/tools/go.mod" nfpm package --config "$work/$pkg.yaml" \
+			--packager "$fmt" --target "$outdir/" >"$work/nfpm.log" 2>&1 || {
 			cat "$work/nfpm.log" >&2
 			echo "build-packages: nfpm failed for $pkg ($fmt)" >&2
 			exit 1
 		}
+		if [ "$pkg.$fmt" = gpuslice.rpm ]; then
+			s=packaging/scripts/rpm/slurm-trigger
+			"$work/rpmtrigger" "$outdir/gpuslice-$version-1.$(rpm_arch).rpm" \
+				"in:slurm,slurm-ohpc:$s" "postun:slurm,slurm-ohpc:$s"
+		fi
 	done
 done
-ls -1 "$outdir"/gpuslice*_"$version"-1*_*.deb "$outdir"/gpuslice*-"$version"-1.*.rpm 2>/dev/null || true
+ls -1 "$outdir"/gpuslice*_"$version"-1_*.deb "$outdir"/gpuslice*-"$version"-1.*.rpm 2>/dev/null || true

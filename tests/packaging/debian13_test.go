@@ -1,19 +1,19 @@
 package packaging
 
-// The Debian 12 and Debian 13 packages each carry the plugin built for their
-// Slurm (22.05 and 24.11) and depend on that release; the Debian 13 package
-// installs and works in the Debian 13 root the build makes (make
-// trixie-root), following docs/install.md.
+// One .deb for Debian and Ubuntu carries the plugin built for every
+// supported Slurm release and depends on none; installed in the Debian 13
+// root the build makes (make trixie-root), following docs/install.md, it
+// enables the plugin for that root's Slurm 24.11.
 
 import (
 	"debug/elf"
 	"encoding/binary"
 	"errors"
-	"fmt"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -22,35 +22,18 @@ import (
 	"github.com/gpuslice/gpuslice/internal/testenv"
 )
 
-// deb13 returns Debian 13's package, or skips when the Debian 13 root could
-// not be built here.
-func deb13(t *testing.T) (pkgSet, string) {
+// soPluginVersion reads plugin_version (the SLURM_VERSION_NUMBER Slurm
+// checks at load) from a SPANK plugin.
+func soPluginVersion(t *testing.T, path string) uint32 {
 	t.Helper()
-	p := packages(t)
-	if p.Deb13 != "" {
-		return p, p.Deb13
-	}
-	if err := debroot.Ready(testenv.BuildDir(t)); errors.Is(err, debroot.ErrSkip) {
-		t.Skip(err)
-	}
-	t.Fatalf("no Debian 13 package in %s (make packages builds it with the plugin of make spank-24.11)", p.dir)
-	return p, ""
-}
-
-// pluginVersion reads plugin_version (the SLURM_VERSION_NUMBER Slurm checks
-// at load) from the SPANK plugin inside a .deb.
-func pluginVersion(t *testing.T, deb string) uint32 {
-	t.Helper()
-	dir := t.TempDir()
-	run(t, nil, "dpkg-deb", "-x", deb, dir)
-	f, err := elf.Open(filepath.Join(dir, debPluginDir, "gpuslice.so"))
+	f, err := elf.Open(path)
 	if err != nil {
-		t.Fatalf("plugin in %s: %v", deb, err)
+		t.Fatalf("plugin %s: %v", path, err)
 	}
 	defer f.Close()
 	syms, err := f.DynamicSymbols()
 	if err != nil {
-		t.Fatalf("plugin in %s: %v", deb, err)
+		t.Fatalf("plugin %s: %v", path, err)
 	}
 	for _, s := range syms {
 		if s.Name != "plugin_version" {
@@ -59,54 +42,40 @@ func pluginVersion(t *testing.T, deb string) uint32 {
 		sec := f.Sections[s.Section]
 		b, err := sec.Data()
 		if err != nil || s.Value < sec.Addr || s.Value-sec.Addr+4 > uint64(len(b)) {
-			t.Fatalf("plugin_version in %s: unreadable (%v)", deb, err)
+			t.Fatalf("plugin_version in %s: unreadable (%v)", path, err)
 		}
 		return binary.LittleEndian.Uint32(b[s.Value-sec.Addr:])
 	}
-	t.Fatalf("plugin in %s exports no plugin_version", deb)
+	t.Fatalf("plugin %s exports no plugin_version", path)
 	return 0
 }
 
-func TestSlurmRelease(t *testing.T) {
-	need(t, "dpkg-deb")
-	p, d13 := deb13(t)
-	for _, c := range []struct {
-		name, deb, version, release string
-	}{
-		{"Debian 12", p.Deb, p.Version + "-1", "22.05"},
-		{"Debian 13", d13, p.Version + "-1+deb13", "24.11"},
-	} {
+// Both packages carry the plugin of every release the build has, each
+// built for the release its directory names, and depend on no Slurm.
+func TestSlurmReleases(t *testing.T) {
+	need(t, "dpkg-deb", "rpm")
+	p := packages(t)
+	want := buildReleases(t)
+	for _, c := range []struct{ name, pkg string }{{"deb", p.Deb}, {"rpm", p.RPM}} {
 		t.Run(c.name, func(t *testing.T) {
-			if got := debField(t, c.deb, "Version"); got != c.version {
-				t.Errorf("Version %q, want %q", got, c.version)
+			root := t.TempDir()
+			if c.name == "deb" {
+				run(t, nil, "dpkg-deb", "-x", c.pkg, root)
+			} else {
+				rpmRoot(t, root, "--initdb")
+				rpmRoot(t, root, "-i", "--nodeps", "--noscripts", c.pkg)
 			}
-			v := pluginVersion(t, c.deb)
-			got := fmt.Sprintf("%d.%02d", v>>16&0xff, v>>8&0xff)
-			if got != c.release {
-				t.Errorf("plugin built for Slurm %s (plugin_version %#x), want %s", got, v, c.release)
+			if got := packagedReleases(t, root); !slices.Equal(got, want) {
+				t.Errorf("plugins for %v, want %v", got, want)
 			}
-			major, _ := strconv.Atoi(c.release[:2])
-			minor, _ := strconv.Atoi(c.release[3:])
-			next := fmt.Sprintf("%d.%02d", major, minor+1)
-			dep := debField(t, c.deb, "Depends")
-			for _, want := range []string{
-				"slurm-wlm-basic-plugins (>= " + c.release + ")",
-				"slurm-wlm-basic-plugins (<< " + next + ")",
-			} {
-				if !strings.Contains(dep, want) {
-					t.Errorf("Depends %q lacks %q", dep, want)
-				}
+			var deps string
+			if c.name == "deb" {
+				deps = debField(t, c.pkg, "Depends")
+			} else {
+				deps = run(t, nil, "rpm", "-qp", "--requires", c.pkg)
 			}
-		})
-	}
-	if p.Deb13 != "" {
-		t.Run("lintian", func(t *testing.T) {
-			need(t, "lintian")
-			out, _ := exec.Command("lintian", "--no-tag-display-limit", p.Deb13).CombinedOutput()
-			for _, l := range lines(string(out)) {
-				if strings.HasPrefix(l, "E:") {
-					t.Errorf("lintian: %s", l)
-				}
+			if strings.Contains(deps, "slurm") {
+				t.Errorf("depends on Slurm: %s", deps)
 			}
 		})
 	}
@@ -118,7 +87,6 @@ func TestSlurmRelease(t *testing.T) {
 // --gpu-mem refused at submit, then dpkg --purge. The root is seen through an
 // overlay: it stays as built. The GPU is fakecuda's.
 func TestDebian13Install(t *testing.T) {
-	_, d13 := deb13(t)
 	p := packages(t)
 	build := testenv.BuildDir(t)
 	if err := debroot.Ready(build); err != nil {
@@ -126,6 +94,9 @@ func TestDebian13Install(t *testing.T) {
 			t.Skip(err)
 		}
 		t.Fatal(err)
+	}
+	if !slices.Contains(buildReleases(t), "24.11") {
+		t.Fatal("the packages carry no plugin for Slurm 24.11 (make spank-24.11)")
 	}
 	ov, err := os.MkdirTemp(filepath.Join(build, "trixie"), "pkgtest-")
 	if err != nil {
@@ -146,7 +117,7 @@ func TestDebian13Install(t *testing.T) {
 		t.Fatal(err)
 	}
 	node, _, _ := strings.Cut(host, ".")
-	dist := filepath.Dir(d13)
+	dist := filepath.Dir(p.Deb)
 	repo := testenv.RepoRoot(t)
 	cmd := exec.Command(filepath.Join(repo, "scripts", "trixie-root.sh"), "run", debroot.Root(build),
 		"/mnt/gpuslice-test/debian13-install.sh")
@@ -154,7 +125,7 @@ func TestDebian13Install(t *testing.T) {
 		"TRIXIE_OVERLAY="+ov,
 		"TRIXIE_BINDS="+dist+":/mnt/gpuslice-dist:ro "+filepath.Join(repo, "tests", "packaging", "testdata")+":/mnt/gpuslice-test:ro",
 		"TRIXIE_ENV="+strings.Join([]string{
-			"DEB=/mnt/gpuslice-dist/" + filepath.Base(d13),
+			"DEB=/mnt/gpuslice-dist/" + filepath.Base(p.Deb),
 			"FAKEDEB=/mnt/gpuslice-dist/" + filepath.Base(p.FakeDeb),
 			"NODE=" + node, "CTLD_PORT=" + ports[0], "SLURMD_PORT=" + ports[1],
 		}, " "))
@@ -190,8 +161,14 @@ func TestDebian13Install(t *testing.T) {
 			}
 		}
 	}
-	if want := p.Version + "-1+deb13"; got["installed"] != want {
+	if want := p.Version + "-1"; got["installed"] != want {
 		t.Errorf("installed version %q, want %q", got["installed"], want)
+	}
+	if want := "../../gpuslice/spank/24.11/gpuslice.so"; got["plugin"] != want {
+		t.Errorf("the plugin link in Debian 13's PluginDir points to %q, want %q (the plugin for 24.11)", got["plugin"], want)
+	}
+	if want := "gpuslice: Slurm 24.11 (" + debPluginDir + "): SPANK plugin for 24.11 enabled"; !strings.Contains(string(out), want) {
+		t.Errorf("dpkg --install did not say %q", want)
 	}
 	if got["srun_help"] != "gpu-mem" {
 		t.Errorf("Debian 13's srun --help did not list --gpu-mem")

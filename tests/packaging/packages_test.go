@@ -47,7 +47,6 @@ type pkgSet struct {
 	Version      string // upstream version (without the -1 revision)
 	Deb, FakeDeb string
 	RPM, FakeRPM string
-	Deb13        string // Debian 13's gpuslice ("" when not built)
 	dir          string
 }
 
@@ -75,22 +74,31 @@ func TestMain(m *testing.M) {
 }
 
 // upgradePair builds the packages twice from the same build, as versions
-// 0.1.0 and 0.1.1, for the upgrade tests.
+// 0.1.0 and 0.1.1, for the upgrade tests. 0.1.0 lacks the plugin of the
+// newest Slurm release (when the build has more than one), as a gpuslice
+// older than that release would.
 func upgradePair(t *testing.T) (old, new pkgSet) {
 	t.Helper()
 	root := testenv.RepoRoot(t)
 	build := testenv.BuildDir(t)
+	releases := buildReleases(t)
 	pairOnce.Do(func() {
 		pairDir, pairErr = os.MkdirTemp("", "gpuslice-upgrade-")
 		if pairErr != nil {
 			return
 		}
+		oldReleases := releases
+		if len(releases) > 1 {
+			oldReleases = releases[:len(releases)-1]
+		}
 		for _, v := range []struct {
-			version string
-			set     *pkgSet
-		}{{"0.1.0", &pairOld}, {"0.1.1", &pairNew}} {
+			version  string
+			releases []string
+			set      *pkgSet
+		}{{"0.1.0", oldReleases, &pairOld}, {"0.1.1", releases, &pairNew}} {
 			dir := filepath.Join(pairDir, v.version)
-			if pairErr = buildPackages(root, build, v.version, dir, "deb", "rpm"); pairErr != nil {
+			env := []string{"GPUSLICE_SLURM_RELEASES=" + strings.Join(v.releases, " ")}
+			if pairErr = buildPackages(root, build, v.version, dir, env, "deb", "rpm"); pairErr != nil {
 				return
 			}
 			if *v.set, pairErr = findPackages(dir, v.version); pairErr != nil {
@@ -128,11 +136,7 @@ func packages(t *testing.T) pkgSet {
 				return
 			}
 			dir, ownDist = tmp, tmp
-			formats := []string{"deb", "rpm"}
-			if _, err := os.Stat(filepath.Join(build, "spank-24.11", "gpuslice.so")); err == nil {
-				formats = append(formats, "deb13")
-			}
-			if err := buildPackages(root, build, version, dir, formats...); err != nil {
+			if err := buildPackages(root, build, version, dir, nil, "deb", "rpm"); err != nil {
 				mainPkgsErr = err
 				return
 			}
@@ -145,11 +149,12 @@ func packages(t *testing.T) pkgSet {
 	return mainPkgs
 }
 
-// buildPackages runs packaging/build-packages.sh.
-func buildPackages(root, build, version, dir string, formats ...string) error {
+// buildPackages runs packaging/build-packages.sh, with env added to its
+// environment.
+func buildPackages(root, build, version, dir string, env []string, formats ...string) error {
 	cmd := exec.Command(filepath.Join(root, "packaging", "build-packages.sh"),
 		append([]string{version, dir}, formats...)...)
-	cmd.Env = append(os.Environ(), "BUILD="+build)
+	cmd.Env = append(append(os.Environ(), "BUILD="+build), env...)
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		return fmt.Errorf("build-packages.sh %s: %v\n%s", version, err, out)
@@ -166,7 +171,6 @@ func findPackages(dir, version string) (pkgSet, error) {
 		&s.FakeDeb: "gpuslice-fakecuda_" + version + "-1_" + debArch + ".deb",
 		&s.RPM:     "gpuslice-" + version + "-1." + rpmArch + ".rpm",
 		&s.FakeRPM: "gpuslice-fakecuda-" + version + "-1." + rpmArch + ".rpm",
-		&s.Deb13:   "gpuslice_" + version + "-1+deb13_" + debArch + ".deb",
 	}
 	for p, name := range want {
 		path := filepath.Join(dir, name)
@@ -247,7 +251,7 @@ type entry struct {
 	mode os.FileMode // 0: not checked
 }
 
-func gpusliceFiles(format string) []entry {
+func gpusliceFiles(format string, releases []string) []entry {
 	files := []entry{
 		{"/usr/sbin/gpusliced", 0o755},
 		{"/usr/bin/gpuslice", 0o755},
@@ -256,7 +260,7 @@ func gpusliceFiles(format string) []entry {
 		{"/usr/libexec/gpuslice/gpuslice-ctxprobe", 0o755},
 		{"/usr/lib/gpuslice/libgpuslice.so", 0o644},
 		{"/etc/gpuslice/gpusliced.yaml", 0o644},
-		{"/etc/slurm/plugstack.conf.d/gpuslice.conf", 0o644},
+		{"/etc/gpuslice/plugstack.conf", 0o644},
 		{"/usr/share/doc/gpuslice/slurm.conf.fragment", 0o644},
 		{"/usr/share/gpuslice/job_submit.lua", 0o644},
 		{"/usr/share/doc/gpuslice/third-party-licenses.txt", 0o644},
@@ -272,16 +276,22 @@ func gpusliceFiles(format string) []entry {
 	for _, page := range docPages() {
 		files = append(files, entry{"/usr/share/doc/gpuslice/" + page, 0o644})
 	}
+	// The plugin of each Slurm release (the RPM owns their directories).
+	for _, r := range releases {
+		files = append(files, entry{"/usr/lib/gpuslice/spank/" + r + "/gpuslice.so", 0o644})
+		if format == "rpm" {
+			files = append(files, entry{"/usr/lib/gpuslice/spank/" + r, 0o755})
+		}
+	}
 	if format == "deb" {
 		return append(files,
-			entry{debPluginDir + "/gpuslice.so", 0o644},
 			entry{"/lib/systemd/system/gpusliced.service", 0o644},
 			entry{"/usr/share/doc/gpuslice/copyright", 0o644},
 			entry{"/usr/share/doc/gpuslice/changelog.Debian.gz", 0o644},
 		)
 	}
 	return append(files,
-		entry{"/usr/lib64/slurm/gpuslice.so", 0o644},
+		entry{"/usr/lib/gpuslice/spank", 0o755},
 		entry{"/usr/lib/systemd/system/gpusliced.service", 0o644},
 		entry{"/usr/share/licenses/gpuslice/LICENSE", 0o644},
 		// Directories the RPM owns.
@@ -395,13 +405,14 @@ func TestPackageContents(t *testing.T) {
 	need(t, "dpkg-deb", "rpm")
 	p := packages(t)
 	progs := examples(t)
+	releases := buildReleases(t)
 	cases := []struct {
 		name, path, format string
 		want               []entry
 	}{
-		{"gpuslice.deb", p.Deb, "deb", gpusliceFiles("deb")},
+		{"gpuslice.deb", p.Deb, "deb", gpusliceFiles("deb", releases)},
 		{"gpuslice-fakecuda.deb", p.FakeDeb, "deb", fakecudaFiles("deb", progs)},
-		{"gpuslice.rpm", p.RPM, "rpm", gpusliceFiles("rpm")},
+		{"gpuslice.rpm", p.RPM, "rpm", gpusliceFiles("rpm", releases)},
 		{"gpuslice-fakecuda.rpm", p.FakeRPM, "rpm", fakecudaFiles("rpm", progs)},
 	}
 	for _, c := range cases {
@@ -490,7 +501,7 @@ func TestPackageMetadata(t *testing.T) {
 		}
 		got := lines(string(conff))
 		sort.Strings(got)
-		want := []string{"/etc/enroot/hooks.d/50-gpuslice.sh", "/etc/gpuslice/gpusliced.yaml", "/etc/slurm/plugstack.conf.d/gpuslice.conf"}
+		want := []string{"/etc/enroot/hooks.d/50-gpuslice.sh", "/etc/gpuslice/gpusliced.yaml", "/etc/gpuslice/plugstack.conf"}
 		if !slices.Equal(got, want) {
 			t.Errorf("conffiles %v, want %v", got, want)
 		}
@@ -498,6 +509,16 @@ func TestPackageMetadata(t *testing.T) {
 			if _, err := os.Stat(filepath.Join(dir, s)); err != nil {
 				t.Errorf("maintainer script %s: %v", s, err)
 			}
+		}
+		// Debian's Slurm plugin directory triggers postinst (a Slurm
+		// upgrade selects the plugin again); no Slurm release is a
+		// dependency.
+		trig, err := os.ReadFile(filepath.Join(dir, "triggers"))
+		if want := "interest-noawait " + debPluginDir + "\n"; err != nil || string(trig) != want {
+			t.Errorf("triggers %q (%v), want %q", trig, err, want)
+		}
+		if dep := debField(t, p.Deb, "Depends"); strings.Contains(dep, "slurm") {
+			t.Errorf("Depends %q names Slurm: the package is for every release", dep)
 		}
 	})
 
@@ -540,7 +561,7 @@ func TestPackageMetadata(t *testing.T) {
 			}
 		}
 		sort.Strings(conf)
-		want := []string{"/etc/enroot/hooks.d/50-gpuslice.sh", "/etc/gpuslice/gpusliced.yaml", "/etc/slurm/plugstack.conf.d/gpuslice.conf"}
+		want := []string{"/etc/enroot/hooks.d/50-gpuslice.sh", "/etc/gpuslice/gpusliced.yaml", "/etc/gpuslice/plugstack.conf"}
 		if !slices.Equal(conf, want) {
 			t.Errorf("config files %v, want %v", conf, want)
 		}
@@ -552,7 +573,7 @@ func TestPackageMetadata(t *testing.T) {
 		if f := flags["/usr/share/licenses/gpuslice/LICENSE"]; f != "l" {
 			t.Errorf("LICENSE: flags %q, want %%license", f)
 		}
-		for _, tag := range []string{"POSTIN", "PREUN", "POSTUN"} {
+		for _, tag := range []string{"POSTIN", "PREUN", "POSTUN", "POSTTRANS"} {
 			if s := rpmQuery(t, p.RPM, "%{"+tag+"}"); s == "(none)" || s == "" {
 				t.Errorf("gpuslice.rpm has no %s scriptlet", tag)
 			}
@@ -637,7 +658,7 @@ func TestRPMInstallUpgradeErase(t *testing.T) {
 		t.Errorf("rpm -V after install:\n%s", out)
 	}
 	for path, mode := range map[string]os.FileMode{
-		"/usr/sbin/gpusliced": 0o755, "/usr/lib64/slurm/gpuslice.so": 0o644,
+		"/usr/sbin/gpusliced": 0o755, "/usr/lib/gpuslice/spank/22.05/gpuslice.so": 0o644,
 		"/usr/lib/systemd/system/gpusliced.service": 0o644, "/etc/gpuslice/gpusliced.yaml": 0o644,
 		"/usr/libexec/gpuslice/examples/target_app": 0o755,
 	} {

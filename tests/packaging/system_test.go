@@ -346,6 +346,59 @@ func TestInstalledPackage(t *testing.T) {
 		}
 	})
 
+	// This machine runs Debian 12's Slurm 22.05: its plugin is enabled,
+	// and srun here loads it.
+	t.Run("the plugin for this machine's Slurm is enabled", func(t *testing.T) {
+		rels := slurmReleases(t, []string{"22.05"})
+		if len(rels) == 0 {
+			t.Skip("no Slurm on this machine")
+		}
+		want := "gpuslice: Slurm 22.05 (" + debPluginDir + "): SPANK plugin for 22.05 enabled"
+		if !strings.Contains(out, want) {
+			t.Errorf("dpkg --install did not say %q", want)
+		}
+		for link, target := range map[string]string{
+			debPluginDir + "/gpuslice.so":               "../../gpuslice/spank/22.05/gpuslice.so",
+			"/etc/slurm/plugstack.conf.d/gpuslice.conf": "../../gpuslice/plugstack.conf",
+		} {
+			if got, err := os.Readlink(link); err != nil || got != target {
+				t.Errorf("%s -> %q (%v), want %s", link, got, err, target)
+			}
+		}
+		checkLoads(t, rels[0], "/", debPluginDir)
+	})
+
+	// A package changing Debian's Slurm plugin directory (a Slurm upgrade)
+	// triggers the selection: it puts back the link taken away here.
+	t.Run("a change in Slurm's plugin directory selects again", func(t *testing.T) {
+		if len(slurmReleases(t, []string{"22.05"})) == 0 {
+			t.Skip("no Slurm on this machine")
+		}
+		dir := t.TempDir()
+		if err := os.WriteFile(filepath.Join(dir, "marker"), []byte("gpuslice test\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		nfpmPackage(t, dir, "deb", "name: gpuslice-test-slurm-file\nversion: 1.0\ndescription: a file in Slurm's plugin directory\n"+
+			"contents:\n  - src: "+filepath.Join(dir, "marker")+"\n    dst: "+debPluginDir+"/gpuslice-test-marker\n")
+		inc := "/etc/slurm/plugstack.conf.d/gpuslice.conf"
+		if err := os.Remove(inc); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { exec.Command("dpkg", "--purge", "gpuslice-test-slurm-file").Run() })
+		out := run(t, nil, "dpkg", "--install", filepath.Join(dir, "gpuslice-test-slurm-file_1.0-1_amd64.deb"))
+		want := "gpuslice: Slurm 22.05 (" + debPluginDir + "): SPANK plugin for 22.05 enabled"
+		if !strings.Contains(out, "Processing triggers for gpuslice") || !strings.Contains(out, want) {
+			t.Errorf("dpkg --install of a package with a file in %s: no trigger processed, or not %q:\n%s", debPluginDir, want, out)
+		}
+		if _, err := os.Readlink(inc); err != nil {
+			t.Errorf("%s not made again: %v", inc, err)
+		}
+		out = run(t, nil, "dpkg", "--purge", "gpuslice-test-slurm-file")
+		if got := gpusliceLines(out); len(got) != 0 {
+			t.Errorf("dpkg --purge of the test package: gpuslice said %q with nothing changed", got)
+		}
+	})
+
 	t.Run("programs report the version", func(t *testing.T) {
 		for _, prog := range installedPrograms {
 			out := run(t, nil, prog, "--version")
@@ -441,7 +494,19 @@ func TestInstalledPackage(t *testing.T) {
 	})
 
 	t.Run("remove keeps configuration and state, purge deletes them", func(t *testing.T) {
-		run(t, nil, "dpkg", "--remove", "gpuslice")
+		out := run(t, nil, "dpkg", "--remove", "gpuslice")
+		if rels := slurmReleases(t, []string{"22.05"}); len(rels) > 0 {
+			if got := gpusliceLines(out); len(got) != 1 || !strings.Contains(got[0], "SPANK plugin disabled") {
+				t.Errorf("dpkg --remove: gpuslice said %q, want one line: SPANK plugin disabled", got)
+			}
+			// Slurm's commands work without the plugin.
+			checkWorksWithout(t, rels[0], "/", debPluginDir)
+		}
+		for _, gone := range []string{debPluginDir + "/gpuslice.so", "/etc/slurm/plugstack.conf.d/gpuslice.conf"} {
+			if _, err := os.Lstat(gone); err == nil {
+				t.Errorf("%s still there after remove", gone)
+			}
+		}
 		if got := dpkgStatus(t, "gpuslice"); !strings.HasPrefix(got, "deinstall ok config-files") {
 			t.Errorf("after remove: %q", got)
 		}
@@ -450,7 +515,7 @@ func TestInstalledPackage(t *testing.T) {
 				t.Errorf("%s still there after remove", gone)
 			}
 		}
-		for _, kept := range []string{installedConf, "/etc/slurm/plugstack.conf.d/gpuslice.conf", stateDir} {
+		for _, kept := range []string{installedConf, "/etc/gpuslice/plugstack.conf", stateDir} {
 			if _, err := os.Stat(kept); err != nil {
 				t.Errorf("remove deleted %s: %v", kept, err)
 			}

@@ -1,9 +1,9 @@
 #!/bin/sh
 # The admin's install steps of docs/install.md on Debian 13, run inside the
 # Debian 13 root (through an overlay, so the root stays as built): install
-# the packages with dpkg, enable the plugin and the Prolog/Epilog in Slurm
-# 24.11, start the daemons as systemd would (fakecuda's NVML, no GPU here),
-# run a job with --gpu-mem, then purge. Prints key=value lines the test
+# the packages with dpkg (which enables the plugin built for Slurm 24.11),
+# add the Prolog/Epilog to slurm.conf, start the daemons as systemd would
+# (fakecuda's NVML, no GPU here), run a job with --gpu-mem, then purge. Prints key=value lines the test
 # reads; exits non-zero at the first step that fails.
 #
 # Environment: DEB, FAKEDEB (paths inside the root), NODE (NodeName),
@@ -33,7 +33,7 @@ step install
 dpkg --install "$FAKEDEB" "$DEB" >/tmp/dpkg.out 2>&1 || { cat /tmp/dpkg.out; fail "dpkg --install"; }
 cat /tmp/dpkg.out
 echo "installed=$(dpkg-query -W -f '${Version}' gpuslice)"
-echo "plugin=$(ls /usr/lib/x86_64-linux-gnu/slurm-wlm/gpuslice.so)"
+echo "plugin=$(readlink /usr/lib/x86_64-linux-gnu/slurm-wlm/gpuslice.so)"
 
 step slurm-conf
 # A one-node cluster, plus the lines install.md asks for (the fragment).
