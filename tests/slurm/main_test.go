@@ -26,6 +26,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -282,6 +283,10 @@ func (c *cluster) session(id string) (*client.Session, error) {
 func (c *cluster) nodeStates() (map[string]string, error) {
 	out, err := c.cmd(nil, "sinfo", "-h", "-N", "-o", "%N %T").Output()
 	if err != nil {
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			return nil, fmt.Errorf("sinfo: %w: %s", err, strings.TrimSpace(string(ee.Stderr)))
+		}
 		return nil, fmt.Errorf("sinfo: %w", err)
 	}
 	m := map[string]string{}

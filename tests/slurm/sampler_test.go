@@ -45,6 +45,13 @@ func (c *cluster) startSampler() *sampler {
 
 func (s *sampler) sample() {
 	bad, err := s.c.drained()
+	if err != nil {
+		// A slurmctld busy with a queue of jobs on a loaded machine may
+		// leave one sinfo unanswered ("Socket timed out"): asked again
+		// once before the sample counts as failed.
+		time.Sleep(500 * time.Millisecond)
+		bad, err = s.c.drained()
+	}
 	var gpus = map[string][]client.GPU{}
 	// The quotas of the live sessions, added up per GPU here (not the
 	// daemon's own committed figure alone).
