@@ -52,10 +52,13 @@ run-slurm-22.05:
 SLURM_LINUXPROC_TESTS := TestSrunQuota|TestSbatchSharedQuota|TestEnvBypassUnderSlurm|TestUnpreloadedTaskAuditedUnderSlurm|TestDoubleForkEscape
 
 # ---- The plugin for Slurm 24.11 (Debian 13) -----------------------------------
-# Built from the same sources inside the Debian 13 root (mk/trixie.mk) with
-# its gcc, against its Slurm 24.11 headers and its C library: the plugin is
-# loaded by that root's srun and slurmstepd, and nothing from this machine's
-# /usr/include (Slurm 22.05, glibc 2.36) can leak into it. spank/compat.h
+# Built with this machine's gcc and C library against the Debian 13 root's
+# Slurm 24.11 headers (mk/trixie.mk), linked into build/spank-24.11/include/
+# slurm, which comes before /usr/include (Debian 12's 22.05) on the command
+# line, as for SchedMD's releases below; the build fails when the headers
+# name another release. Built inside the root with its gcc, the plugin
+# needed the root's glibc 2.38 (C23's strtol), so the packages could not
+# load it on EL 9, Debian 12 or Ubuntu 24.04 running 24.11. spank/compat.h
 # holds what differs between releases. slurm-version next to each plugin
 # records the SLURM_VERSION_NUMBER it was built for (the packages' Depends
 # come from it). When the Debian archive was unreachable (build/trixie/
@@ -74,10 +77,13 @@ $(SPANK_DIR)/slurm-version: $(SPANK_SO)
 	$(SLURM_VERSION_CMD) /usr/include/slurm/slurm_version.h >$@
 
 $(SPANK24_SO): $(SPANK_SRCS) $(SPANK_HDRS) $(SPANK_MAP) $(TRIXIE_STAMP)
-	@mkdir -p $(@D)
-	TRIXIE_BINDS='$(ROOT):/mnt/gpuslice:ro $(@D):/mnt/gpuslice-out' $(TRIXIE_RUN) \
-	  /bin/sh -c 'cd /mnt/gpuslice && gcc $(SPANK_CFLAGS) $(SPANK_LDFLAGS) -o /mnt/gpuslice-out/gpuslice.so $(SPANK_SRCS)'
-	$(SLURM_VERSION_CMD) $(TRIXIE_ROOT)/usr/include/slurm/slurm_version.h >$(@D)/slurm-version
+	@mkdir -p $(@D)/include
+	ln -sfn $(TRIXIE_ROOT)/usr/include/slurm $(@D)/include/slurm
+	$(CC) $(SPANK_CFLAGS) -I$(@D)/include $(SPANK_LDFLAGS) -o $@ $(SPANK_SRCS)
+	@v=$$($(SLURM_VERSION_CMD) $(@D)/include/slurm/slurm_version.h); \
+	 [ "$$(printf '%d.%02d' $$((v >> 16)) $$(((v >> 8) & 255)))" = "24.11" ] || \
+	   { echo "$@: built against Slurm $$v, not 24.11" >&2; rm -f $@; exit 1; }; \
+	 echo $$v >$(@D)/slurm-version
 
 # ---- The plugin for SchedMD's releases (make slurm-src) -------------------------
 # Built with this machine's gcc against each release's installed headers

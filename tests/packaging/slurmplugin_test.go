@@ -135,16 +135,18 @@ func TestSlurmPluginSelection(t *testing.T) {
 	last := rels[len(rels)-1]
 
 	if i := slices.IndexFunc(rels, func(r slurmRel) bool { return r.name == "24.11" }); i >= 0 {
-		// Debian 13's 24.11 on a host with Debian 12's C library.
+		// 24.11 on a host with Debian 12's C library (EL 9's is older
+		// still): the plugin is built against 24.11's headers with this
+		// machine's C library, not inside Debian 13 (it then needed
+		// GLIBC_2.38 and was refused here), so it is enabled.
 		r := rels[i]
 		r.libc = "/lib/x86_64-linux-gnu/libc.so.6"
 		installSlurm(t, root, debPluginDir, r)
 		got, code := selectPlugin(t, root, "--quiet")
-		checkLines(t, "Slurm 24.11 with glibc 2.36", got, "Slurm 24.11", "needs GLIBC_", "lacks", "SPANK plugin disabled")
-		if code != 2 {
-			t.Errorf("Slurm 24.11 with glibc 2.36: exit status %d, want 2", code)
+		checkLines(t, "Slurm 24.11 with glibc 2.36", got, "Slurm 24.11", "enabled")
+		if code != 0 {
+			t.Errorf("Slurm 24.11 with glibc 2.36: exit status %d, want 0", code)
 		}
-		noLinks(t, root, debPluginDir)
 		installSlurm(t, root, debPluginDir, last)
 		selectPlugin(t, root, "--quiet")
 	}
