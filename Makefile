@@ -78,7 +78,7 @@ build: fakecuda interceptor ctxprobe go-build spank ## build everything into bui
 
 # Every suite CI runs, in order.
 TEST_SUITES := test-go test-fakecuda test-interceptor test-core test-security \
-               test-slurm-all test-packages \
+               test-slurm-all test-slurm-src test-packages \
                test-nvidia-runtime test-nvidia-tools test-monitoring test-docs test-gpu \
                test-containers
 # the GPU time share end to end (mk/go.mk)
