@@ -100,3 +100,39 @@ FC_API nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t device,
 {
 	return procs(device, infoCount, infos, put_v2);
 }
+
+/*
+ * Graphics processes: fakecuda's GPUs have no display and no graphics
+ * context, so the list is empty, as NVIDIA's driver answers on a
+ * datacenter GPU: NVML_SUCCESS with a count of 0. (NOT_SUPPORTED here
+ * made Slurm's gpu/nvml log an error at every accounting sample.)
+ */
+static nvmlReturn_t no_graphics(nvmlDevice_t device, unsigned int *infoCount, const void *infos)
+{
+	if (!fc_nvml_ready())
+		return NVML_ERROR_UNINITIALIZED;
+	if (fc_nvml_dev(device) == NULL)
+		return NVML_ERROR_INVALID_ARGUMENT;
+	if (infoCount == NULL || (*infoCount > 0 && infos == NULL))
+		return NVML_ERROR_INVALID_ARGUMENT;
+	*infoCount = 0;
+	return NVML_SUCCESS;
+}
+
+FC_API nvmlReturn_t nvmlDeviceGetGraphicsRunningProcesses(nvmlDevice_t device, unsigned int *infoCount,
+							  nvmlProcessInfo_v1_t *infos)
+{
+	return no_graphics(device, infoCount, infos);
+}
+
+FC_API nvmlReturn_t nvmlDeviceGetGraphicsRunningProcesses_v2(nvmlDevice_t device, unsigned int *infoCount,
+							     nvmlProcessInfo_v2_t *infos)
+{
+	return no_graphics(device, infoCount, infos);
+}
+
+FC_API nvmlReturn_t nvmlDeviceGetGraphicsRunningProcesses_v3(nvmlDevice_t device, unsigned int *infoCount,
+							     nvmlProcessInfo_t *infos)
+{
+	return no_graphics(device, infoCount, infos);
+}

@@ -129,6 +129,11 @@ func TestGoNVML(t *testing.T) {
 		} else if len(procs) != 0 || m.Used != 0 {
 			t.Errorf("device 0: processes %+v, used %d: want none", procs, m.Used)
 		}
+		// No graphics context on a GPU without a display: an empty list,
+		// not an error (Slurm's gpu/nvml reads it at every sample).
+		if g, ret := d.GetGraphicsRunningProcesses(); ret != nvml.SUCCESS || len(g) != 0 {
+			t.Errorf("device %d GetGraphicsRunningProcesses: %+v %v, want none and success", i, g, ret)
+		}
 	}
 	if _, ret := lib.DeviceGetHandleByUUID("GPU-00000000-0000-0000-0000-000000000000"); ret != nvml.ERROR_NOT_FOUND {
 		t.Errorf("unknown UUID: %v", ret)

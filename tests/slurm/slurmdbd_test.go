@@ -61,7 +61,11 @@ func (c *cluster) prepareAccounting() error {
 		"AccountingStoragePass=" + c.path("munge", "munge.sock"),
 		"JobCompType=jobcomp/none",
 	}
-	return c.prepareBilling()
+	if err := c.prepareBilling(); err != nil {
+		return err
+	}
+	c.prepareNVMLAccounting()
+	return nil
 }
 
 // startAccounting starts MariaDB and slurmdbd and registers the cluster.
@@ -70,6 +74,9 @@ func (c *cluster) startAccounting() error {
 	a := c.acct
 	if a == nil {
 		return nil
+	}
+	if err := c.gresAutoDetect(); err != nil {
+		return err
 	}
 	sock := filepath.Join(a.dbDir, "mysqld.sock")
 	inst := exec.Command("mariadb-install-db", "--no-defaults", "--datadir="+filepath.Join(a.dbDir, "data"),
