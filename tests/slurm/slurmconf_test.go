@@ -68,7 +68,8 @@ type slurmRelease struct {
 // released at the job's end, placement by GPU memory through
 // job_submit.lua, default= with whole-GPU jobs, a refusal on the node
 // failing the job and never draining it, a failed plugin init failing the
-// job only, cgroup v2 with ConstrainDevices=yes.
+// job only, cgroup v2 with ConstrainDevices=yes, the lines a step's output
+// ends with (srun and sbatch).
 var coreTests = map[string]bool{
 	"TestSlurmRelease":               true,
 	"TestSrunQuota":                  true,
@@ -80,6 +81,8 @@ var coreTests = map[string]bool{
 	"TestInitFailureFailsJobNotNode": true,
 	"TestJobCgroupLayout":            true,
 	"TestConstrainDevices":           true,
+	"TestStepEndLinesSrun":           true,
+	"TestStepEndLinesSbatch":         true,
 }
 
 // slurm2205 is Debian 12's Slurm 22.05 on this machine, with
