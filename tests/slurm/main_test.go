@@ -9,8 +9,12 @@
 // 24.11 in the Debian 13 root (make trixie-root): the test binary then runs
 // a copy of itself in the root (internal/debroot), which builds the same
 // cluster there from the root's Slurm and munge, the plugin built for 24.11
-// and the machine's build of everything else. What differs between the
-// releases is in slurmconf_test.go.
+// and the machine's build of everything else. With
+// GPUSLICE_SLURM_RELEASE=23.11, 24.05, 25.05, 25.11 or 26.05 (make
+// test-slurm-RELEASE) it runs on SchedMD's release built from source in
+// build/slurm/RELEASE (make slurm-src), on this machine: the whole suite
+// on 26.05, the core subset (coreTests) on the others. What differs
+// between the releases is in slurmconf_test.go.
 //
 // The harness, for suites that plug in: startCluster(c, ClusterOptions)
 // (defaultOptions()), c.cmd(user, ...) submits as a user from the submit
