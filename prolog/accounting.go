@@ -285,9 +285,9 @@ type writer struct {
 func (w *writer) record(ctx context.Context) error {
 	a, job := w.a, w.job
 	if a.Sacct == "" { // nothing to merge with: this node's entries only
-		return a.set(ctx, job, FormatComment(w.mine))
+		return a.set(ctx, job.ID, FormatComment(w.mine))
 	}
-	existing, err := a.comment(ctx, job)
+	existing, name, err := a.comment(ctx, job)
 	if err != nil {
 		return err
 	}
@@ -305,11 +305,11 @@ func (w *writer) record(ctx context.Context) error {
 	}
 	merged := MergeComment(existing, job.Node, w.mine, job.Nodes)
 	if merged != existing {
-		if err := a.set(ctx, job, merged); err != nil {
+		if err := a.set(ctx, name, merged); err != nil {
 			return err
 		}
 	}
-	if existing, err = a.comment(ctx, job); err != nil {
+	if existing, _, err = a.comment(ctx, job); err != nil {
 		return err
 	}
 	if !commentHas(existing, w.mine) {
@@ -318,33 +318,51 @@ func (w *writer) record(ctx context.Context) error {
 	return nil
 }
 
-// comment reads the job's AdminComment (its latest run's): errNotYet
-// when slurmdbd has no record, errSiteComment when it is not gpuslice's.
-func (a *Accounting) comment(ctx context.Context, job Job) (string, error) {
-	out, err := a.exec(ctx, a.Sacct, "-X", "-n", "-P", "-j", job.ID, "-o", "AdminComment")
+// comment reads the job's AdminComment (its latest run's) and the name
+// that picks this job alone in sacctmgr: errNotYet when slurmdbd has no
+// record, errSiteComment when it is not gpuslice's.
+//
+// A job id names more than one job to sacct and sacctmgr when it is an
+// array's (every task: the task whose raw id is the array's job id, the
+// last one Slurm starts, has the array's) or a heterogeneous job's (every
+// component): that task's Epilog read another task's comment, and its
+// write replaced every task's with its own (seff showed an array's task
+// with another's peak). So the row whose JobIDRaw is this job's is the
+// one read, and its JobID (110_3, 120+1) names it to sacctmgr.
+func (a *Accounting) comment(ctx context.Context, job Job) (comment, name string, err error) {
+	out, err := a.exec(ctx, a.Sacct, "-X", "-n", "-P", "-j", job.ID, "-o", "JobIDRaw,JobID,AdminComment")
 	if err != nil && noAccounting(out) {
-		return "", errNoAccounting
+		return "", "", errNoAccounting
 	}
 	if err != nil {
-		return "", fmt.Errorf("sacct: %w: %s", err, strings.TrimSpace(string(out)))
+		return "", "", fmt.Errorf("sacct: %w: %s", err, strings.TrimSpace(string(out)))
 	}
-	if len(out) == 0 { // a job without a comment prints an empty line
-		return "", errNotYet
+	found := false
+	for _, l := range strings.Split(strings.TrimRight(string(out), "\n"), "\n") {
+		f := strings.SplitN(l, "|", 3)
+		if len(f) == 3 && strings.TrimSpace(f[0]) == job.ID {
+			// the latest run of this job id comes last
+			name, comment, found = strings.TrimSpace(f[1]), strings.TrimSpace(f[2]), true
+		}
 	}
-	lines := strings.Split(strings.TrimRight(string(out), "\n"), "\n")
-	last := strings.TrimSpace(lines[len(lines)-1]) // the latest run of this job id
-	if !ours(last) {
-		return "", fmt.Errorf("%w: %q", errSiteComment, last)
+	if !found {
+		return "", "", errNotYet
 	}
-	if last == "(null)" {
-		last = ""
+	if !ours(comment) {
+		return "", "", fmt.Errorf("%w: %q", errSiteComment, comment)
 	}
-	return last, nil
+	if comment == "(null)" {
+		comment = ""
+	}
+	if name == "" {
+		name = job.ID
+	}
+	return comment, name, nil
 }
 
-// set writes the job's AdminComment.
-func (a *Accounting) set(ctx context.Context, job Job, comment string) error {
-	out, err := a.exec(ctx, a.Sacctmgr, "-i", "modify", "job", "where", "jobid="+job.ID, "set", "AdminComment="+comment)
+// set writes the AdminComment of the job sacctmgr knows by name.
+func (a *Accounting) set(ctx context.Context, name, comment string) error {
+	out, err := a.exec(ctx, a.Sacctmgr, "-i", "modify", "job", "where", "jobid="+name, "set", "AdminComment="+comment)
 	text := strings.TrimSpace(string(out))
 	if err != nil && noAccounting(out) {
 		return errNoAccounting

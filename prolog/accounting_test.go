@@ -2,6 +2,7 @@ package prolog
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"os"
 	"os/exec"
@@ -95,6 +96,12 @@ type fakeSlurm struct {
 	comment string
 	calls   []string
 	clobber func(f *fakeSlurm)
+	// name is the job's JobID (110_3 for an array's task; "": its id).
+	name string
+	// siblings are the JobIDRaw|JobID|AdminComment rows of other jobs
+	// sacct -j prints with the job's (an array's other tasks), whose
+	// comments sacctmgr's where jobid=ID sets too.
+	siblings []string
 }
 
 func (f *fakeSlurm) run(_ context.Context, name string, args ...string) ([]byte, error) {
@@ -104,15 +111,31 @@ func (f *fakeSlurm) run(_ context.Context, name string, args ...string) ([]byte,
 	switch name {
 	case "sacct":
 		f.sacct++
-		if f.sacct <= f.after {
+		rows := slices.Clone(f.siblings)
+		if f.sacct > f.after {
+			id := args[slices.Index(args, "-j")+1]
+			rows = append([]string{id + "|" + cmp.Or(f.name, id) + "|" + f.comment}, rows...)
+		}
+		fields := len(strings.Split(args[slices.Index(args, "-o")+1], ","))
+		for i, r := range rows { // the last fields asked for
+			p := strings.Split(r, "|")
+			rows[i] = strings.Join(p[len(p)-fields:], "|")
+		}
+		if len(rows) == 0 {
 			return nil, nil
 		}
-		return []byte(f.comment + "\n"), nil
+		return []byte(strings.Join(rows, "\n") + "\n"), nil
 	case "sacctmgr":
 		if f.sacct <= f.after {
 			return []byte(" Nothing modified\n"), nil
 		}
 		f.comment = strings.TrimPrefix(args[len(args)-1], "AdminComment=")
+		if where := args[slices.Index(args, "where")+1]; f.name != "" && where == "jobid="+strings.Split(f.name, "_")[0] {
+			for i, r := range f.siblings { // an array's id: every task of it
+				p := strings.Split(r, "|")
+				f.siblings[i] = p[0] + "|" + p[1] + "|" + f.comment
+			}
+		}
 		if c := f.clobber; c != nil {
 			f.clobber = nil
 			c(f)
@@ -212,6 +235,31 @@ func TestRecordManyNodes(t *testing.T) {
 	wg.Wait()
 	if got := f.get(); got != FormatComment(want) {
 		t.Fatalf("AdminComment %q, want %q", got, FormatComment(want))
+	}
+}
+
+// The Epilog of the array task whose raw id is the array's job id reads
+// only its own comment: `sacct -j 110` prints every task of array 110, and
+// the last row (another task's) was taken as its own and merged into it,
+// so seff showed that task with another's peak.
+func TestRecordArrayTask(t *testing.T) {
+	task := func(peak uint64) string {
+		return FormatComment(NodeEntries("n9", &client.Report{GPUs: []client.ReportGPU{{UUID: "GPU-b", LimitBytes: 4 << 30, PeakBytes: peak}}}))
+	}
+	f := &fakeSlurm{name: "110_3", siblings: []string{"111|110_1|" + task(1<<30), "112|110_2|" + task(512<<20)}}
+	r := &client.Report{GPUs: []client.ReportGPU{{UUID: "GPU-a", LimitBytes: 4 << 30, PeakBytes: 1536 << 20}}}
+	a := &Accounting{Sacctmgr: "sacctmgr", Sacct: "sacct", Timeout: time.Second, Wait: 10 * time.Second, run: f.run}
+	a.Record(context.Background(), Config{}, Job{ID: "110", Node: "n9", Nodes: []string{"n9"}}, r, false)
+	if got, want := f.get(), FormatComment(NodeEntries("n9", r)); got != want {
+		t.Errorf("array task 110_3's AdminComment %q, want %q (its own figures alone)", got, want)
+	}
+	for i, want := range []string{"111|110_1|" + task(1<<30), "112|110_2|" + task(512<<20)} {
+		if f.siblings[i] != want {
+			t.Errorf("task 110_3's Epilog changed another task's comment: %q, want %q", f.siblings[i], want)
+		}
+	}
+	if !slices.Contains(f.calls, "sacctmgr -i modify job where jobid=110_3 set AdminComment="+FormatComment(NodeEntries("n9", r))) {
+		t.Errorf("sacctmgr not told the task by its array name: %q", f.calls)
 	}
 }
 
