@@ -78,6 +78,13 @@ $(foreach r,$(SLURM_SRC_RELEASES),$(eval $(call slurm_e2e_release,$(r))))
 .PHONY: test-slurm-core run-slurm-core
 test-slurm-core: $(SLURM_E2E_CORE:%=spank-%) $(SLURM_TEST_DEPS) ## the e2e core subset on SchedMD's 23.11, 24.05, 25.05, 25.11, one after the other (make test-slurm-RELEASE: one release; 26.05 runs the full suite) (root)
 	@$(MAKE) --no-print-directory run-slurm-core
+# The full suite on SchedMD's releases that get it, then the core subsets:
+# one lane of make test-slurm-all.
+.PHONY: run-slurm-sources
+run-slurm-sources:
+	@rc=0; for t in $(SLURM_E2E_FULL:%=run-slurm-%) run-slurm-core; do \
+	  $(MAKE) --no-print-directory $$t || rc=1; done; exit $$rc
+
 run-slurm-core:
 	@rc=0; for r in $(SLURM_E2E_CORE); do \
 	  start=$$(date +%s); $(MAKE) --no-print-directory run-slurm-$$r || rc=1; \

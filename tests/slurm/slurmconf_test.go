@@ -315,7 +315,7 @@ MpiDefault=none
 ReturnToService=2
 MinJobAge=3600
 KillWait=2
-MessageTimeout=10
+MessageTimeout=30
 SchedulerParameters=defer_batch,sched_min_interval=200000
 PlugStackConfig=%[1]s/plugstack.conf
 JobSubmitPlugins=lua
