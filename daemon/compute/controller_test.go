@@ -24,6 +24,19 @@ type fakeBusy struct{ next map[int]Window }
 
 func (f *fakeBusy) Busy() (map[int]Window, error) { return f.next, nil }
 
+// testPage is a compute page of the test's own.
+func testPage(t *testing.T) *Page {
+	t.Helper()
+	page, err := OpenPage(filepath.Join(t.TempDir(), "compute"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { page.Close() })
+	return page
+}
+
+func pct(p int) api.Compute { return api.Compute{Mode: api.ComputePercent, Percent: p} }
+
 // pass100 is one GPU's samples covering 100 ms.
 func pass100(procs map[uint32]float64) Window { return Window{Procs: procs, Span: 100e6} }
 
@@ -32,12 +45,7 @@ func pass100(procs map[uint32]float64) Window { return Window{Procs: procs, Span
 // ledger GPU where it is ahead, and frees the slot of a session that is
 // gone. The first pass counts nothing.
 func TestControllerPass(t *testing.T) {
-	page, err := OpenPage(filepath.Join(t.TempDir(), "compute"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer page.Close()
-	pct := func(p int) api.Compute { return api.Compute{Mode: api.ComputePercent, Percent: p} }
+	page := testPage(t)
 	ss := &fakeSessions{
 		list: []Session{
 			// "a" is on inventory GPUs 1 and 0 (ledger order), "b" on GPU 0 only

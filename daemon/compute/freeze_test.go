@@ -17,7 +17,6 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/gpuslice/gpuslice/daemon/identity"
-	"github.com/gpuslice/gpuslice/internal/api"
 )
 
 // recFreezer records what would be frozen.
@@ -33,12 +32,7 @@ func (f *recFreezer) Thaw(dir string) error   { delete(f.frozen, dir); return ni
 // well-behaved neighbour, and a held session that stops launching, are
 // never frozen; nothing stays frozen when the controller stops.
 func TestControllerFreezesBypass(t *testing.T) {
-	page, err := OpenPage(filepath.Join(t.TempDir(), "compute"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer page.Close()
-	pct := func(p int) api.Compute { return api.Compute{Mode: api.ComputePercent, Percent: p} }
+	page := testPage(t)
 	ss := &fakeSessions{
 		list: []Session{
 			{ID: "cheat", GPUs: []int{0}, Limits: []uint64{1}, Spec: pct(10), Pids: []uint32{10}},

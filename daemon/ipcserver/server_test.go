@@ -25,7 +25,9 @@ func startServer(t *testing.T) (string, *session.Manager) {
 	return sock, m
 }
 
-func startServerSrv(t *testing.T) (string, *session.Manager, *Server) {
+// startServerSrv serves a session manager of its own on a socket; with
+// opt set, opt adjusts the server's Options (its Log is set already).
+func startServerSrv(t *testing.T, opt ...func(*Options)) (string, *session.Manager, *Server) {
 	t.Helper()
 	dir, err := os.MkdirTemp("/tmp", "gsipc")
 	if err != nil {
@@ -50,7 +52,11 @@ func startServerSrv(t *testing.T) (string, *session.Manager, *Server) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := New(m, Options{Log: log})
+	o := Options{Log: log}
+	for _, f := range opt {
+		f(&o)
+	}
+	srv := New(m, o)
 	done := make(chan struct{})
 	go func() { srv.Serve(ln); close(done) }()
 	t.Cleanup(func() {

@@ -2,19 +2,13 @@ package ipcserver
 
 import (
 	"errors"
-	"io"
-	"log/slog"
-	"net"
 	"os"
-	"path/filepath"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/gpuslice/gpuslice/daemon/gpu"
 	"github.com/gpuslice/gpuslice/daemon/reclaim"
 	"github.com/gpuslice/gpuslice/daemon/session"
-	"github.com/gpuslice/gpuslice/daemon/store"
 	"github.com/gpuslice/gpuslice/internal/api"
 	"github.com/gpuslice/gpuslice/internal/ipc"
 )
@@ -162,39 +156,7 @@ func TestShortLimiterPerProcess(t *testing.T) {
 // server asks for.
 func startShortServer(t *testing.T, kicks *atomic.Int64) (string, *session.Manager) {
 	t.Helper()
-	dir, err := os.MkdirTemp("/tmp", "gsipc")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	st, err := store.Open(filepath.Join(dir, "db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	os.Mkdir(filepath.Join(dir, "ledgers"), 0o700)
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	gpus := []gpu.GPU{{Index: 0, UUID: "GPU-00000000-0000-0000-0000-000000000000", Physical: 1 << 34}}
-	m, err := session.New(session.Options{LedgerDir: filepath.Join(dir, "ledgers"), Slots: 4, Overcommit: 1,
-		DefaultTTL: time.Hour, Log: log}, gpus, st, session.Events{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	go m.Watcher().Run()
-	sock := filepath.Join(dir, "ipc.sock")
-	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: sock, Net: "unix"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := New(m, Options{Log: log, Short: func() { kicks.Add(1) }})
-	done := make(chan struct{})
-	go func() { srv.Serve(ln); close(done) }()
-	t.Cleanup(func() {
-		srv.Close()
-		<-done
-		m.Watcher().Close()
-		m.Close()
-		st.Close()
-	})
+	sock, m, _ := startServerSrv(t, func(o *Options) { o.Short = func() { kicks.Add(1) } })
 	return sock, m
 }
 
