@@ -357,6 +357,24 @@ func TestGresShardRefused(t *testing.T) {
 	}
 }
 
+// commitOutOfBand commits quota bytes on each of n's two GPUs outside
+// Slurm (sessions prefix0 and prefix1, as an admin could), deleted when
+// the test ends.
+func (n *node) commitOutOfBand(t *testing.T, prefix string, quota uint64) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cl := n.client()
+	defer cl.Close()
+	for _, g := range []string{"0", "1"} {
+		id := prefix + g
+		if _, err := cl.CreateSession(ctx, client.SessionRequest{ID: id, UID: 0, QuotaBytes: quota, GPUs: []string{g}}); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _, _ = n.client().DeleteSession(context.Background(), id) })
+	}
+}
+
 // A quota gpusliced refuses on the node (here: an admin committed memory
 // outside Slurm, which the scheduler cannot know) fails the job with one
 // line naming the GPU, what is free and what was asked; the node stays in
@@ -365,17 +383,7 @@ func TestNodeRefusalFailsJobNotNode(t *testing.T) {
 	c := needCluster(t)
 	u := c.users["gsltest2"]
 	n := c.nodeByName("tn1")
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	cl := n.client()
-	defer cl.Close()
-	for _, id := range []string{"out-of-band-0", "out-of-band-1"} {
-		g := id[len(id)-1:]
-		if _, err := cl.CreateSession(ctx, client.SessionRequest{ID: id, UID: 0, QuotaBytes: 15 * GiB, GPUs: []string{g}}); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _, _ = n.client().DeleteSession(context.Background(), id) })
-	}
+	n.commitOutOfBand(t, "out-of-band-", 15*GiB)
 	s := c.startSampler()
 	r := run(ctxFor(t, time.Minute), c.cmd(u, "srun", "-v", "-w", n.Name, "--gpu-mem=4G", c.bin("target_app"), "--step", "1G", "--count", "1"))
 	id := jobID(t, r)

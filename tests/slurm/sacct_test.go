@@ -6,7 +6,6 @@ package slurm
 // AdminComment, and a node's refusal there too. Real slurmdbd and MariaDB.
 
 import (
-	"context"
 	"fmt"
 	"path/filepath"
 	"strings"
@@ -112,18 +111,7 @@ func TestSacctShowsRefusal(t *testing.T) {
 	c := needAccounting(t)
 	u := c.users["gsltest2"]
 	n := c.nodeByName("tn1")
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	cl := n.client()
-	defer cl.Close()
-	// Memory committed outside Slurm on both of tn1's GPUs: 1 GiB left.
-	for _, id := range []string{"acct-oob-0", "acct-oob-1"} {
-		g := id[len(id)-1:]
-		if _, err := cl.CreateSession(ctx, client.SessionRequest{ID: id, UID: 0, QuotaBytes: 15 * GiB, GPUs: []string{g}}); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _, _ = n.client().DeleteSession(context.Background(), id) })
-	}
+	n.commitOutOfBand(t, "acct-oob-", 15*GiB) // on both of tn1's GPUs: 1 GiB left
 	script := fmt.Sprintf("#!/bin/sh\n#SBATCH --gpu-mem=4G\n#SBATCH --nodes=2\n#SBATCH --nodelist=tn1,tn2\n#SBATCH --output=%s/acctref-%%j.out\nsrun true\n", u.dir)
 	id := c.sbatch(t, u, "acctref", script)
 	if j := c.waitJobEnd(t, id, 2*time.Minute); j["JobState"] != "FAILED" {
