@@ -143,7 +143,10 @@ func TestOtherReleasePluginRefused(t *testing.T) {
 	u := c.users["gsltest1"]
 	other := filepath.Join(c.build, slurm.otherPlugin)
 	if _, err := os.Stat(other); err != nil {
-		t.Fatalf("the plugin of another release (make spank): %v", err)
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("the plugin of another release (make spank-releases): %v", err)
+		}
+		t.Skipf("the plugin of another release is not built (make spank-releases; make test builds it): %v", err)
 	}
 	argv := []string{"-v", "--gpu-mem=1G", "true"}
 	r := run(ctxFor(t, time.Minute), c.cmd(u, "srun", argv...))

@@ -98,12 +98,14 @@ var slurm2205 = slurmRelease{
 	conf: `SlurmdParameters=config_overrides
 `,
 	net: net2205,
-	noOtherPlugin: "the plugin built for 24.11 in the Debian 13 root needs glibc 2.38 and Debian 12 has 2.36, " +
-		"so 22.05's srun would fail to load it on its C library before any check of the Slurm release",
+	// built against 24.11's headers with this machine's C library (make
+	// spank-24.11), so 22.05's srun loads it and refuses its release
+	otherPlugin: "spank-24.11/gpuslice.so",
 }
 
 // slurm2411 is Debian 13's Slurm 24.11 in the Debian 13 root (make
-// trixie-root), with the plugin built there (make spank-24.11). As on
+// trixie-root), with the plugin built against its headers (make
+// spank-24.11). As on
 // 22.05, and: without cgroups, 24.11's slurmd and slurmstepd load a cgroup
 // plugin even with proctrack/linuxproc and task/none unless cgroup.conf
 // says CgroupPlugin=disabled (a value 22.05 does not know). The plugin
