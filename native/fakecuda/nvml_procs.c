@@ -64,8 +64,8 @@ static void put_v2(void *arr, unsigned i, uint32_t pid, uint64_t used)
 	p[i].computeInstanceId = 0xFFFFFFFFu;
 }
 
-static nvmlReturn_t procs(nvmlDevice_t device, unsigned int *infoCount, void *infos,
-			 void (*put)(void *, unsigned, uint32_t, uint64_t))
+/* What every process-list call checks first, as the driver does. */
+static nvmlReturn_t procs_args(nvmlDevice_t device, const unsigned int *infoCount, const void *infos)
 {
 	if (!fc_nvml_ready())
 		return NVML_ERROR_UNINITIALIZED;
@@ -73,6 +73,15 @@ static nvmlReturn_t procs(nvmlDevice_t device, unsigned int *infoCount, void *in
 		return NVML_ERROR_INVALID_ARGUMENT;
 	if (infoCount == NULL || (*infoCount > 0 && infos == NULL))
 		return NVML_ERROR_INVALID_ARGUMENT;
+	return NVML_SUCCESS;
+}
+
+static nvmlReturn_t procs(nvmlDevice_t device, unsigned int *infoCount, void *infos,
+			 void (*put)(void *, unsigned, uint32_t, uint64_t))
+{
+	nvmlReturn_t r = procs_args(device, infoCount, infos);
+	if (r != NVML_SUCCESS)
+		return r;
 	unsigned cap = infos ? *infoCount : 0;
 	unsigned n = fc_nvml_procs(fc_nvml_index(device), cap, put, infos);
 	if (n > cap) {
@@ -109,14 +118,10 @@ FC_API nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t device,
  */
 static nvmlReturn_t no_graphics(nvmlDevice_t device, unsigned int *infoCount, const void *infos)
 {
-	if (!fc_nvml_ready())
-		return NVML_ERROR_UNINITIALIZED;
-	if (fc_nvml_dev(device) == NULL)
-		return NVML_ERROR_INVALID_ARGUMENT;
-	if (infoCount == NULL || (*infoCount > 0 && infos == NULL))
-		return NVML_ERROR_INVALID_ARGUMENT;
-	*infoCount = 0;
-	return NVML_SUCCESS;
+	nvmlReturn_t r = procs_args(device, infoCount, infos);
+	if (r == NVML_SUCCESS)
+		*infoCount = 0;
+	return r;
 }
 
 FC_API nvmlReturn_t nvmlDeviceGetGraphicsRunningProcesses(nvmlDevice_t device, unsigned int *infoCount,

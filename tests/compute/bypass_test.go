@@ -141,6 +141,15 @@ func TestFrozenJobIsThawed(t *testing.T) {
 		})
 		return dir, j
 	}
+	// frozenBeside starts a daemon with a session of 90 launching and
+	// session id frozen beside it.
+	frozenBeside := func(t *testing.T, id string) (*testenv.Daemon, string) {
+		d := startDaemon(t)
+		session(t, d, "fair", 8<<30, percent(90, 0))
+		launch(t, d, "fair")
+		dir, _ := freeze(t, d, id)
+		return d, dir
+	}
 	thawed := func(t *testing.T, dir, after string) {
 		t.Helper()
 		probe.Eventually(t, 5*time.Second, "thawed "+after, func() (bool, string) {
@@ -149,28 +158,19 @@ func TestFrozenJobIsThawed(t *testing.T) {
 		})
 	}
 	t.Run("session ends", func(t *testing.T) {
-		d := startDaemon(t)
-		session(t, d, "fair", 8<<30, percent(90, 0))
-		launch(t, d, "fair")
-		dir, _ := freeze(t, d, "ends")
+		d, dir := frozenBeside(t, "ends")
 		if _, err := d.Client().DeleteSession(t.Context(), "ends"); err != nil {
 			t.Fatal(err)
 		}
 		thawed(t, dir, "after its session was deleted")
 	})
 	t.Run("gpusliced stops", func(t *testing.T) {
-		d := startDaemon(t)
-		session(t, d, "fair", 8<<30, percent(90, 0))
-		launch(t, d, "fair")
-		dir, _ := freeze(t, d, "stops")
+		d, dir := frozenBeside(t, "stops")
 		d.Stop()
 		thawed(t, dir, "after gpusliced stopped")
 	})
 	t.Run("gpusliced killed", func(t *testing.T) {
-		d := startDaemon(t)
-		session(t, d, "fair", 8<<30, percent(90, 0))
-		launch(t, d, "fair")
-		dir, _ := freeze(t, d, "killed")
+		d, dir := frozenBeside(t, "killed")
 		d.Kill()
 		time.Sleep(300 * time.Millisecond)
 		if !frozen(dir) {
