@@ -77,6 +77,25 @@ $(CT)/enroot/.stamp: mk/containers.mk $(CT_SRC)
 	  echo $(ENROOT_COMMIT) > $(CT)/enroot/COMMIT; touch $@; }
 
 # pyxis: the SPANK plugin, against /usr/include/slurm (Slurm 22.05).
+# pyxis-releases: the same source against the headers of each SchedMD
+# release the full end-to-end suite runs on (SLURM_E2E_FULL, mk/slurm-src.mk),
+# in build/containers/pyxis-RELEASE, built in a copy of the source (pyxis
+# builds in its tree). Without the source or the release, UNAVAILABLE says
+# which is missing. Slurm loads a plugin only into the release it was
+# built for, as it does gpuslice's.
+PYXIS_RELEASES := $(SLURM_E2E_FULL)
+.PHONY: pyxis-releases
+pyxis-releases: $(PYXIS_RELEASES:%=$(CT)/pyxis-%/.stamp) ## build pyxis for each SchedMD release the full e2e suite runs on (make slurm-src builds the release)
+test-slurm-all $(PYXIS_RELEASES:%=test-slurm-%): pyxis-releases
+
+$(CT)/pyxis-%/.stamp: $(CT)/pyxis/.stamp $(SLURM_SRC)/%/.stamp
+	@rm -rf $(@D) && mkdir -p $(@D)
+	@if [ -f $(CT)/pyxis/UNAVAILABLE ]; then cp $(CT)/pyxis/UNAVAILABLE $(@D)/UNAVAILABLE; \
+	elif [ -f $(SLURM_SRC)/$*/UNAVAILABLE ]; then echo "Slurm $* is not built: $$(cat $(SLURM_SRC)/$*/UNAVAILABLE)" >$(@D)/UNAVAILABLE; \
+	else set -e; echo "pyxis: building $(PYXIS_COMMIT) for Slurm $*"; \
+	  cp -r $(CT)/src/pyxis $(@D)/src; $(MAKE) -s -C $(@D)/src clean; \
+	  CPPFLAGS=-I$(SLURM_SRC)/$*/include $(MAKE) -s -C $(@D)/src prefix=$(@D) libdir=$(@D)/lib all install >$(@D)/build.log 2>&1 || { tail -n 30 $(@D)/build.log >&2; exit 1; }; \
+	  rm -rf $(@D)/src; echo $(PYXIS_COMMIT) >$(@D)/COMMIT; touch $@; fi
 $(CT)/pyxis/.stamp: mk/containers.mk $(CT_SRC) $(BUILD_HEADERS)
 	$(call ct_source,pyxis,$(PYXIS_COMMIT))
 	@[ -f $(CT)/pyxis/UNAVAILABLE ] || { \

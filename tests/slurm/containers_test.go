@@ -9,7 +9,8 @@ import (
 )
 
 // pyxisSetup makes the cluster's nodes run pyxis jobs for the rest of the
-// test: pyxis (make containers) in plugstack.conf beside gpuslice's plugin,
+// test: pyxis built against this release's headers (make containers, make
+// pyxis-releases) in plugstack.conf beside gpuslice's plugin,
 // enroot (make containers) on slurmstepd's PATH, and enroot's system
 // configuration with gpuslice's hook as the package ships it, a stand-in
 // for NVIDIA's hook that binds fakecuda's libraries and device nodes into
@@ -18,16 +19,24 @@ import (
 // is put back when the test ends. It returns the Debian 11 image.
 func pyxisSetup(t *testing.T, c *cluster) string {
 	t.Helper()
-	if slurm.name != slurm2205.name {
-		t.Skipf("pyxis is built against this machine's Slurm %s headers (make containers), not %s's", slurm2205.name, slurm.name)
+	if slurm.pyxis == "" {
+		t.Skipf("no pyxis jobs on Slurm %s: %s", slurm.name, slurm.noPyxis)
 	}
+	// enroot's wrapper and configuration below are shared by every run on
+	// the machine (the lanes of make test-slurm-all): one pyxis test at a
+	// time. Registered first, the lock goes last, after every file is back.
+	lock, err := takeLock("/run/gpuslice-enroot-suite.lock")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { lock.Close() })
 	ct := filepath.Join(c.build, "containers")
-	for _, name := range []string{"pyxis", "enroot"} {
-		if b, err := os.ReadFile(filepath.Join(ct, name, "UNAVAILABLE")); err == nil {
+	for name, dir := range map[string]string{"pyxis": filepath.Join(c.build, slurm.pyxis), "enroot": filepath.Join(ct, "enroot")} {
+		if b, err := os.ReadFile(filepath.Join(dir, "UNAVAILABLE")); err == nil {
 			t.Skipf("%s was not built: %s", name, strings.TrimSpace(string(b)))
 		}
-		if _, err := os.Stat(filepath.Join(ct, name, "COMMIT")); err != nil {
-			t.Fatalf("%s is not built (make containers): %v", name, err)
+		if _, err := os.Stat(filepath.Join(dir, "COMMIT")); err != nil {
+			t.Fatalf("%s is not built for Slurm %s (make containers pyxis-releases): %v", name, slurm.name, err)
 		}
 	}
 	image := filepath.Join(ct, "images", "bullseye.sqsh")
@@ -97,7 +106,7 @@ ENROOT_LOGIN_SHELL false
 	if err != nil {
 		t.Fatal(err)
 	}
-	put(t, plugstack, string(ps)+"required "+filepath.Join(ct, "pyxis", "lib", "slurm", "spank_pyxis.so")+
+	put(t, plugstack, string(ps)+"required "+filepath.Join(c.build, slurm.pyxis, "lib", "slurm", "spank_pyxis.so")+
 		" runtime_path="+filepath.Join(data, "run")+"\n", 0o644)
 	return image
 }

@@ -60,6 +60,11 @@ type slurmRelease struct {
 	jobFailureMode bool
 	// core: only coreTests run on this release (the rest skip).
 	core bool
+	// pyxis is pyxis built against this release's headers (make pyxis,
+	// make pyxis-releases), under the build directory; empty: pyxis jobs
+	// are not run here, and noPyxis says why.
+	pyxis   string
+	noPyxis string
 }
 
 // coreTests are what runs on every release, the core subset on the
@@ -94,6 +99,7 @@ var slurm2205 = slurmRelease{
 	debian:         "12",
 	multipleSlurmd: true,
 	plugin:         "spank/gpuslice.so",
+	pyxis:          "containers/pyxis",
 	gres:           "gres:",
 	conf: `SlurmdParameters=config_overrides
 `,
@@ -117,6 +123,7 @@ var slurm2411 = slurmRelease{
 	multipleSlurmd: true,
 	inRoot:         true,
 	plugin:         "spank-24.11/gpuslice.so",
+	noPyxis:        "enroot, which pyxis runs, and its squashfuse and fuse-overlayfs are this machine's, not the Debian 13 root's",
 	otherPlugin:    slurm2205.plugin,
 	gres:           "gres/",
 	conf: `SlurmdParameters=config_overrides
@@ -136,6 +143,7 @@ func schedmd(name string, subnet int, core bool) slurmRelease {
 		debian:      "12",
 		tree:        "slurm/" + name,
 		plugin:      "spank/" + name + "/gpuslice.so",
+		pyxis:       "containers/pyxis-" + name,
 		otherPlugin: slurm2205.plugin,
 		gres:        "gres/",
 		conf: `SlurmdParameters=config_overrides
