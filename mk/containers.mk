@@ -108,7 +108,7 @@ $(CT)/pyxis/.stamp: mk/containers.mk $(CT_SRC) $(BUILD_HEADERS)
 # module proxy into the module cache. Installed under build/containers/
 # apptainer (etc/apptainer/apptainer.conf...). Its build runs `go clean
 # -cache`: it gets a Go build cache of its own, removed afterwards. The
-# build takes ~6 minutes on 2 cores, so the installed tree is kept in
+# build takes 3 to 6 minutes on 2 cores, so the installed tree is kept in
 # CONTAINERS_CACHE too, keyed by commit. An installation without the setuid
 # starter is relocatable (Apptainer finds its etc/ and libexec/ from where
 # its binary is), so a checkout at another path unpacks the same tree.
@@ -132,7 +132,7 @@ apptainer-build:
 	$(call ct_source,apptainer,$(APPTAINER_COMMIT))
 	@[ -f $(CT)/apptainer/UNAVAILABLE ] || { \
 	  set -e; s=$(CT)/src/apptainer; echo $(APPTAINER_VERSION) > $$s/VERSION; \
-	  echo "apptainer: building $(APPTAINER_COMMIT) (about 6 minutes on 2 cores the first time on a machine, one after)"; \
+	  echo "apptainer: building $(APPTAINER_COMMIT) (3 to 6 minutes on 2 cores the first time on a machine, one after)"; \
 	  { cd $$s && export GOCACHE=$(APPTAINER_GOCACHE) GIT_CEILING_DIRECTORIES=$(CT)/src && \
 	    ./mconfig --without-suid --without-network --without-libsubid --without-seccomp \
 	      -b $$s/builddir --prefix=$(CT)/apptainer && touch $$s/builddir/.clean-starter && \

@@ -10,7 +10,7 @@
 # GPUSLICE_CACHE, kept across clones and `make clean`), keyed by the
 # archive's SHA-256, the configure options, the script's LAYOUT and the
 # distribution: a fresh clone, at any path, unpacks it in seconds. A first
-# build takes 3-4 minutes a release on 2 cores, 17 for the five; from the
+# build takes about 2 minutes a release on 2 cores, 11 for the five; from the
 # cache all five take about 11 s (docs/slurm.md). Without a
 # source the target still succeeds but writes build/slurm/RELEASE/UNAVAILABLE
 # (and tries again next time); what needs the release skips with it.
@@ -46,7 +46,7 @@ $(SLURM_SRC)/%/.stamp: $(SOURCES_TABLE) $(SOURCES_SH) $(SLURM_SRC_SH) $(TREE_CAC
 # sources table and its resolver (tests/slurmsrc). A release that is not
 # built skips with one line; under CI=true one whose sources are here fails
 # instead. Part of `make test`, after test-slurm-all has built every
-# release (a first build of the five takes about 17 minutes on 2 cores);
+# release (a first build of the five takes about 11 minutes on 2 cores);
 # with everything built the target takes about 4 s, the tests 2 s.
 .PHONY: test-slurm-src
 test-slurm-src: spank-releases ## build every Slurm release and its plugin, and check each release's srun loads it (tests/slurmsrc)
