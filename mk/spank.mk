@@ -45,6 +45,13 @@ run-slurm-22.05:
 	GPUSLICE_BUILD_DIR=$(BUILD) $(GO) test -count=1 -timeout 20m ./tests/slurm/...
 	GPUSLICE_SLURM_TRACKING=linuxproc GPUSLICE_BUILD_DIR=$(BUILD) $(GO) test -count=1 -timeout 10m \
 		-run '$(SLURM_LINUXPROC_TESTS)' ./tests/slurm/...
+	GPUSLICE_SLURM_ACCOUNTING=0 GPUSLICE_BUILD_DIR=$(BUILD) $(GO) test -count=1 -timeout 5m \
+		-run '$(SLURM_NOACCOUNTING_TESTS)' ./tests/slurm/...
+
+# The cluster without slurmdbd, for sites that keep no accounting: the
+# Epilog, installed without flags, finds out and returns at once (every
+# other cluster of the suites has slurmdbd).
+SLURM_NOACCOUNTING_TESTS := TestEpilogWithoutAccountingReturnsAtOnce
 
 # The cluster without cgroups (proctrack/linuxproc, task/none), for sites
 # that have none: the quota, the escapes the environment allows, and the

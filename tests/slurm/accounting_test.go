@@ -103,9 +103,9 @@ func tail(s string, n int) string {
 // On a cluster without slurmdbd the Epilog, installed as the docs say (no
 // flag), learns from Slurm that there is no accounting and records
 // nothing at once, instead of asking sacct again and again for its whole
-// wait while the node stays COMPLETING. (The runs on Debian's 22.05 and
-// 24.11 have slurmdbd; with GPUSLICE_SLURM_ACCOUNTING=0, or on a release
-// built from source, the cluster has none.)
+// wait while the node stays COMPLETING. (Every release's cluster has
+// slurmdbd; make test-slurm runs this test once more with
+// GPUSLICE_SLURM_ACCOUNTING=0, on a cluster without it.)
 func TestEpilogWithoutAccountingReturnsAtOnce(t *testing.T) {
 	c := needCluster(t)
 	if c.acct != nil {
