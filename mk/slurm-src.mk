@@ -20,6 +20,10 @@
 SLURM_SRC       := $(BUILD)/slurm
 SLURM_SRC_CACHE ?= $(GPUSLICE_CACHE)/slurm
 SLURM_SRC_SH    := $(ROOT)/scripts/slurm-src.sh
+# NVIDIA's nvml.h, which gpu/nvml is compiled against: the one of the go-nvml
+# module gpusliced is built with (downloaded through the module proxy when
+# the module cache lacks it). Evaluated only when a release is built.
+SLURM_NVML_H = $(shell cd $(ROOT) && $(GO) mod download -json github.com/NVIDIA/go-nvml | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$$/\1/p')/pkg/nvml/nvml.h
 # 23.11 24.05 25.05 25.11 26.05
 SLURM_SRC_RELEASES := $(shell awk '$$1 ~ /^slurm-/ {sub(/^slurm-/, "", $$1); print $$1}' $(SOURCES_TABLE))
 
@@ -38,7 +42,7 @@ $(foreach r,$(SLURM_SRC_RELEASES),$(eval $(call slurm_src_release,$(r))))
 
 $(SLURM_SRC)/%/.stamp: $(SOURCES_TABLE) $(SOURCES_SH) $(SLURM_SRC_SH) $(TREE_CACHE)
 	@rm -f $@ $(@D)/UNAVAILABLE
-	@rc=0; $(SOURCES_ENV) $(SLURM_SRC_SH) build $* $(@D) $(SLURM_SRC_CACHE) || rc=$$?; \
+	@rc=0; $(SOURCES_ENV) SLURM_NVML_H='$(SLURM_NVML_H)' $(SLURM_SRC_SH) build $* $(@D) $(SLURM_SRC_CACHE) || rc=$$?; \
 	if [ $$rc = 3 ]; then echo "slurm-src-$*: not built: $$(cat $(@D)/UNAVAILABLE)" >&2; \
 	elif [ $$rc != 0 ]; then exit $$rc; else touch $@; fi
 

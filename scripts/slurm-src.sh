@@ -12,11 +12,18 @@
 # storage, the client commands, PAM modules, and the plugins a GPU site loads:
 # cgroup/v2 (eBPF device control and systemd's D-Bus), job_submit/lua and
 # cli_filter/lua (Lua 5.4, as on EL9), hwloc topology, munge
-# authentication, NUMA, JSON and YAML output, lz4. Not built: slurmrestd (no
-# http-parser and JWT), PMIx, and gpu/nvml: fakecuda's nvml.h declares only
-# the calls gpusliced makes, and Slurm's NVML plugin wants many more
-# (docs/slurm.md). configure leaves out what it cannot find without failing,
-# so check fails the build when a plugin above or a program is missing.
+# authentication, NUMA, JSON and YAML output, lz4, and gpu/nvml (GPU
+# autodetection and gres/gpumem, gres/gpuutil in accounting). Not built:
+# slurmrestd (no http-parser and JWT) and PMIx. configure leaves out what it
+# cannot find without failing, so check fails the build when a plugin above
+# or a program is missing.
+#
+# gpu/nvml is compiled against NVIDIA's nvml.h, named by SLURM_NVML_H (the
+# Makefile gives the one of NVIDIA's go-nvml module, which the daemon
+# builds with). Slurm opens the driver's libnvidia-ml.so at run time, as a
+# node has it; configure only links a test program against the library, so
+# it is given a stub exporting the calls configure looks for, as CUDA's
+# lib64/stubs is on a build host without the driver.
 #
 # The tree is configured for the prefix /opt/slurm/VERSION, installed with
 # DESTDIR and made relocatable: every library path a program or plugin
@@ -45,7 +52,7 @@ configure_options() {
 	local v=$1
 	printf '%s\n' --prefix=/opt/slurm/"$v" --disable-static \
 		--with-munge --with-hwloc --with-mysql_config=/usr/bin --enable-pam \
-		--with-lua --enable-cgroupv2 --with-bpf \
+		--with-lua --enable-cgroupv2 --with-bpf --with-nvml=@NVML@ \
 		"lua_CFLAGS=$(pkg-config --cflags lua5.4 2>/dev/null || echo -I/usr/include/lua5.4)" \
 		"lua_LIBS=$(pkg-config --libs lua5.4 2>/dev/null || echo -llua5.4)"
 }
@@ -60,6 +67,7 @@ key() {
 	{
 		"$here/sources.sh" field "slurm-$1" sha256
 		configure_options "$v"
+		nvml_header | sha256sum
 		echo "layout $LAYOUT"
 		distribution
 	} | sha256sum | cut -c1-16
@@ -73,7 +81,7 @@ PROGRAMS="sbin/slurmctld sbin/slurmd sbin/slurmstepd sbin/slurmdbd
 PLUGINS="job_submit_lua:liblua5.4 cli_filter_lua:liblua5.4 accounting_storage_mysql:libmariadb
 	jobcomp_mysql:libmariadb cgroup_v2:libdbus-1 task_cgroup:- proctrack_cgroup:- jobacct_gather_cgroup:-
 	auth_munge:libmunge cred_munge:libmunge select_cons_tres:- gres_gpu:- gres_shard:- gpu_generic:-
-	task_affinity:- accounting_storage_slurmdbd:-"
+	task_affinity:- accounting_storage_slurmdbd:- gpu_nvml:-"
 
 is_elf() { [ "$(head -c 4 "$1" | od -An -c | tr -d ' ')" = '177ELF' ]; }
 
@@ -143,6 +151,24 @@ relocate() {
 	rm -rf "$tree/share/doc"
 }
 
+# nvml_header: NVIDIA's nvml.h (SLURM_NVML_H), printed.
+nvml_header() {
+	[ -n "${SLURM_NVML_H:-}" ] && [ -f "$SLURM_NVML_H" ] ||
+		die "SLURM_NVML_H names no nvml.h ('${SLURM_NVML_H:-}'): set it to NVIDIA's header (make slurm-src gives go-nvml's)"
+	cat "$SLURM_NVML_H"
+}
+
+# nvml_stub DIR: DIR/include/nvml.h and DIR/lib64/stubs/libnvidia-ml.so,
+# the layout configure's --with-nvml=DIR looks for.
+nvml_stub() {
+	local d=$1
+	rm -rf "$d" && mkdir -p "$d/include" "$d/lib64/stubs"
+	nvml_header >"$d/include/nvml.h"
+	printf 'int %s(void) { return 0; }\n' nvmlInit nvmlInit_v2 nvmlDeviceSetMemoryLockedClocks |
+		${CC:-cc} -shared -fPIC -x c -o "$d/lib64/stubs/libnvidia-ml.so" - ||
+		die "could not build the NVML stub for configure"
+}
+
 build() {
 	local rel=$1 dir=$2 cache=$3 v k tarball src dest prefix t0 t1 t2 t3 rc
 	v=$(version_of "$rel")
@@ -175,8 +201,9 @@ build() {
 	[ $rc = 0 ] || exit $rc
 
 	mkdir -p "$dest"
-	local logf=$dest.log
-	mapfile -t opts < <(configure_options "$v")
+	local logf=$dest.log nvml=$dir.nvml
+	nvml_stub "$nvml"
+	mapfile -t opts < <(configure_options "$v" | sed "s|@NVML@|$nvml|")
 	log "$rel: building $v (configure, make -j$(nproc), make install; log in $dir/build.log)"
 	t0=$(date +%s)
 	(cd "$src" && ./configure "${opts[@]}") >"$logf" 2>&1 || { tail -n 30 "$logf" >&2; die "$rel: configure failed"; }
@@ -191,7 +218,7 @@ build() {
 	printf 'version %s\nkey %s\nprefix %s\nconfigure_s %s\nmake_s %s\ninstall_s %s\nmake_jobs %s\n' \
 		"$v" "$k" "$prefix" $((t1 - t0)) $((t2 - t1)) $((t3 - t2)) "$(nproc)" >"$dir.tree/BUILD-INFO"
 	mv "$logf" "$dir.tree/build.log"
-	rm -rf "$dir" "$dest" && mv "$dir.tree" "$dir"
+	rm -rf "$dir" "$dest" "$nvml" && mv "$dir.tree" "$dir"
 	check "$dir"
 	log "$rel: built $v: configure $((t1 - t0)) s, make $((t2 - t1)) s, install $((t3 - t2)) s"
 	"$here/tree-cache.sh" save "$tarball" "$dir" "slurm-$v-*.tar.zst" --exclude=./build.log

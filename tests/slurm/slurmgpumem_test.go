@@ -3,13 +3,14 @@ package slurm
 // Slurm's own GPU memory figure beside gpuslice's (docs/monitoring.md,
 // "Slurm's gres/gpumem beside gpuslice's peak"): on a Slurm with the
 // gpu/nvml plugin (Debian 13's slurm-wlm-nvml-plugin in the root of the
-// 24.11 run), AccountingStorageTRES=gres/gpu makes slurmstepd sample each
+// 24.11 run, SchedMD's releases built here), AccountingStorageTRES=gres/gpu makes slurmstepd sample each
 // task's GPU memory through NVML (fakecuda's, as a node has the driver's)
 // and record its largest in TRESUsageInMax as gres/gpumem.
 
 import (
 	"fmt"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -17,10 +18,17 @@ import (
 )
 
 // nvmlPlugins are where Slurm's gpu/nvml plugin lives in the
-// distributions' packages.
-var nvmlPlugins = []string{
-	"/usr/lib/x86_64-linux-gnu/slurm-wlm/gpu_nvml.so",
-	"/usr/lib64/slurm/gpu_nvml.so",
+// distributions' packages, and in a release built from source (make
+// slurm-src) under the build directory.
+func nvmlPlugins(build string) []string {
+	p := []string{
+		"/usr/lib/x86_64-linux-gnu/slurm-wlm/gpu_nvml.so",
+		"/usr/lib64/slurm/gpu_nvml.so",
+	}
+	if slurm.tree != "" {
+		p = []string{filepath.Join(build, slurm.tree, "lib", "slurm", "gpu_nvml.so")}
+	}
+	return p
 }
 
 // nvmlAccounting: this run's Slurm has gpu/nvml, and the cluster gathers
@@ -35,7 +43,7 @@ const gatherInterval = time.Second
 // and gives slurmd and its slurmstepds fakecuda's NVML and the node's
 // fake GPU state: slurmd takes them from this process's environment.
 func (c *cluster) prepareNVMLAccounting() {
-	for _, p := range nvmlPlugins {
+	for _, p := range nvmlPlugins(c.build) {
 		if _, err := os.Stat(p); err == nil {
 			nvmlAccounting = true
 		}
@@ -117,7 +125,7 @@ func (c *cluster) stepTRES(t *testing.T, step string) (max, tot map[string]uint6
 func TestSlurmGPUMemBesidePeak(t *testing.T) {
 	c := needAccounting(t)
 	if !nvmlAccounting {
-		t.Skipf("Slurm %s here has no gpu/nvml plugin (%s)", slurm.name, strings.Join(nvmlPlugins, ", "))
+		t.Skipf("Slurm %s here has no gpu/nvml plugin (%s)", slurm.name, strings.Join(nvmlPlugins(c.build), ", "))
 	}
 	u := c.users["gsltest1"]
 	const MiB = 1 << 20
