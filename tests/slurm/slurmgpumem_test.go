@@ -124,6 +124,9 @@ func (c *cluster) stepTRES(t *testing.T, step string) (max, tot map[string]uint6
 //     is gpuslice's peak of the job on that GPU.
 func TestSlurmGPUMemBesidePeak(t *testing.T) {
 	c := needAccounting(t)
+	if slurm.name < "23.02" {
+		t.Skipf("Slurm %s records no gres/gpumem (23.02 on)", slurm.name)
+	}
 	if !nvmlAccounting {
 		t.Skipf("Slurm %s here has no gpu/nvml plugin (%s)", slurm.name, strings.Join(nvmlPlugins(c.build), ", "))
 	}
