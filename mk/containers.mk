@@ -77,6 +77,13 @@ $(CT)/enroot/.stamp: mk/containers.mk $(CT_SRC)
 	  echo $(ENROOT_COMMIT) > $(CT)/enroot/COMMIT; touch $@; }
 
 # pyxis: the SPANK plugin, against /usr/include/slurm (Slurm 22.05).
+$(CT)/pyxis/.stamp: mk/containers.mk $(CT_SRC) $(BUILD_HEADERS)
+	$(call ct_source,pyxis,$(PYXIS_COMMIT))
+	@[ -f $(CT)/pyxis/UNAVAILABLE ] || { \
+	  set -e; echo "pyxis: building $(PYXIS_COMMIT)"; \
+	  $(MAKE) -s -C $(CT)/src/pyxis prefix=$(CT)/pyxis libdir=$(CT)/pyxis/lib all install >$(CT)/pyxis/build.log 2>&1 || { tail -n 30 $(CT)/pyxis/build.log >&2; exit 1; }; \
+	  echo $(PYXIS_COMMIT) > $(CT)/pyxis/COMMIT; touch $@; }
+
 # pyxis-releases: the same source against the headers of each SchedMD
 # release the full end-to-end suite runs on (SLURM_E2E_FULL, mk/slurm-src.mk),
 # in build/containers/pyxis-RELEASE, built in a copy of the source (pyxis
@@ -96,12 +103,6 @@ $(CT)/pyxis-%/.stamp: $(CT)/pyxis/.stamp $(SLURM_SRC)/%/.stamp
 	  cp -r $(CT)/src/pyxis $(@D)/src; $(MAKE) -s -C $(@D)/src clean; \
 	  CPPFLAGS=-I$(SLURM_SRC)/$*/include $(MAKE) -s -C $(@D)/src prefix=$(@D) libdir=$(@D)/lib all install >$(@D)/build.log 2>&1 || { tail -n 30 $(@D)/build.log >&2; exit 1; }; \
 	  rm -rf $(@D)/src; echo $(PYXIS_COMMIT) >$(@D)/COMMIT; touch $@; fi
-$(CT)/pyxis/.stamp: mk/containers.mk $(CT_SRC) $(BUILD_HEADERS)
-	$(call ct_source,pyxis,$(PYXIS_COMMIT))
-	@[ -f $(CT)/pyxis/UNAVAILABLE ] || { \
-	  set -e; echo "pyxis: building $(PYXIS_COMMIT)"; \
-	  $(MAKE) -s -C $(CT)/src/pyxis prefix=$(CT)/pyxis libdir=$(CT)/pyxis/lib all install >$(CT)/pyxis/build.log 2>&1 || { tail -n 30 $(CT)/pyxis/build.log >&2; exit 1; }; \
-	  echo $(PYXIS_COMMIT) > $(CT)/pyxis/COMMIT; touch $@; }
 
 # Apptainer: without the setuid starter (the suite runs it as root),
 # network plugins, libsubid and seccomp. Its Go modules come through the

@@ -137,9 +137,6 @@ func TestPlugstackArguments(t *testing.T) {
 // the same srun with 24.11's own plugin runs.
 func TestOtherReleasePluginRefused(t *testing.T) {
 	c := needCluster(t)
-	if slurm.otherPlugin == "" {
-		t.Skipf("not on Slurm %s: %s", slurm.name, slurm.noOtherPlugin)
-	}
 	u := c.users["gsltest1"]
 	other := filepath.Join(c.build, slurm.otherPlugin)
 	if _, err := os.Stat(other); err != nil {

@@ -23,10 +23,8 @@ type slurmRelease struct {
 	plugin string
 	// otherPlugin is the plugin built for another release, under the
 	// build directory, that this release's srun must refuse
-	// (TestOtherReleasePluginRefused); empty: not checked here, and
-	// noOtherPlugin says why.
-	otherPlugin   string
-	noOtherPlugin string
+	// (TestOtherReleasePluginRefused).
+	otherPlugin string
 	// conf are the slurm.conf settings this release needs here.
 	conf string
 	// noCgroupConf is cgroup.conf's content when the cluster tracks jobs

@@ -3,9 +3,10 @@ package slurm
 // Slurm's own GPU memory figure beside gpuslice's (docs/monitoring.md,
 // "Slurm's gres/gpumem beside gpuslice's peak"): on a Slurm with the
 // gpu/nvml plugin (Debian 13's slurm-wlm-nvml-plugin in the root of the
-// 24.11 run, SchedMD's releases built here), AccountingStorageTRES=gres/gpu makes slurmstepd sample each
-// task's GPU memory through NVML (fakecuda's, as a node has the driver's)
-// and record its largest in TRESUsageInMax as gres/gpumem.
+// 24.11 run, SchedMD's releases built here), AccountingStorageTRES=gres/gpu
+// makes slurmstepd sample each task's GPU memory through NVML (fakecuda's,
+// as a node has the driver's) and record its largest in TRESUsageInMax as
+// gres/gpumem.
 
 import (
 	"fmt"
@@ -21,14 +22,13 @@ import (
 // distributions' packages, and in a release built from source (make
 // slurm-src) under the build directory.
 func nvmlPlugins(build string) []string {
-	p := []string{
+	if slurm.tree != "" {
+		return []string{filepath.Join(build, slurm.tree, "lib", "slurm", "gpu_nvml.so")}
+	}
+	return []string{
 		"/usr/lib/x86_64-linux-gnu/slurm-wlm/gpu_nvml.so",
 		"/usr/lib64/slurm/gpu_nvml.so",
 	}
-	if slurm.tree != "" {
-		p = []string{filepath.Join(build, slurm.tree, "lib", "slurm", "gpu_nvml.so")}
-	}
-	return p
 }
 
 // nvmlAccounting: this run's Slurm has gpu/nvml, and the cluster gathers
