@@ -9,7 +9,7 @@ SLURM_SRC_DEB_PKGS := libmunge-dev libmariadb-dev liblua5.4-dev libhwloc-dev lib
             libpam0g-dev libnuma-dev libjson-c-dev libyaml-dev liblz4-dev libreadline-dev patchelf
 DEB_PKGS := gcc make libc6-dev pkg-config libslurm-dev slurmd slurmctld slurm-client munge \
             rpm lintian prometheus systemd passwd procps \
-            lua5.1 slurmdbd mariadb-server iproute2 tmux debootstrap ffmpeg \
+            lua5.1 lua5.4 slurmdbd mariadb-server iproute2 tmux debootstrap ffmpeg \
             python3 python3-numpy python3-pytools python3-platformdirs valgrind \
             squashfs-tools squashfuse fuse-overlayfs fuse3 libbsd-dev makeself libseccomp-dev zstd \
             $(SLURM_SRC_DEB_PKGS)
