@@ -2,7 +2,7 @@ package cli
 
 // gpuslice seff JOBID: a finished job's GPU memory efficiency, as Slurm's
 // seff prints its CPU and memory efficiency, from Slurm's accounting: what
-// the Epilog recorded in the job's AdminComment on each node (gpusliced's
+// gpusliced recorded in the job's AdminComment from each node (its
 // figures, never the job's own; docs/monitoring.md). It runs wherever sacct
 // does (a login node); sacct decides which jobs the caller may see.
 
@@ -14,13 +14,14 @@ import (
 	"os/exec"
 	"regexp"
 	"sort"
-	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
 
+	"github.com/gpuslice/gpuslice/internal/admincomment"
 	"github.com/gpuslice/gpuslice/internal/advice"
 	"github.com/gpuslice/gpuslice/internal/client"
+	"github.com/gpuslice/gpuslice/internal/hostlist"
 	"github.com/gpuslice/gpuslice/internal/size"
 	"github.com/spf13/pflag"
 )
@@ -30,7 +31,7 @@ seff does for CPU and memory: per node and GPU the quota the job asked (--gpu-me
 the efficiency (peak / quota) and the allocations refused, then what to ask next time. An
 array job (its id alone) is summed up over its tasks, one line each; JOBID_TASK picks one
 task. sacct shows the job's owner their jobs and administrators every job. The figures
-are recorded by the Epilog when the job ends on each node: a running job has none yet.`
+are recorded by each node's gpusliced after the job ends there: a running job has none yet.`
 
 // seffJob is one job (or array task) as seff reports it.
 type seffJob struct {
@@ -41,6 +42,13 @@ type seffJob struct {
 	GPUs  []seffGPU `json:"gpus"`
 	// Refusals: nodes whose gpusliced refused the job's quota.
 	Refusals []seffRefusal `json:"refused_on,omitempty"`
+	// PeakOn is where the highest peak was (GPU-… on node), and
+	// NodesReported of NodesTotal nodes sent their figures: from the
+	// summary gpuslice records (earlier releases' per-node entries fill
+	// GPUs instead).
+	PeakOn        string `json:"peak_on,omitempty"`
+	NodesReported int    `json:"nodes_reported,omitempty"`
+	NodesTotal    int    `json:"nodes_total,omitempty"`
 	seffFigures
 }
 
@@ -140,48 +148,52 @@ func sacctRows(ctx context.Context, sacct, id string) ([]sacctRow, error) {
 	return rows, nil
 }
 
-// commentTag starts gpuslice's part of a job's AdminComment (the Epilog's,
-// prolog.CommentTag).
-const commentTag = "gpuslice:"
-
-// parseComment reads gpuslice's AdminComment: entries separated by ";",
-// each NODE/UUID=quota_mib:Q,peak_mib:P,denied:D (UUID=… from a gpuslice
-// that did not name nodes) or NODE/refused=quota_mib:Q. ok is false when
-// the comment is not gpuslice's.
-func parseComment(comment string) (gpus []seffGPU, refusals []seffRefusal, ok bool) {
-	rest, ok := strings.CutPrefix(strings.TrimSpace(comment), commentTag)
-	if !ok {
-		return nil, nil, false
-	}
-	for _, e := range strings.Split(rest, ";") {
-		key, val, found := strings.Cut(e, "=")
-		if !found {
-			continue
+// jobFigures reads a job's AdminComment: gpuslice's summary
+// (internal/admincomment), or the per-node entries of earlier releases.
+// ok is false when the comment holds no gpuslice figures.
+func jobFigures(r sacctRow) (j seffJob, ok bool) {
+	j = seffJob{JobID: r.JobID, User: r.User, State: r.State, Nodes: r.Nodes}
+	s, kind, err := admincomment.Parse(r.Comment)
+	switch {
+	case err != nil || kind == admincomment.Empty:
+		return j, false
+	case kind == admincomment.Old:
+		entries, err := admincomment.ParseOld(r.Comment)
+		if err != nil {
+			return j, false
 		}
-		node, what, named := strings.Cut(key, "/")
-		if !named {
-			node, what = "", key
-		}
-		f := map[string]uint64{}
-		for _, kv := range strings.Split(val, ",") {
-			k, v, _ := strings.Cut(kv, ":")
-			if n, err := strconv.ParseUint(v, 10, 64); err == nil {
-				f[k] = n
+		for _, e := range entries {
+			quota := e.QuotaMiB << 20
+			if e.Refused {
+				j.Refusals = append(j.Refusals, seffRefusal{Node: e.Node, QuotaBytes: quota})
+				continue
 			}
+			j.GPUs = append(j.GPUs, seffGPU{Node: e.Node, UUID: e.UUID, QuotaBytes: quota, PeakBytes: e.PeakMiB << 20,
+				Refused: e.Denied, EfficiencyPct: effPct(e.PeakMiB<<20, quota)})
 		}
-		quota := f["quota_mib"] << 20
-		if what == "refused" {
-			refusals = append(refusals, seffRefusal{Node: node, QuotaBytes: quota})
-			continue
-		}
-		uuid := what
-		if rest, isGPU := strings.CutPrefix(uuid, "gpu-"); isGPU {
-			uuid = "GPU-" + rest // as NVIDIA writes it; sacctmgr stores lowercase
-		}
-		gpus = append(gpus, seffGPU{Node: node, UUID: uuid, QuotaBytes: quota, PeakBytes: f["peak_mib"] << 20,
-			Refused: f["denied"], EfficiencyPct: effPct(f["peak_mib"]<<20, quota)})
+		sort.SliceStable(j.GPUs, func(a, b int) bool { return j.GPUs[a].Node < j.GPUs[b].Node })
+		sumUp(&j.seffFigures, j.GPUs)
+		return j, len(j.GPUs) > 0 || len(j.Refusals) > 0
 	}
-	return gpus, refusals, true
+	names, _ := hostlist.Expand(r.Nodes) // sacct's NodeList, in the job's order
+	s.Refused.Each(func(i int) {
+		name := fmt.Sprintf("node #%d", i)
+		if i < len(names) {
+			name = names[i]
+		}
+		j.Refusals = append(j.Refusals, seffRefusal{Node: name, QuotaBytes: s.QuotaMiB << 20})
+	})
+	j.NodesReported, j.NodesTotal = s.Reported.Len(), s.Nodes
+	if on := s.PeakOn; on != "" {
+		node, gpu, _ := strings.Cut(on, "/")
+		if rest, isGPU := strings.CutPrefix(gpu, "gpu-"); isGPU {
+			gpu = "GPU-" + rest // sacctmgr stores it lowercase
+		}
+		j.PeakOn = gpu + " on " + node
+	}
+	j.PeakBytes, j.QuotaBytes, j.Refused = s.PeakMiB<<20, s.QuotaMiB<<20, s.Denied
+	advise(&j.seffFigures)
+	return j, true
 }
 
 func effPct(part, whole uint64) int {
@@ -198,6 +210,12 @@ func sumUp(f *seffFigures, gpus []seffGPU) {
 		f.QuotaBytes = max(f.QuotaBytes, g.QuotaBytes)
 		f.Refused += g.Refused
 	}
+	advise(f)
+}
+
+// advise fills the efficiency and the advice from the peak, quota and
+// allocations refused.
+func advise(f *seffFigures) {
 	f.EfficiencyPct = effPct(f.PeakBytes, f.QuotaBytes)
 	k, ask := advice.Advise(f.PeakBytes, f.QuotaBytes, f.Refused)
 	f.Advice = k
@@ -213,20 +231,19 @@ func seffOf(id string, rows []sacctRow) (*seffReport, error) {
 			id, client.ErrNotFound)
 	}
 	rep := &seffReport{Query: id, Jobs: []seffJob{}}
-	var all []seffGPU
 	for _, r := range rows {
-		gpus, refusals, ok := parseComment(r.Comment)
-		if !ok || (len(gpus) == 0 && len(refusals) == 0) {
+		j, ok := jobFigures(r)
+		if !ok {
 			rep.Without = append(rep.Without, r.JobID)
 			continue
 		}
-		sort.SliceStable(gpus, func(i, j int) bool { return gpus[i].Node < gpus[j].Node })
-		j := seffJob{JobID: r.JobID, User: r.User, State: r.State, Nodes: r.Nodes, GPUs: gpus, Refusals: refusals}
-		sumUp(&j.seffFigures, gpus)
 		rep.Jobs = append(rep.Jobs, j)
-		all = append(all, gpus...)
+		// over the jobs: the highest peak and quota, the refusals summed
+		rep.Summary.PeakBytes = max(rep.Summary.PeakBytes, j.PeakBytes)
+		rep.Summary.QuotaBytes = max(rep.Summary.QuotaBytes, j.QuotaBytes)
+		rep.Summary.Refused += j.Refused
 	}
-	sumUp(&rep.Summary, all)
+	advise(&rep.Summary)
 	return rep, nil
 }
 
@@ -253,9 +270,15 @@ func printSeffJob(w io.Writer, j *seffJob) {
 	if len(j.GPUs) > 1 {
 		where = fmt.Sprintf(" (the highest of %d GPUs)", len(j.GPUs))
 	}
+	if j.PeakOn != "" {
+		where = " (" + j.PeakOn + ")"
+	}
 	fmt.Fprintf(w, "GPU memory peak: %s%s\n", size.Format(j.PeakBytes), where)
 	fmt.Fprintf(w, "GPU memory efficiency: %d%% of %s\n", j.EfficiencyPct, size.Format(j.QuotaBytes))
 	fmt.Fprintf(w, "Allocations refused: %d\n", j.Refused)
+	if j.NodesTotal > 0 {
+		fmt.Fprintf(w, "Nodes with figures: %d of %d\n", j.NodesReported, j.NodesTotal)
+	}
 	for _, r := range j.Refusals {
 		fmt.Fprintf(w, "Quota refused on %s: gpusliced there could not give %s; the job did not run there\n", r.Node, size.Format(r.QuotaBytes))
 	}

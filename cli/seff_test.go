@@ -79,6 +79,26 @@ func TestSeff(t *testing.T) {
 				"GPU memory peak: 700MiB (the highest of 2 jobs)\n", "GPU memory efficiency: 17% of 4GiB\n",
 				"Next time: --gpu-mem=1G would do for every one of these jobs (the peak plus a margin)\n",
 				"Without GPU memory figures: 50_3\n"}},
+		{"the summary of a job on 256 nodes, one refused", "47", []string{
+			"47|carol|COMPLETED|gn[001-256]|gpuslice:v2;quota_mib=8192;nodes=256;reported=0-255;refused=16;peak_mib=7800;peak_on=gn042/" +
+				uuidB + ";denied=3"}, 0,
+			[]string{"Job ID: 47\n", "Nodes: gn[001-256]\n", "GPU memory asked: 8GiB per GPU (--gpu-mem)\n",
+				"GPU memory peak: 7.6GiB (GPU-1a2b3c4d-cd90-4869-996b-d2ca1bdef09b on gn042)\n",
+				"GPU memory efficiency: 95% of 8GiB\n", "Allocations refused: 3\n", "Nodes with figures: 256 of 256\n",
+				"Quota refused on gn017: gpusliced there could not give 8GiB; the job did not run there\n",
+				"Next time: ask for more, e.g. --gpu-mem=10G (the quota was reached)\n"}},
+		{"a summary not every node is in yet", "48", []string{
+			"48|carol|COMPLETED|gn[1-4]|gpuslice:v2;quota_mib=1024;nodes=4;reported=0,2;peak_mib=300;peak_on=gn3/" + uuidA + ";denied=0"}, 0,
+			[]string{"GPU memory peak: 300MiB (GPU-0fb77ae2-cd90-4869-996b-d2ca1bdef09b on gn3)\n", "Nodes with figures: 2 of 4\n"}},
+		{"an array with tasks of both releases", "51", []string{
+			"51_1|alice|COMPLETED|node01|gpuslice:node01/" + uuidA + "=quota_mib:4096,peak_mib:300,denied:0",
+			"51_2|alice|COMPLETED|node02|gpuslice:v2;quota_mib=4096;nodes=1;reported=0;peak_mib=900;peak_on=node02/" + uuidB + ";denied=1",
+		}, 0,
+			[]string{"Job ID: 51 (2 jobs with GPU memory figures)\n",
+				"  51_2  COMPLETED  node02  4GiB   900MiB  22%         1\n",
+				"GPU memory peak: 900MiB (the highest of 2 jobs)\n", "Allocations refused: 1\n"}},
+		{"a summary this release cannot read", "52", []string{"52|alice|COMPLETED|node01|gpuslice:v2;what=1"}, 0,
+			[]string{"Job 52: no GPU memory figures in Slurm's accounting (52).\n"}},
 		{"a site's own comment", "45", []string{"45|alice|COMPLETED|node01|billing=gold"}, 0,
 			[]string{"Job 45: no GPU memory figures in Slurm's accounting (45).\n"}},
 		{"no such job", "46", nil, cli.ExitNotFound, []string{"job 46: not found in Slurm's accounting"}},

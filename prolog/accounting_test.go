@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/gpuslice/gpuslice/internal/client"
+	"github.com/gpuslice/gpuslice/internal/hostlist"
 )
 
 func TestNodeEntries(t *testing.T) {
@@ -61,13 +62,13 @@ func TestExpandHostlist(t *testing.T) {
 		"a-b[1-2].x,c":    "a-b1.x a-b2.x c",
 		"":                "",
 	} {
-		got, err := ExpandHostlist(in)
+		got, err := hostlist.Expand(in)
 		if err != nil || strings.Join(got, " ") != want {
 			t.Errorf("ExpandHostlist(%q) = %q, %v; want %q", in, got, err, want)
 		}
 	}
 	for _, bad := range []string{"tn[1-", "tn[3-1]", "tn[a]", "tn]1", "n[0-99999999]"} {
-		if got, err := ExpandHostlist(bad); err == nil {
+		if got, err := hostlist.Expand(bad); err == nil {
 			t.Errorf("ExpandHostlist(%q) = %q, want an error", bad, got)
 		}
 	}

@@ -15,6 +15,7 @@ import (
 	"strings"
 
 	"github.com/gpuslice/gpuslice/internal/api"
+	"github.com/gpuslice/gpuslice/internal/hostlist"
 )
 
 // EnvQuota is the variable through which the SPANK plugin passes the job's
@@ -88,7 +89,7 @@ func JobFromEnv(getenv func(string) string, defaultBytes uint64) (Job, error) {
 	j.Compute = ComputeFromEnv(getenv)
 	j.SLUID = sluidFromEnv(getenv)
 	j.Node = strings.TrimSpace(getenv("SLURMD_NODENAME"))
-	j.Nodes, _ = ExpandHostlist(getenv("SLURM_JOB_NODELIST")) // only orders the Epilogs' records
+	j.Nodes, _ = hostlist.Expand(getenv("SLURM_JOB_NODELIST")) // only orders the Epilogs' records
 
 	j.QuotaBytes = defaultBytes
 	if q := strings.TrimSpace(getenv(EnvQuota)); q != "" {

@@ -1,4 +1,5 @@
-package prolog
+// Package hostlist expands Slurm hostlists (tn[1-3,5],gpu01).
+package hostlist
 
 import (
 	"fmt"
@@ -6,11 +7,11 @@ import (
 	"strings"
 )
 
-// ExpandHostlist expands a Slurm hostlist as slurmd gives it to the
+// Expand expands a Slurm hostlist as slurmd gives it to the
 // Prolog and Epilog (SLURM_JOB_NODELIST): "tn[1-3,5],gpu01" is tn1, tn2,
 // tn3, tn5, gpu01; zero-padded ranges keep their width ("n[08-10]"), and
 // a name may have several bracketed parts ("r[1-2]n[1-2]").
-func ExpandHostlist(s string) ([]string, error) {
+func Expand(s string) ([]string, error) {
 	var out []string
 	for _, item := range splitTop(strings.TrimSpace(s)) {
 		if item == "" {
