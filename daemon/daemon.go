@@ -150,11 +150,20 @@ func Run(ctx context.Context, cfg config.Config, logw io.Writer) error {
 	}
 	met.Attach(mgr, cfg.MetricsDebug)
 
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var wg sync.WaitGroup
+	rec, err := startRecorder(ctx, cfg, log, st, met, &wg)
+	if err != nil {
+		return err
+	}
+	defer func() { cancel(); wg.Wait() }() // the sender stops before the database closes
+
 	kick := audit.NewKicker() // a job refused memory its quota allowed: audit at once
 	ipcSrv := ipcserver.New(mgr, ipcserver.Options{Token: cfg.IPCToken, TokenRequired: cfg.IPCTokenRequired,
 		ConnsPerUID: cfg.IPCConnsPerUID, Log: log, Observe: met.ObserveIPC, Short: kick.Kick,
 		Compute: share.attachInfo})
-	adminSrv := &http.Server{Handler: admin.Handler(mgr, met.Registry, log), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: time.Minute,
+	adminSrv := &http.Server{Handler: admin.Handler(mgr, rec, met.Registry, log), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: time.Minute,
 		ConnContext: admin.ConnContext, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
 	var pubSrv *http.Server
 	var pubLn net.Listener
@@ -167,10 +176,7 @@ func Run(ctx context.Context, cfg config.Config, logw io.Writer) error {
 			ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
 	}
 
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
 	errc := make(chan error, 3)
-	var wg sync.WaitGroup
 	serve := func(name string, f func() error) {
 		wg.Add(1)
 		go func() {

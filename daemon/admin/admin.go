@@ -21,8 +21,10 @@ import (
 const maxBody = 1 << 20
 
 // Handler returns the admin API handler (served on the root-only socket).
-func Handler(m *session.Manager, reg *prometheus.Registry, log *slog.Logger) http.Handler {
-	h := &handler{m: m, log: log}
+// rec queues the records of ended jobs for Slurm's accounting (nil:
+// none are kept).
+func Handler(m *session.Manager, rec Recorder, reg *prometheus.Registry, log *slog.Logger) http.Handler {
+	h := &handler{m: m, rec: rec, log: log}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", healthz)
 	mux.Handle("GET /metrics", metricsHandler(reg))
@@ -32,6 +34,7 @@ func Handler(m *session.Manager, reg *prometheus.Registry, log *slog.Logger) htt
 	mux.HandleFunc("GET /v1/sessions/{id}", h.get)
 	mux.HandleFunc("PATCH /v1/sessions/{id}", h.patch)
 	mux.HandleFunc("DELETE /v1/sessions/{id}", h.delete)
+	mux.HandleFunc("POST /v1/jobs/{id}/end", h.jobEnd)
 	mux.HandleFunc("GET /v1/history/{id}", h.history)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, fmt.Errorf("%w: no route %s %s", api.ErrNotFound, r.Method, r.URL.Path))
@@ -57,6 +60,7 @@ func healthz(w http.ResponseWriter, _ *http.Request) {
 
 type handler struct {
 	m   *session.Manager
+	rec Recorder
 	log *slog.Logger
 }
 

@@ -62,6 +62,14 @@ type Config struct {
 	ComputeUserShare bool   `mapstructure:"compute_user_share" yaml:"compute_user_share"`
 	ComputeMax       string `mapstructure:"compute_max" yaml:"compute_max"`
 	ComputeCap       string `mapstructure:"compute_cap" yaml:"compute_cap"`
+	// Recording each ended job's figures in Slurm's accounting
+	// (daemon/acctrecord; docs/daemon.md "Figures in Slurm's accounting"):
+	// auto, on or off; Slurm's programs and slurm.conf; the queue's bound.
+	Accounting         string `mapstructure:"accounting" yaml:"accounting"`
+	Sacct              string `mapstructure:"sacct" yaml:"sacct"`
+	Sacctmgr           string `mapstructure:"sacctmgr" yaml:"sacctmgr"`
+	SlurmConf          string `mapstructure:"slurm_conf" yaml:"slurm_conf"`
+	AccountingQueueMax int    `mapstructure:"accounting_queue_max" yaml:"accounting_queue_max"`
 
 	// File is the configuration file that was read ("" if none).
 	File string `mapstructure:"-" yaml:"-"`
@@ -96,6 +104,11 @@ func Defaults() Config {
 		ComputeDefault:   "proportional",
 		ComputeUserShare: true,
 		ComputeMax:       "proportional",
+
+		Accounting:         "auto",
+		Sacct:              "/usr/bin/sacct",
+		Sacctmgr:           "/usr/bin/sacctmgr",
+		AccountingQueueMax: 10000,
 	}
 }
 
@@ -136,6 +149,11 @@ var keys = []key{
 	{"compute_user_share", "compute-user-share", nil, "Slurm jobs may ask a weight of their own (--gpu-compute), up to compute_max"},
 	{"compute_max", "compute-max", nil, "the most GPU time weight a Slurm job may ask: proportional or a percent (100: any)"},
 	{"compute_cap", "compute-cap", nil, "ceiling of every Slurm job's GPU time, proportional or a percent (empty: none); a job may ask a lower one"},
+	{"accounting", "accounting", nil, "record each ended job's GPU memory figures in Slurm's accounting (its AdminComment): auto (when sacctmgr is here and slurm.conf has AccountingStorageType=accounting_storage/slurmdbd), on or off"},
+	{"sacct", "sacct", nil, "Slurm's sacct, which reads a job's AdminComment"},
+	{"sacctmgr", "sacctmgr", nil, "Slurm's sacctmgr, which writes a job's AdminComment"},
+	{"slurm_conf", "slurm-conf", nil, "slurm.conf for sacct and sacctmgr (SLURM_CONF; empty: theirs, /etc/slurm/slurm.conf)"},
+	{"accounting_queue_max", "accounting-queue-max", nil, "records of ended jobs kept while Slurm's accounting is unreachable; past it new ones are dropped (as slurmctld's MaxDBDMsgs)"},
 }
 
 // Load builds the configuration from args (without the program name) and
@@ -173,6 +191,11 @@ func Load(args []string, stderr io.Writer) (Config, error) {
 	fs.Bool("compute-user-share", def.ComputeUserShare, keys[24].help)
 	fs.String("compute-max", def.ComputeMax, keys[25].help)
 	fs.String("compute-cap", "", keys[26].help)
+	fs.String("accounting", def.Accounting, keys[27].help)
+	fs.String("sacct", def.Sacct, keys[28].help)
+	fs.String("sacctmgr", def.Sacctmgr, keys[29].help)
+	fs.String("slurm-conf", "", keys[30].help)
+	fs.Int("accounting-queue-max", def.AccountingQueueMax, keys[31].help)
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "Usage: gpusliced [flags]\n\ngpusliced keeps per-job GPU-memory quotas (see docs/daemon.md).\n"+
 			"Precedence: defaults < config file < GPUSLICE_* environment < flags.\n\nFlags:\n%s", fs.FlagUsages())
@@ -214,6 +237,11 @@ func Load(args []string, stderr io.Writer) (Config, error) {
 	v.SetDefault("compute_user_share", def.ComputeUserShare)
 	v.SetDefault("compute_max", def.ComputeMax)
 	v.SetDefault("compute_cap", "")
+	v.SetDefault("accounting", def.Accounting)
+	v.SetDefault("sacct", def.Sacct)
+	v.SetDefault("sacctmgr", def.Sacctmgr)
+	v.SetDefault("slurm_conf", "")
+	v.SetDefault("accounting_queue_max", def.AccountingQueueMax)
 
 	file := *configFile
 	if file == "" {
@@ -320,7 +348,7 @@ func checkFile(file string, data []byte) error {
 }
 
 // intKeys are the keys whose value must be written as an integer.
-var intKeys = map[string]bool{"ledger_slots": true, "ipc_conns_per_uid": true}
+var intKeys = map[string]bool{"ledger_slots": true, "ipc_conns_per_uid": true, "accounting_queue_max": true}
 
 // Lower bounds below which a period only burns CPU.
 const (
@@ -372,6 +400,22 @@ func (c Config) fieldErrors() map[string]error {
 	}
 	if _, err := api.ParseShareLimit(c.ComputeCap, true); err != nil {
 		bad["compute_cap"] = fmt.Errorf("compute_cap %w", err)
+	}
+	switch c.Accounting {
+	case "auto", "on", "off":
+	default:
+		bad["accounting"] = fmt.Errorf("accounting must be auto, on or off (got %q)", c.Accounting)
+	}
+	for k, p := range map[string]string{"sacct": c.Sacct, "sacctmgr": c.Sacctmgr} {
+		if c.Accounting != "off" && !filepath.IsAbs(p) {
+			bad[k] = fmt.Errorf("%s must be an absolute path (got %q): gpusliced runs without a PATH of Slurm's", k, p)
+		}
+	}
+	if c.SlurmConf != "" && !filepath.IsAbs(c.SlurmConf) {
+		bad["slurm_conf"] = fmt.Errorf("slurm_conf must be an absolute path or empty (got %q)", c.SlurmConf)
+	}
+	if c.AccountingQueueMax < 1 || c.AccountingQueueMax > 10000000 {
+		bad["accounting_queue_max"] = fmt.Errorf("accounting_queue_max must be 1..10000000 (got %d)", c.AccountingQueueMax)
 	}
 	switch c.LogLevel {
 	case "debug", "info", "warn", "error":

@@ -1,5 +1,6 @@
-// Package store persists sessions and the reports of released sessions in
-// a bbolt database (state_dir/gpusliced.db). One writer: the daemon.
+// Package store persists sessions, the reports of released sessions and
+// the queue of records for Slurm's accounting (accounting.go) in a bbolt
+// database (state_dir/gpusliced.db). One writer: the daemon.
 package store
 
 import (
@@ -109,8 +110,10 @@ func Open(path string) (st *Store, err error) {
 		if _, err := tx.CreateBucketIfNotExists(bucketSessions); err != nil {
 			return err
 		}
-		_, err = tx.CreateBucketIfNotExists(bucketHistory)
-		return err
+		if _, err = tx.CreateBucketIfNotExists(bucketHistory); err != nil {
+			return err
+		}
+		return openAcct(tx)
 	})
 	if err != nil {
 		db.Close()
@@ -120,7 +123,7 @@ func Open(path string) (st *Store, err error) {
 }
 
 // check verifies an existing database: bbolt's page consistency check, the
-// schema mark, and that every session record decodes.
+// schema mark, and that every session and accounting record decodes.
 func check(db *bolt.DB) error {
 	return db.View(func(tx *bolt.Tx) error {
 		for err := range tx.Check() {
@@ -133,13 +136,17 @@ func check(db *bolt.DB) error {
 		if tx.Bucket(bucketSessions) == nil || tx.Bucket(bucketHistory) == nil {
 			return errors.New("a bucket is missing")
 		}
-		return tx.Bucket(bucketSessions).ForEach(func(k, v []byte) error {
+		err := tx.Bucket(bucketSessions).ForEach(func(k, v []byte) error {
 			var r Record
 			if err := json.Unmarshal(v, &r); err != nil {
 				return fmt.Errorf("session %q: %w", k, err)
 			}
 			return nil
 		})
+		if err != nil {
+			return err
+		}
+		return checkAcct(tx)
 	})
 }
 

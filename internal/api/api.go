@@ -233,3 +233,35 @@ func ValidSessionID(id string) bool {
 	}
 	return true
 }
+
+// JobEndRequest is the Epilog's one call when a job ends on a node (POST
+// /v1/jobs/{id}/end): release the job's session and queue this node's
+// record for Slurm's accounting.
+type JobEndRequest struct {
+	// Node is this node's name (SLURMD_NODENAME); NodeList the job's
+	// nodes as Slurm gives them (SLURM_JOB_NODELIST, a compressed
+	// hostlist): this node's place in it orders and merges the nodes'
+	// records.
+	Node     string `json:"node"`
+	NodeList string `json:"node_list,omitempty"`
+	// QuotaBytes is the job's quota per GPU.
+	QuotaBytes uint64 `json:"quota_bytes,omitempty"`
+	// Refused: gpusliced refused the job's quota on this node (the
+	// Prolog left its refusal line).
+	Refused bool   `json:"refused,omitempty"`
+	SLUID   string `json:"sluid,omitempty"`
+}
+
+// JobEnd answers a JobEndRequest.
+type JobEnd struct {
+	// Report is the released session's (nil: none was released: no
+	// session here, or one still in use, Released says).
+	Report   *Report `json:"report,omitempty"`
+	Released string  `json:"released,omitempty"` // why no session was released
+	// Accounting is "queued" when the record waits for Slurm's
+	// accounting, else why nothing was queued.
+	Accounting string `json:"accounting"`
+}
+
+// AccountingQueued is JobEnd.Accounting when the record was queued.
+const AccountingQueued = "queued"

@@ -212,3 +212,13 @@ func (c *Client) Health(ctx context.Context) (*Health, error) {
 	}
 	return &h, nil
 }
+
+// EndJob releases job id's session and queues this node's record for
+// Slurm's accounting (the Epilog's one call).
+func (c *Client) EndJob(ctx context.Context, id string, req api.JobEndRequest) (*api.JobEnd, error) {
+	var e api.JobEnd
+	if err := c.do(ctx, http.MethodPost, "/v1/jobs/"+url.PathEscape(id)+"/end", req, &e); err != nil {
+		return nil, err
+	}
+	return &e, nil
+}

@@ -1,0 +1,408 @@
+// Package acctrecord records each ended job's GPU-memory figures in
+// Slurm's accounting (the job's AdminComment, internal/admincomment) out
+// of the job's path: the Epilog hands gpusliced this node's record (the
+// admin API's POST /v1/jobs/{id}/end) and returns; the record waits in the
+// daemon's database (daemon/store) until one sender goroutine has written
+// it with sacct and sacctmgr, through slurmdbd outages, gpusliced restarts
+// and node reboots.
+//
+// How the sender treats slurmdbd:
+//   - a record's first write waits for its node's turn: its index in the
+//     job's node list times a step (Spread, at most SpreadMax over the
+//     whole list), plus a jitter of up to one step, so a big job's nodes
+//     do not all ask slurmdbd at once;
+//   - one write per node per job when slurmdbd is healthy: read the
+//     comment, merge this node's figures in, write, read back; a comment
+//     that already holds them is not written again (a kill -9 between the
+//     write and the dequeue); only a concurrent write of another node that
+//     replaced ours makes a second one;
+//   - when a command fails (slurmdbd down, no answer), every record waits:
+//     exponential backoff from MinBackoff, doubled per failure up to
+//     MaxBackoff, with jitter (a wait drawn in [d/2, d]), so records go
+//     within MaxBackoff of slurmdbd's return and a cluster's nodes come
+//     back spread out;
+//   - a job slurmdbd does not know yet is retried on its own, with the
+//     same backoff.
+//
+// The queue is bounded as slurmctld's own (MaxDBDMsgs): past QueueMax
+// records a new one is not kept, counted, and said in one log line a
+// minute.
+package acctrecord
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand"
+	"sync"
+	"time"
+
+	"github.com/gpuslice/gpuslice/daemon/store"
+	"github.com/gpuslice/gpuslice/internal/admincomment"
+	"github.com/gpuslice/gpuslice/internal/hostlist"
+)
+
+// Defaults of Options.
+const (
+	DefaultQueueMax   = 10000
+	DefaultTimeout    = 30 * time.Second
+	DefaultSpread     = 250 * time.Millisecond
+	DefaultSpreadMax  = time.Minute
+	DefaultMinBackoff = time.Second
+	DefaultMaxBackoff = 30 * time.Second
+)
+
+// Reasons a record is dropped (the metric's label).
+const (
+	DropQueueFull    = "queue_full"
+	DropNoAccounting = "no_accounting"
+	DropComment      = "comment" // the job's AdminComment is a site's own, or unreadable
+)
+
+// Options configure a Recorder. Zero values take the defaults.
+type Options struct {
+	Slurm Slurm
+	// Off, when not empty, says why records are not kept: each is
+	// dropped at once (a cluster without slurmdbd). See Off.
+	Off      string
+	QueueMax int
+	// Spread is the step per index in the job's node list before a
+	// record's first write; SpreadMax bounds the whole list's.
+	Spread, SpreadMax time.Duration
+	// MinBackoff and MaxBackoff bound the wait after a failure.
+	MinBackoff, MaxBackoff time.Duration
+	Log                    *slog.Logger
+	Events                 Events
+	// Seed seeds the jitter (0: the time).
+	Seed int64
+}
+
+// Events report what the recorder does (metrics); nil ones are skipped.
+type Events struct {
+	Sent    func()              // a record is in Slurm's accounting
+	Dropped func(reason string) // a record was not kept or given up
+	Failed  func()              // a send failed (slurmdbd unreachable, a command failed)
+	Write   func()              // sacctmgr was run
+}
+
+// Outcome tells the Epilog what became of its record.
+type Outcome struct {
+	Queued bool
+	// Why nothing was queued ("" when Queued).
+	Why string
+}
+
+type item struct {
+	rec   store.AcctRecord
+	node  admincomment.Node
+	nodes []string
+	due   time.Time
+	tries int
+}
+
+// Recorder keeps the queue and runs its sender.
+type Recorder struct {
+	st  *store.Store
+	opt Options
+	log *slog.Logger
+
+	mu       sync.Mutex
+	items    []*item // in queue order
+	rng      *rand.Rand
+	wake     chan struct{}
+	down     time.Duration // current backoff after a failure; 0: healthy
+	downTill time.Time
+	lastOK   time.Time
+	full     struct {
+		said    time.Time
+		dropped int
+	}
+}
+
+// New opens the queue kept in st. Records queued before (a restart, a
+// reboot) are sent again, each after its node's turn.
+func New(st *store.Store, opt Options) (*Recorder, error) {
+	if opt.QueueMax <= 0 {
+		opt.QueueMax = DefaultQueueMax
+	}
+	if opt.Slurm.Timeout <= 0 {
+		opt.Slurm.Timeout = DefaultTimeout
+	}
+	if opt.Spread <= 0 {
+		opt.Spread = DefaultSpread
+	}
+	if opt.SpreadMax <= 0 {
+		opt.SpreadMax = DefaultSpreadMax
+	}
+	if opt.MinBackoff <= 0 {
+		opt.MinBackoff = DefaultMinBackoff
+	}
+	if opt.MaxBackoff < opt.MinBackoff {
+		opt.MaxBackoff = max(DefaultMaxBackoff, opt.MinBackoff)
+	}
+	if opt.Log == nil {
+		opt.Log = slog.New(slog.DiscardHandler)
+	}
+	seed := opt.Seed
+	if seed == 0 {
+		seed = time.Now().UnixNano()
+	}
+	r := &Recorder{st: st, opt: opt, log: opt.Log, rng: rand.New(rand.NewSource(seed)), wake: make(chan struct{}, 1)}
+	recs, err := st.AcctRecords()
+	if err != nil {
+		return nil, fmt.Errorf("accounting queue: %w", err)
+	}
+	now := time.Now()
+	for _, rec := range recs {
+		r.items = append(r.items, r.newItem(rec, now))
+	}
+	if len(recs) > 0 {
+		r.log.Info("accounting: records of ended jobs still to send to Slurm's accounting", "records", len(recs), "off", opt.Off)
+	}
+	return r, nil
+}
+
+// newItem places rec's node in its job's node list and sets its first
+// turn. Called with mu held or before the sender runs.
+func (r *Recorder) newItem(rec store.AcctRecord, now time.Time) *item {
+	nodes, err := hostlist.Expand(rec.NodeList)
+	if err != nil || len(nodes) == 0 {
+		nodes = []string{rec.Node}
+	}
+	idx := -1
+	for i, n := range nodes {
+		if admincomment.Name(n) == admincomment.Name(rec.Node) {
+			idx = i
+			break
+		}
+	}
+	if idx < 0 {
+		r.log.Warn("accounting: this node is not in the job's node list; its denied allocations are not counted",
+			"job", rec.JobID, "node", rec.Node, "nodelist", rec.NodeList)
+	}
+	n := admincomment.Node{Name: rec.Node, Index: idx, Nodes: len(nodes), QuotaMiB: admincomment.MiB(rec.QuotaBytes), Refused: rec.Refused}
+	for _, g := range rec.GPUs {
+		n.GPUs = append(n.GPUs, admincomment.GPU{UUID: g.UUID, QuotaMiB: admincomment.MiB(g.LimitBytes),
+			PeakMiB: admincomment.MiB(g.PeakBytes), Denied: g.Denied})
+	}
+	step := min(r.opt.Spread, r.opt.SpreadMax/time.Duration(len(nodes)))
+	turn := step*time.Duration(max(idx, 0)) + r.jitter(step)
+	return &item{rec: rec, node: n, nodes: nodes, due: now.Add(turn)}
+}
+
+// jitter is a random duration in [0, d). Called with mu held or before
+// the sender runs.
+func (r *Recorder) jitter(d time.Duration) time.Duration {
+	if d <= 0 {
+		return 0
+	}
+	return time.Duration(r.rng.Int63n(int64(d)))
+}
+
+// Add queues one node's record of an ended job, durably once it returns.
+func (r *Recorder) Add(rec store.AcctRecord) (Outcome, error) {
+	if r.opt.Off != "" {
+		r.dropped(DropNoAccounting)
+		r.log.Debug("accounting: figures not recorded", "job", rec.JobID, "why", r.opt.Off)
+		return Outcome{Why: r.opt.Off}, nil
+	}
+	if err := rec.Validate(); err != nil {
+		return Outcome{}, err
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.items) >= r.opt.QueueMax {
+		r.dropped(DropQueueFull)
+		r.full.dropped++
+		if time.Since(r.full.said) >= time.Minute {
+			r.log.Error("accounting: queue full, the figures of ended jobs are not kept (slurmdbd unreachable for long?)",
+				"queue_max", r.opt.QueueMax, "job", rec.JobID, "dropped_since_last_said", r.full.dropped)
+			r.full.said, r.full.dropped = time.Now(), 0
+		}
+		return Outcome{Why: fmt.Sprintf("the accounting queue is full (%d records; accounting_queue_max)", r.opt.QueueMax)}, nil
+	}
+	rec, err := r.st.AddAcct(rec)
+	if err != nil {
+		return Outcome{}, err
+	}
+	r.items = append(r.items, r.newItem(rec, time.Now()))
+	select {
+	case r.wake <- struct{}{}:
+	default:
+	}
+	return Outcome{Queued: true}, nil
+}
+
+func (r *Recorder) dropped(reason string) {
+	if f := r.opt.Events.Dropped; f != nil {
+		f(reason)
+	}
+}
+
+// Stats are the queue's figures (metrics).
+type Stats struct {
+	Queued int
+	// Oldest is when the oldest queued record's job ended (zero: none).
+	Oldest time.Time
+	// LastSuccess is the last time a record reached Slurm's accounting
+	// (zero: none since start).
+	LastSuccess time.Time
+}
+
+// Stats returns the queue's figures.
+func (r *Recorder) Stats() Stats {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	s := Stats{Queued: len(r.items), LastSuccess: r.lastOK}
+	for _, it := range r.items {
+		if s.Oldest.IsZero() || it.rec.Ended.Before(s.Oldest) {
+			s.Oldest = it.rec.Ended
+		}
+	}
+	return s
+}
+
+// next returns the queued record due first and when it is due (after
+// any backoff), nil when the queue is empty.
+func (r *Recorder) next() (*item, time.Time) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var first *item
+	for _, it := range r.items {
+		if first == nil || it.due.Before(first.due) {
+			first = it
+		}
+	}
+	if first == nil {
+		return nil, time.Time{}
+	}
+	due := first.due
+	if r.downTill.After(due) {
+		due = r.downTill
+	}
+	return first, due
+}
+
+// Run sends the queued records until ctx ends.
+func (r *Recorder) Run(ctx context.Context) {
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for {
+		it, due := r.next()
+		wait := time.Hour
+		if it != nil {
+			wait = time.Until(due)
+		}
+		if wait > 0 {
+			timer.Reset(wait)
+			select {
+			case <-ctx.Done():
+				return
+			case <-r.wake:
+				timer.Stop()
+				continue
+			case <-timer.C:
+				continue // look again: a record added meanwhile may be due first
+			}
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		r.send(ctx, it)
+	}
+}
+
+// send writes one record and decides what follows.
+func (r *Recorder) send(ctx context.Context, it *item) {
+	final, wrote, err := r.opt.Slurm.write(ctx, it.rec.JobID, it.node, it.nodes)
+	if wrote {
+		if f := r.opt.Events.Write; f != nil {
+			f()
+		}
+	}
+	if ctx.Err() != nil {
+		return // stopping: the record stays queued
+	}
+	job := it.rec.JobID
+	switch {
+	case err == nil:
+		r.done(it, "")
+		if f := r.opt.Events.Sent; f != nil {
+			f()
+		}
+		r.log.Info("accounting: recorded in Slurm's accounting (AdminComment)", "job", job, "node", it.rec.Node,
+			"comment", final, "written", wrote)
+	case errors.Is(err, errNoAccounting):
+		r.done(it, DropNoAccounting)
+		r.log.Info("accounting: Slurm has no accounting storage; figures not recorded", "job", job)
+	case errors.Is(err, admincomment.ErrForeign), errors.Is(err, admincomment.ErrMalformed):
+		r.done(it, DropComment)
+		r.log.Warn("accounting: the job's AdminComment is left alone; figures not recorded there", "job", job, "err", err)
+	case errors.Is(err, errLost):
+		r.mu.Lock()
+		it.due = time.Now().Add(r.opt.Spread + r.jitter(4*r.opt.Spread))
+		r.mu.Unlock()
+		r.log.Debug("accounting: writing again", "job", job, "err", err)
+	case errors.Is(err, errNotYet):
+		r.mu.Lock()
+		it.tries++
+		it.due = time.Now().Add(r.backoff(it.tries))
+		r.mu.Unlock()
+		r.log.Debug("accounting: slurmdbd does not know the job yet", "job", job, "tries", it.tries)
+	default:
+		if f := r.opt.Events.Failed; f != nil {
+			f()
+		}
+		r.mu.Lock()
+		r.down = min(max(2*r.down, r.opt.MinBackoff), r.opt.MaxBackoff)
+		wait := r.down/2 + r.jitter(r.down/2+1)
+		r.downTill = time.Now().Add(wait)
+		first := r.down == r.opt.MinBackoff
+		r.mu.Unlock()
+		lvl := slog.LevelDebug
+		if first {
+			lvl = slog.LevelWarn
+		}
+		r.log.Log(ctx, lvl, "accounting: cannot reach Slurm's accounting; the records wait", "job", job,
+			"queued", r.Stats().Queued, "retry_in", wait.Round(time.Millisecond), "err", err)
+	}
+}
+
+// backoff is the wait before try n+1 of one record: MinBackoff doubled
+// per try up to MaxBackoff, drawn in [d/2, d]. Called with mu held.
+func (r *Recorder) backoff(tries int) time.Duration {
+	d := r.opt.MinBackoff
+	for i := 1; i < tries && d < r.opt.MaxBackoff; i++ {
+		d *= 2
+	}
+	d = min(d, r.opt.MaxBackoff)
+	return d/2 + r.jitter(d/2+1)
+}
+
+// done removes a record from the queue: sent, or dropped for reason.
+func (r *Recorder) done(it *item, reason string) {
+	if err := r.st.DeleteAcct(it.rec.Seq); err != nil {
+		// It stays on disk and is sent again after a restart (the
+		// comment then holds it: nothing is written twice).
+		r.log.Error("accounting: cannot remove a sent record from the queue", "job", it.rec.JobID, "err", err)
+	}
+	r.mu.Lock()
+	for i, x := range r.items {
+		if x == it {
+			r.items = append(r.items[:i], r.items[i+1:]...)
+			break
+		}
+	}
+	if reason == "" {
+		r.lastOK = time.Now()
+		if r.down > 0 {
+			r.log.Info("accounting: Slurm's accounting answers again", "queued", len(r.items))
+		}
+		r.down, r.downTill = 0, time.Time{}
+	}
+	r.mu.Unlock()
+	if reason != "" {
+		r.dropped(reason)
+	}
+}

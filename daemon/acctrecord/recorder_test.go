@@ -1,0 +1,330 @@
+package acctrecord
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/gpuslice/gpuslice/daemon/store"
+	"github.com/gpuslice/gpuslice/internal/api"
+)
+
+// slurmdbd stands in for Slurm's accounting behind two small programs
+// with sacct's and sacctmgr's command lines: one job's AdminComment in a
+// file, slurmdbd "down" while a file exists, every sacctmgr run noted.
+// (tests/slurm runs the recorder against Slurm's own programs and a real
+// slurmdbd.)
+type slurmdbd struct {
+	dir string
+}
+
+func newSlurmdbd(t *testing.T, job, comment string) (*slurmdbd, Slurm) {
+	t.Helper()
+	d := &slurmdbd{dir: t.TempDir()}
+	if err := os.WriteFile(d.path("comment"), []byte(comment), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	sacct := `#!/bin/sh
+d=` + d.dir + `
+[ -e $d/down ] && { echo "sacct: error: Problem talking to the database: Connection refused" >&2; exit 1; }
+case " $* " in *" -j ` + job + ` "*) ;; *) exit 0;; esac
+[ -e $d/known ] || exit 0
+echo "` + job + `|` + job + `|$(cat $d/comment)"
+`
+	sacctmgr := `#!/bin/sh
+d=` + d.dir + `
+[ -e $d/down ] && { echo "sacctmgr: error: Problem talking to the database: Connection refused" >&2; exit 1; }
+[ -e $d/known ] || { echo " Nothing modified"; exit 0; }
+for a; do v=$a; done
+echo "$2 $3 $4 $5" >> $d/writes
+printf '%s' "${v#AdminComment=}" > $d/comment.$$ && mv $d/comment.$$ $d/comment
+echo " Modified jobs..."
+`
+	for name, s := range map[string]string{"sacct": sacct, "sacctmgr": sacctmgr} {
+		if err := os.WriteFile(d.path(name), []byte(s), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	d.set("known", true)
+	return d, Slurm{Sacct: d.path("sacct"), Sacctmgr: d.path("sacctmgr"), Timeout: 10 * time.Second}
+}
+
+func (d *slurmdbd) path(name string) string { return filepath.Join(d.dir, name) }
+
+func (d *slurmdbd) set(flag string, on bool) {
+	if on {
+		os.WriteFile(d.path(flag), nil, 0o644)
+	} else {
+		os.Remove(d.path(flag))
+	}
+}
+
+func (d *slurmdbd) comment() string {
+	b, _ := os.ReadFile(d.path("comment"))
+	return string(b)
+}
+
+func (d *slurmdbd) writes() int {
+	b, _ := os.ReadFile(d.path("writes"))
+	return strings.Count(string(b), "\n")
+}
+
+// counts are the recorder's events.
+type counts struct {
+	sent, failed, writes atomic.Int64
+	mu                   sync.Mutex
+	dropped              map[string]int
+}
+
+func (c *counts) events() Events {
+	return Events{Sent: func() { c.sent.Add(1) }, Failed: func() { c.failed.Add(1) }, Write: func() { c.writes.Add(1) },
+		Dropped: func(r string) {
+			c.mu.Lock()
+			defer c.mu.Unlock()
+			if c.dropped == nil {
+				c.dropped = map[string]int{}
+			}
+			c.dropped[r]++
+		}}
+}
+
+func (c *counts) drops(reason string) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.dropped[reason]
+}
+
+func openStore(t *testing.T, path string) *store.Store {
+	t.Helper()
+	st, err := store.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st
+}
+
+func record(job, node, nodelist string, peak uint64) store.AcctRecord {
+	return store.AcctRecord{JobID: job, Node: node, NodeList: nodelist, QuotaBytes: 1 << 30, Ended: time.Now(),
+		GPUs: []api.ReportGPU{{UUID: "GPU-" + node, LimitBytes: 1 << 30, PeakBytes: peak << 20, Denied: 1}}}
+}
+
+func fast(s Slurm, c *counts) Options {
+	return Options{Slurm: s, Spread: 5 * time.Millisecond, MinBackoff: 10 * time.Millisecond, MaxBackoff: 40 * time.Millisecond,
+		Events: c.events(), Seed: 1}
+}
+
+func waitUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("never: %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func run(t *testing.T, r *Recorder) func() {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { r.Run(ctx); close(done) }()
+	stop := func() { cancel(); <-done }
+	t.Cleanup(stop)
+	return stop
+}
+
+// A job's nodes record their figures at once: each node writes once, the
+// summary holds every node once.
+func TestOneWritePerNode(t *testing.T) {
+	db, s := newSlurmdbd(t, "42", "")
+	var c counts
+	for i, n := range []string{"tn1", "tn2", "tn3"} {
+		st := openStore(t, filepath.Join(t.TempDir(), "db"))
+		t.Cleanup(func() { st.Close() })
+		o := fast(s, &c)
+		o.Spread = 50 * time.Millisecond // each node's turn: no two writes at once
+		r, err := New(st, o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if out, err := r.Add(record("42", n, "tn[1-3]", uint64(100*(i+1)))); err != nil || !out.Queued {
+			t.Fatalf("Add: %+v, %v", out, err)
+		}
+		run(t, r)
+	}
+	waitUntil(t, "3 records sent", func() bool { return c.sent.Load() == 3 })
+	want := "gpuslice:v2;quota_mib=1024;nodes=3;reported=0-2;peak_mib=300;peak_on=tn3/gpu-tn3;denied=3"
+	if got := db.comment(); got != want {
+		t.Fatalf("comment %q, want %q", got, want)
+	}
+	if db.writes() != 3 || c.writes.Load() != 3 {
+		t.Fatalf("%d sacctmgr runs (%d counted) for 3 nodes", db.writes(), c.writes.Load())
+	}
+}
+
+// gpusliced killed between its write and the dequeue sends the record
+// again after its restart: the comment holds it, nothing is written.
+func TestAlreadyRecordedNotWritten(t *testing.T) {
+	db, s := newSlurmdbd(t, "42", "gpuslice:v2;quota_mib=1024;nodes=2;reported=0;peak_mib=100;peak_on=tn1/gpu-tn1;denied=1")
+	var c counts
+	st := openStore(t, filepath.Join(t.TempDir(), "db"))
+	defer st.Close()
+	r, _ := New(st, fast(s, &c))
+	r.Add(record("42", "tn1", "tn[1-2]", 100))
+	run(t, r)
+	waitUntil(t, "sent", func() bool { return c.sent.Load() == 1 })
+	if db.writes() != 0 {
+		t.Fatalf("%d writes of a record already in the comment", db.writes())
+	}
+	if recs, _ := st.AcctRecords(); len(recs) != 0 {
+		t.Fatalf("still queued: %+v", recs)
+	}
+}
+
+// slurmdbd down: records wait on disk across a restart of gpusliced,
+// with backoff; once it is back they all go, and the queue empties.
+func TestOutageAndRestart(t *testing.T) {
+	db, s := newSlurmdbd(t, "42", "")
+	db.set("down", true)
+	path := filepath.Join(t.TempDir(), "db")
+	st := openStore(t, path)
+	var c counts
+	r, _ := New(st, fast(s, &c))
+	stop := run(t, r)
+	for i, n := range []string{"tn1", "tn2"} {
+		r.Add(record("42", n, "tn[1-2]", uint64(10*(i+1))))
+	}
+	waitUntil(t, "a few failed sends", func() bool { return c.failed.Load() >= 3 })
+	stop()
+	if q := r.Stats(); q.Queued != 2 || q.Oldest.IsZero() {
+		t.Fatalf("stats while down: %+v", q)
+	}
+	st.Close() // gpusliced stops (or the node reboots)
+
+	st = openStore(t, path)
+	defer st.Close()
+	r, err := New(st, fast(s, &c))
+	if err != nil || r.Stats().Queued != 2 {
+		t.Fatalf("reopened: %+v, %v", r.Stats(), err)
+	}
+	run(t, r)
+	time.Sleep(50 * time.Millisecond)
+	db.set("down", false)
+	waitUntil(t, "both sent", func() bool { return c.sent.Load() == 2 })
+	if got := db.comment(); got != "gpuslice:v2;quota_mib=1024;nodes=2;reported=0-1;peak_mib=20;peak_on=tn2/gpu-tn2;denied=2" {
+		t.Fatalf("comment %q", got)
+	}
+	if st := r.Stats(); st.Queued != 0 || st.LastSuccess.IsZero() {
+		t.Fatalf("stats after: %+v", st)
+	}
+}
+
+// A job slurmdbd does not know yet is tried again until it does.
+func TestJobNotYetKnown(t *testing.T) {
+	db, s := newSlurmdbd(t, "42", "")
+	db.set("known", false)
+	var c counts
+	st := openStore(t, filepath.Join(t.TempDir(), "db"))
+	defer st.Close()
+	r, _ := New(st, fast(s, &c))
+	r.Add(record("42", "tn1", "tn1", 10))
+	run(t, r)
+	time.Sleep(100 * time.Millisecond)
+	if c.sent.Load() != 0 {
+		t.Fatal("sent before slurmdbd knew the job")
+	}
+	db.set("known", true)
+	waitUntil(t, "sent", func() bool { return c.sent.Load() == 1 })
+	if !strings.HasPrefix(db.comment(), "gpuslice:v2;") {
+		t.Fatalf("comment %q", db.comment())
+	}
+}
+
+// The queue is bounded: past queue_max a record is not kept, counted.
+func TestQueueBounded(t *testing.T) {
+	_, s := newSlurmdbd(t, "42", "")
+	var c counts
+	st := openStore(t, filepath.Join(t.TempDir(), "db"))
+	defer st.Close()
+	o := fast(s, &c)
+	o.QueueMax = 2
+	r, _ := New(st, o) // not running: nothing leaves the queue
+	for i := 0; i < 3; i++ {
+		out, err := r.Add(record(fmt.Sprint(40+i), "tn1", "tn1", 10))
+		if err != nil || out.Queued != (i < 2) {
+			t.Fatalf("record %d: %+v, %v", i, out, err)
+		}
+		if i == 2 && !strings.Contains(out.Why, "full") {
+			t.Fatalf("why: %q", out.Why)
+		}
+	}
+	if recs, _ := st.AcctRecords(); len(recs) != 2 || c.drops(DropQueueFull) != 1 {
+		t.Fatalf("%d queued, %d dropped", len(recs), c.drops(DropQueueFull))
+	}
+}
+
+// A site's own AdminComment is left alone; the record is dropped, said.
+func TestSiteComment(t *testing.T) {
+	db, s := newSlurmdbd(t, "42", "JS1:AbC")
+	var c counts
+	st := openStore(t, filepath.Join(t.TempDir(), "db"))
+	defer st.Close()
+	r, _ := New(st, fast(s, &c))
+	r.Add(record("42", "tn1", "tn1", 10))
+	run(t, r)
+	waitUntil(t, "dropped", func() bool { return c.drops(DropComment) == 1 })
+	if db.comment() != "JS1:AbC" || db.writes() != 0 {
+		t.Fatalf("comment %q, %d writes", db.comment(), db.writes())
+	}
+}
+
+// Without accounting nothing is queued.
+func TestOff(t *testing.T) {
+	var c counts
+	st := openStore(t, filepath.Join(t.TempDir(), "db"))
+	defer st.Close()
+	o := fast(Slurm{}, &c)
+	o.Off = "no slurmdbd"
+	r, _ := New(st, o)
+	out, err := r.Add(record("42", "tn1", "tn1", 10))
+	if err != nil || out.Queued || out.Why != "no slurmdbd" || c.drops(DropNoAccounting) != 1 {
+		t.Fatalf("%+v, %v", out, err)
+	}
+	if recs, _ := st.AcctRecords(); len(recs) != 0 {
+		t.Fatalf("queued: %+v", recs)
+	}
+}
+
+func TestOffFromSlurmConf(t *testing.T) {
+	dir := t.TempDir()
+	exe := filepath.Join(dir, "sacctmgr")
+	os.WriteFile(exe, []byte("#!/bin/sh\n"), 0o755)
+	conf := func(body string) string {
+		p := filepath.Join(t.TempDir(), "slurm.conf")
+		os.WriteFile(p, []byte(body), 0o644)
+		return p
+	}
+	for _, tc := range []struct {
+		name, mode, sacctmgr, conf string
+		off                        bool
+	}{
+		{"slurmdbd", "auto", exe, conf("ClusterName=x\naccountingstoragetype=accounting_storage/slurmdbd # the dbd\n"), false},
+		{"none", "auto", exe, conf("AccountingStorageType=accounting_storage/none\n"), true},
+		{"unset", "auto", exe, conf("ClusterName=x\n#AccountingStorageType=accounting_storage/slurmdbd\n"), true},
+		{"no sacctmgr", "auto", filepath.Join(dir, "nothere"), conf("AccountingStorageType=accounting_storage/slurmdbd\n"), true},
+		{"configless", "auto", exe, filepath.Join(dir, "nothere.conf"), false},
+		{"off", "off", exe, conf("AccountingStorageType=accounting_storage/slurmdbd\n"), true},
+		{"on", "on", "/nothere", "/nothere", false},
+	} {
+		why := Off(tc.mode, tc.sacctmgr, tc.conf)
+		if (why != "") != tc.off {
+			t.Errorf("%s: Off = %q", tc.name, why)
+		}
+	}
+}

@@ -1,0 +1,147 @@
+package acctrecord
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"strings"
+	"time"
+
+	"github.com/gpuslice/gpuslice/internal/admincomment"
+)
+
+// Slurm's accounting, as gpusliced writes to it: sacct reads a job's
+// AdminComment, `sacctmgr modify job where jobid=N set AdminComment=...`
+// writes it (Slurm refuses `scontrol update AdminComment=` once a job
+// has ended), both through slurmdbd. Only an administrator can set the
+// field; gpusliced runs as root.
+
+// Slurm runs sacct and sacctmgr.
+type Slurm struct {
+	Sacct, Sacctmgr string
+	// Conf is SLURM_CONF for the commands ("": what gpusliced has).
+	Conf string
+	// Timeout bounds each command.
+	Timeout time.Duration
+}
+
+func (s Slurm) run(ctx context.Context, name string, args ...string) ([]byte, error) {
+	ctx, cancel := context.WithTimeout(ctx, s.Timeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, name, args...)
+	cmd.Env = os.Environ()
+	if s.Conf != "" {
+		cmd.Env = append(cmd.Env, "SLURM_CONF="+s.Conf)
+	}
+	cmd.WaitDelay = time.Second
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	err := cmd.Run()
+	if ctx.Err() != nil && err != nil {
+		err = fmt.Errorf("%s: no answer within %v", name, s.Timeout)
+	}
+	return out.Bytes(), err
+}
+
+// Why a record was not written this time.
+var (
+	// errNotYet: slurmdbd has no record of the job yet.
+	errNotYet = errors.New("slurmdbd has no record of the job yet")
+	// errNoAccounting: Slurm has no accounting storage (no slurmdbd).
+	errNoAccounting = errors.New("Slurm has no accounting storage (AccountingStorageType is not accounting_storage/slurmdbd)")
+	// errLost: another node's write replaced this node's figures.
+	errLost = errors.New("another node's write replaced this node's figures")
+)
+
+// noAccounting reports whether sacct's or sacctmgr's output says the
+// cluster has no accounting storage: what Slurm 22.05-26.05 print then,
+// from slurm.conf alone, without a connection.
+func noAccounting(out []byte) bool {
+	return bytes.Contains(out, []byte("accounting storage is disabled")) ||
+		bytes.Contains(out, []byte("not running a supported accounting_storage plugin"))
+}
+
+// comment reads the job's AdminComment (its latest run's) and the name
+// that picks this job alone in sacctmgr: errNotYet when slurmdbd has no
+// record of it.
+//
+// A job id names more than one job to sacct and sacctmgr when it is an
+// array's (every task: the task whose raw id is the array's job id, the
+// last one Slurm starts, has the array's) or a heterogeneous job's (every
+// component): reading the last row took another task's comment, and
+// writing `where jobid=ID` replaced every task's. So the row whose
+// JobIDRaw is this job's is the one read, and its JobID (110_3, 120+1)
+// names it to sacctmgr.
+func (s Slurm) comment(ctx context.Context, id string) (comment, name string, err error) {
+	out, err := s.run(ctx, s.Sacct, "-X", "-n", "-P", "-j", id, "-o", "JobIDRaw,JobID,AdminComment")
+	if err != nil && noAccounting(out) {
+		return "", "", errNoAccounting
+	}
+	if err != nil {
+		return "", "", fmt.Errorf("sacct: %w: %s", err, strings.TrimSpace(string(out)))
+	}
+	found := false
+	for _, l := range strings.Split(strings.TrimRight(string(out), "\n"), "\n") {
+		f := strings.SplitN(l, "|", 3)
+		if len(f) == 3 && strings.TrimSpace(f[0]) == id {
+			// the latest run of this job id comes last
+			name, comment, found = strings.TrimSpace(f[1]), strings.TrimSpace(f[2]), true
+		}
+	}
+	if !found {
+		return "", "", errNotYet
+	}
+	if name == "" {
+		name = id
+	}
+	return comment, name, nil
+}
+
+// set writes the AdminComment of the job sacctmgr knows by name.
+func (s Slurm) set(ctx context.Context, name, comment string) error {
+	out, err := s.run(ctx, s.Sacctmgr, "-i", "modify", "job", "where", "jobid="+name, "set", "AdminComment="+comment)
+	text := strings.TrimSpace(string(out))
+	if err != nil && noAccounting(out) {
+		return errNoAccounting
+	}
+	if err != nil {
+		return fmt.Errorf("sacctmgr: %w: %s", err, text)
+	}
+	if strings.Contains(text, "Nothing modified") {
+		return errNotYet
+	}
+	return nil
+}
+
+// write merges one node's figures into the job's comment: read, merge,
+// write, read back. A comment that already holds them is not written
+// (a record sent before gpusliced was killed, not yet dequeued); one
+// another node's concurrent write replaced is errLost (the caller writes
+// again). wrote reports whether sacctmgr was run.
+func (s Slurm) write(ctx context.Context, id string, n admincomment.Node, nodes []string) (final string, wrote bool, err error) {
+	existing, name, err := s.comment(ctx, id)
+	if err != nil {
+		return "", false, err
+	}
+	if admincomment.Contains(existing, n) {
+		return existing, false, nil
+	}
+	merged, err := admincomment.Merge(existing, n, nodes)
+	if err != nil {
+		return "", false, err
+	}
+	if err := s.set(ctx, name, merged); err != nil {
+		return "", true, err
+	}
+	back, _, err := s.comment(ctx, id)
+	if err != nil {
+		return "", true, err
+	}
+	if !admincomment.Contains(back, n) {
+		return back, true, errLost
+	}
+	return back, true, nil
+}
