@@ -15,7 +15,7 @@ import (
 // st and runs its sender until ctx ends (daemon/acctrecord).
 func startRecorder(ctx context.Context, cfg config.Config, log *slog.Logger, st *store.Store, met *metrics.Metrics,
 	wg *sync.WaitGroup) (*acctrecord.Recorder, error) {
-	off := acctrecord.Off(cfg.Accounting, cfg.Sacctmgr, cfg.SlurmConf)
+	off := func() string { return acctrecord.Off(cfg.Accounting, cfg.Sacctmgr, cfg.SlurmConf) }
 	var rec *acctrecord.Recorder
 	opt := acctrecord.Options{
 		Slurm:    acctrecord.Slurm{Sacct: cfg.Sacct, Sacctmgr: cfg.Sacctmgr, Conf: cfg.SlurmConf},
@@ -28,8 +28,8 @@ func startRecorder(ctx context.Context, cfg config.Config, log *slog.Logger, st 
 	if err != nil {
 		return nil, err
 	}
-	if off != "" {
-		log.Info("accounting: the GPU memory figures of ended jobs are not recorded in Slurm's accounting", "why", off)
+	if why := off(); why != "" {
+		log.Info("accounting: the GPU memory figures of ended jobs are not recorded in Slurm's accounting", "why", why)
 	} else {
 		log.Info("accounting: the GPU memory figures of ended jobs go to Slurm's accounting", "sacctmgr", cfg.Sacctmgr,
 			"slurm_conf", cfg.SlurmConf, "queue_max", cfg.AccountingQueueMax)

@@ -15,7 +15,6 @@ import (
 	"strings"
 
 	"github.com/gpuslice/gpuslice/internal/api"
-	"github.com/gpuslice/gpuslice/internal/hostlist"
 )
 
 // EnvQuota is the variable through which the SPANK plugin passes the job's
@@ -40,11 +39,15 @@ type Job struct {
 	// SLUID is the job's SLUID (EnvSLUID, Slurm 26.05+) as Slurm prints
 	// it; empty when Slurm gives none or gives a malformed one.
 	SLUID string
-	// Node is the node this runs on (SLURMD_NODENAME); Nodes are all the
-	// job's nodes in Slurm's order (SLURM_JOB_NODELIST, expanded), nil
-	// when Slurm gives none or a list this cannot read.
-	Node  string
-	Nodes []string
+	// Node is the node this runs on (SLURMD_NODENAME); NodeList all the
+	// job's nodes as Slurm gives them (SLURM_JOB_NODELIST, a compressed
+	// hostlist), which gpusliced reads to place this node's figures in the
+	// job's.
+	Node     string
+	NodeList string
+	// Refused: gpusliced refused the job's quota on this node (the
+	// Prolog's refusal line; the Epilog sets it).
+	Refused bool
 }
 
 // EnvSLUID is where slurmd (26.05+) gives the Prolog and Epilog the SLUID
@@ -89,7 +92,7 @@ func JobFromEnv(getenv func(string) string, defaultBytes uint64) (Job, error) {
 	j.Compute = ComputeFromEnv(getenv)
 	j.SLUID = sluidFromEnv(getenv)
 	j.Node = strings.TrimSpace(getenv("SLURMD_NODENAME"))
-	j.Nodes, _ = hostlist.Expand(getenv("SLURM_JOB_NODELIST")) // only orders the Epilogs' records
+	j.NodeList = strings.TrimSpace(getenv("SLURM_JOB_NODELIST"))
 
 	j.QuotaBytes = defaultBytes
 	if q := strings.TrimSpace(getenv(EnvQuota)); q != "" {

@@ -34,7 +34,7 @@ func TestJobFromEnv(t *testing.T) {
 		{"CUDA_VISIBLE_DEVICES when no SLURM_JOB_GPUS", map[string]string{"SLURM_JOB_ID": "1", "SLURM_JOB_UID": "7", "CUDA_VISIBLE_DEVICES": "1"}, 0,
 			Job{ID: "1", UID: 7, GPUs: []string{"1"}}, false, false},
 		{"node and the job's nodes", map[string]string{"SLURM_JOB_ID": "1", "SLURM_JOB_UID": "7", "SLURMD_NODENAME": "tn2", "SLURM_JOB_NODELIST": "tn[1-2]"}, 0,
-			Job{ID: "1", UID: 7, Node: "tn2", Nodes: []string{"tn1", "tn2"}}, false, false},
+			Job{ID: "1", UID: 7, Node: "tn2", NodeList: "tn[1-2]"}, false, false},
 		{"no job id", map[string]string{"SLURM_JOB_UID": "7"}, 0, Job{}, true, true},
 		{"no uid", map[string]string{"SLURM_JOB_ID": "1"}, 0, Job{}, true, true},
 		{"bad uid", map[string]string{"SLURM_JOB_ID": "1", "SLURM_JOB_UID": "-1"}, 0, Job{}, true, false},

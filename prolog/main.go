@@ -54,9 +54,9 @@ func Main(mode Mode, args []string, getenv func(string) string, stderr io.Writer
 	scontrol := fs.String("scontrol", "/usr/bin/scontrol", "scontrol, asked whether a job whose quota is plugstack.conf's default= has whole GPUs (it then gets no session)")
 	def := fs.String("default", "", "quota of jobs submitted without --gpu-mem when SPANK_GPU_MEM is unset (empty: none)")
 	showVersion := fs.Bool("version", false, "print the version and exit")
-	var acct *Accounting // the Epilog records the job's figures in Slurm's accounting
+	var ignored []string // the Epilog's flags of earlier releases
 	if mode == ModeEpilog {
-		acct = AccountingFlags(fs)
+		ignored = ignoredEpilogFlags(fs)
 	}
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "Usage: %s [flags]\n\nRun by slurmd as the %s (see docs/slurm.md).\n\nFlags:\n%s",
@@ -68,6 +68,11 @@ func Main(mode Mode, args []string, getenv func(string) string, stderr io.Writer
 		}
 		fmt.Fprintf(logw, "%v (see --help)\n", err)
 		return 2
+	}
+	for _, f := range ignored {
+		if fs.Changed(f) {
+			fmt.Fprintf(logw, "--%s is ignored: gpusliced records the job's figures in Slurm's accounting (remove it from slurm.conf)\n", f)
+		}
 	}
 	if *showVersion {
 		fmt.Fprintln(stderr, version.String(prog))
@@ -150,8 +155,8 @@ func Main(mode Mode, args []string, getenv func(string) string, stderr io.Writer
 			host, _ := os.Hostname()
 			job.Node, _, _ = strings.Cut(host, ".")
 		}
-		refused := Refused(cfg.RefusalDir, job.ID)
-		acct.Record(ctx, cfg, job, Epilog(ctx, cfg, job), refused)
+		job.Refused = Refused(cfg.RefusalDir, job.ID)
+		Epilog(ctx, cfg, job) // one call to gpusliced, no Slurm command
 		if err := RemoveRefusal(cfg.RefusalDir, job.ID); err != nil {
 			fmt.Fprintf(logw, "job %s: %v\n", job.ID, err)
 		}

@@ -5,10 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
+	"strings"
 	"time"
 
+	"github.com/gpuslice/gpuslice/internal/api"
 	"github.com/gpuslice/gpuslice/internal/client"
 	"github.com/gpuslice/gpuslice/internal/size"
+	"github.com/spf13/pflag"
 )
 
 // Config is how the Prolog/Epilog reach gpusliced.
@@ -129,39 +133,68 @@ func replaceStale(ctx context.Context, cfg Config, c *client.Client, job Job, cr
 	return cfg.retry(ctx, job, "create session", create)
 }
 
-// Epilog releases the job's session; the daemon keeps its report (peak and
-// final usage) in its history, shown by `gpuslice report <jobid>`. No
-// session is not an error (the Prolog may never have run), and neither is a
-// daemon that stays unreachable or fails: a failing Epilog would drain the
-// node, and gpusliced's TTL reaper releases the session once it is back.
-// The returned report is nil in those cases.
+// Epilog ends the job on this node with one call to gpusliced (POST
+// /v1/jobs/{id}/end): it releases the job's session, whose report (peak
+// and final usage) the daemon keeps in its history (`gpuslice report
+// <jobid>`), and queues this node's figures, or its refusal of the quota
+// (job.Refused), for Slurm's accounting, which gpusliced writes out of
+// the job's path (daemon/acctrecord). The Epilog runs no Slurm command and
+// waits on nothing but gpusliced. No session is not an error (the Prolog
+// may never have run), and neither is a daemon that stays unreachable or
+// fails: a failing Epilog would drain the node, and gpusliced's TTL
+// reaper releases the session once it is back. The returned report is nil
+// in those cases.
 func Epilog(ctx context.Context, cfg Config, job Job) *client.Report {
 	if job.QuotaBytes == 0 {
 		return nil
 	}
 	c := client.New(cfg.AdminSocket)
 	defer c.Close()
-	var r *client.Report
-	err := cfg.retry(ctx, job, "delete session", func(ctx context.Context) error {
+	req := api.JobEndRequest{Node: job.Node, NodeList: job.NodeList, QuotaBytes: job.QuotaBytes, Refused: job.Refused, SLUID: job.SLUID}
+	if req.Node == "" { // run by hand: this machine's name, as slurmd's default
+		host, _ := os.Hostname()
+		req.Node, _, _ = strings.Cut(host, ".")
+	}
+	var end *api.JobEnd
+	err := cfg.retry(ctx, job, "end job", func(ctx context.Context) error {
 		var err error
-		r, err = c.DeleteSession(ctx, job.ID)
+		end, err = c.EndJob(ctx, job.ID, req)
 		return err
 	})
-	switch {
-	case err == nil:
-		for _, g := range r.GPUs {
-			cfg.logf(job, "released %s: limit %s, peak %s, final %s, reclaimed %s, denied %d",
-				g.UUID, size.Format(g.LimitBytes), size.Format(g.PeakBytes), size.Format(g.FinalUsedBytes),
-				size.Format(g.ReclaimedBytes), g.Denied)
-		}
-		return r
-	case errors.Is(err, client.ErrNotFound):
-		cfg.logf(job, "no session to release")
-		return nil
-	default:
+	if err != nil {
 		// Unreachable daemon, or an error of the daemon's: the session
 		// stays until gpusliced's TTL reaper releases it.
 		cfg.logf(job, "%v; leaving the session to gpusliced's TTL reaper", err)
 		return nil
 	}
+	if end.Report != nil {
+		for _, g := range end.Report.GPUs {
+			cfg.logf(job, "released %s: limit %s, peak %s, final %s, reclaimed %s, denied %d",
+				g.UUID, size.Format(g.LimitBytes), size.Format(g.PeakBytes), size.Format(g.FinalUsedBytes),
+				size.Format(g.ReclaimedBytes), g.Denied)
+		}
+	} else {
+		cfg.logf(job, "%s", end.Released)
+	}
+	if end.Accounting == api.AccountingQueued {
+		cfg.logf(job, "figures queued by gpusliced for Slurm's accounting (AdminComment)")
+	} else {
+		cfg.logf(job, "figures not recorded in Slurm's accounting: %s", end.Accounting)
+	}
+	return end.Report
+}
+
+// ignoredEpilogFlags are the flags with which earlier releases' Epilog
+// wrote to Slurm's accounting itself: accepted, so that a node upgraded
+// before its slurm.conf keeps working, and ignored (gpusliced's sacct,
+// sacctmgr and slurm_conf settings say how it reaches Slurm's accounting).
+func ignoredEpilogFlags(fs *pflag.FlagSet) []string {
+	fs.String("sacctmgr", "", "ignored (gpusliced records the job's figures in Slurm's accounting)")
+	fs.String("sacct", "", "ignored (gpusliced records the job's figures in Slurm's accounting)")
+	fs.Duration("accounting-wait", 0, "ignored (gpusliced records the job's figures in Slurm's accounting)")
+	names := []string{"sacctmgr", "sacct", "accounting-wait"}
+	for _, n := range names {
+		_ = fs.MarkHidden(n)
+	}
+	return names
 }

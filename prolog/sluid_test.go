@@ -21,7 +21,7 @@ func TestPrologSLUID(t *testing.T) {
 		var stderr bytes.Buffer
 		args := []string{"--admin-socket", d.AdminSock}
 		if mode == ModeEpilog {
-			args = append(args, "--sacctmgr", "") // no Slurm accounting here
+			args = append(args, "--sacctmgr", "") // an earlier release's flag: accepted, ignored
 		}
 		if code := Main(mode, args, envFunc(env), &stderr); code != 0 {
 			t.Fatalf("exit %d; stderr:\n%s", code, stderr.String())

@@ -16,8 +16,11 @@ const DefaultSlurmConf = "/etc/slurm/slurm.conf"
 // accounting setting (auto, on, off), sacctmgr and slurm.conf. auto: on
 // when sacctmgr is there and slurm.conf's AccountingStorageType is
 // accounting_storage/slurmdbd. A slurm.conf gpusliced cannot read (a
-// configless node) leaves it on: sacct then says itself whether there is
+// configless node, or one whose slurm.conf is written after gpusliced
+// starts) leaves it on: sacct then says itself whether there is
 // accounting storage, and records are dropped when it says none.
+// gpusliced asks at each ended job, so a change of slurm.conf needs no
+// restart.
 func Off(mode, sacctmgr, slurmConf string) string {
 	switch mode {
 	case "off":

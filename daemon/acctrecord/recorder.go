@@ -63,9 +63,10 @@ const (
 // Options configure a Recorder. Zero values take the defaults.
 type Options struct {
 	Slurm Slurm
-	// Off, when not empty, says why records are not kept: each is
-	// dropped at once (a cluster without slurmdbd). See Off.
-	Off      string
+	// Off, when set, says why records are not kept ("": they are),
+	// asked at each record: each is then dropped at once (a cluster
+	// without slurmdbd; see the function Off).
+	Off      func() string
 	QueueMax int
 	// Spread is the step per index in the job's node list before a
 	// record's first write; SpreadMax bounds the whole list's.
@@ -158,7 +159,7 @@ func New(st *store.Store, opt Options) (*Recorder, error) {
 		r.items = append(r.items, r.newItem(rec, now))
 	}
 	if len(recs) > 0 {
-		r.log.Info("accounting: records of ended jobs still to send to Slurm's accounting", "records", len(recs), "off", opt.Off)
+		r.log.Info("accounting: records of ended jobs still to send to Slurm's accounting", "records", len(recs))
 	}
 	return r, nil
 }
@@ -202,10 +203,12 @@ func (r *Recorder) jitter(d time.Duration) time.Duration {
 
 // Add queues one node's record of an ended job, durably once it returns.
 func (r *Recorder) Add(rec store.AcctRecord) (Outcome, error) {
-	if r.opt.Off != "" {
-		r.dropped(DropNoAccounting)
-		r.log.Debug("accounting: figures not recorded", "job", rec.JobID, "why", r.opt.Off)
-		return Outcome{Why: r.opt.Off}, nil
+	if r.opt.Off != nil {
+		if why := r.opt.Off(); why != "" {
+			r.dropped(DropNoAccounting)
+			r.log.Debug("accounting: figures not recorded", "job", rec.JobID, "why", why)
+			return Outcome{Why: why}, nil
+		}
 	}
 	if err := rec.Validate(); err != nil {
 		return Outcome{}, err

@@ -290,7 +290,7 @@ func TestOff(t *testing.T) {
 	st := openStore(t, filepath.Join(t.TempDir(), "db"))
 	defer st.Close()
 	o := fast(Slurm{}, &c)
-	o.Off = "no slurmdbd"
+	o.Off = func() string { return "no slurmdbd" }
 	r, _ := New(st, o)
 	out, err := r.Add(record("42", "tn1", "tn1", 10))
 	if err != nil || out.Queued || out.Why != "no slurmdbd" || c.drops(DropNoAccounting) != 1 {

@@ -59,7 +59,7 @@ func (h *handler) jobEnd(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if h.rec == nil {
-		out.Accounting = "not recorded: gpusliced records nothing in Slurm's accounting"
+		out.Accounting = "gpusliced records nothing in Slurm's accounting"
 		writeJSON(w, http.StatusOK, out)
 		return
 	}
@@ -67,11 +67,11 @@ func (h *handler) jobEnd(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case err != nil:
 		h.log.Error("accounting: cannot queue the record of an ended job", "job", id, "err", err)
-		out.Accounting = "not recorded: " + err.Error()
+		out.Accounting = "cannot queue the record: " + err.Error()
 	case o.Queued:
 		out.Accounting = api.AccountingQueued
 	default:
-		out.Accounting = "not recorded: " + o.Why
+		out.Accounting = o.Why
 	}
 	writeJSON(w, http.StatusOK, out)
 }

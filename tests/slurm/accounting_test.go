@@ -11,12 +11,12 @@ import (
 	"time"
 
 	"github.com/gpuslice/gpuslice/internal/client"
-	"github.com/gpuslice/gpuslice/prolog"
 )
 
 // Inside the job its user reads the job's quota and peak without root
-// (gpuslice status). The Epilog records the job's quota and peak GPU memory
-// in Slurm's accounting, and AllocTRES holds its ask (gres/shard, MiB):
+// (gpuslice status). The node's gpusliced records the job's quota and peak
+// GPU memory in Slurm's accounting once the job has ended (the Epilog
+// hands it the figures), and AllocTRES holds its ask (gres/shard, MiB):
 // `sacct -o JobID,AdminComment` shows them, from the real
 // slurmdbd and MariaDB, to root and to the job's user; the user cannot
 // write the field.
@@ -49,10 +49,10 @@ srun %[2]s --step 300M --count 4
 		t.Fatalf("gpuslice status inside job %s: %v\n%s", id, err, raw)
 	}
 
-	rep := c.history(t, id)
-	want := prolog.FormatComment(prolog.NodeEntries(c.jobNode(t, id).Name, rep))
-	if !strings.Contains(want, "=quota_mib:1024,peak_mib:900,denied:1") {
-		t.Fatalf("gpusliced's report of job %s: %s (%+v)", id, want, rep)
+	want := c.wantComment(t, id, 1024)
+	if !strings.HasPrefix(want, "gpuslice:v2;quota_mib=1024;nodes=1;reported=0;peak_mib=900;peak_on="+c.jobNode(t, id).Name+"/gpu-") ||
+		!strings.HasSuffix(want, ";denied=1") {
+		t.Fatalf("gpusliced's report of job %s: %s (%+v)", id, want, c.history(t, id))
 	}
 
 	var got string
@@ -100,11 +100,10 @@ func tail(s string, n int) string {
 	return strings.Join(lines, "\n")
 }
 
-// On a cluster without slurmdbd the Epilog, installed as the docs say (no
-// flag), learns from Slurm that there is no accounting and records
-// nothing at once, instead of asking sacct again and again for its whole
-// wait while the node stays COMPLETING. (Every release's cluster has
-// slurmdbd; make test-slurm runs this test once more with
+// On a cluster without slurmdbd, gpusliced learns from slurm.conf that
+// there is no accounting and keeps nothing for it; the Epilog, installed
+// as the docs say (no flag), says so and returns at once. (Every release's
+// cluster has slurmdbd; make test-slurm runs this test once more with
 // GPUSLICE_SLURM_ACCOUNTING=0, on a cluster without it.)
 func TestEpilogWithoutAccountingReturnsAtOnce(t *testing.T) {
 	c := needCluster(t)
@@ -122,8 +121,8 @@ func TestEpilogWithoutAccountingReturnsAtOnce(t *testing.T) {
 	c.assertReleased(t, id)
 	for _, n := range c.jobNodes(t, id) {
 		log := readFile(t, c.path("log", "epilog-"+id+"-"+n.Name+".log"))
-		if !strings.Contains(log, "job "+id+": no accounting storage") || strings.Contains(log, "could not record") {
-			t.Errorf("the Epilog of job %s on %s did not find out that there is no accounting:\n%s", id, n.Name, log)
+		if !strings.Contains(log, "job "+id+": figures not recorded in Slurm's accounting:") || !strings.Contains(log, "Slurm has no slurmdbd") {
+			t.Errorf("the Epilog of job %s on %s did not say that there is no accounting:\n%s", id, n.Name, log)
 		}
 		if m := regexp.MustCompile(`ran_ns=(\d+) rc=0`).FindStringSubmatch(log); m != nil {
 			ns, _ := strconv.ParseInt(m[1], 10, 64)

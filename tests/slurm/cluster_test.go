@@ -458,7 +458,12 @@ func (n *node) restartGpusliced() error {
 		"--context-probe", c.bin("ctxprobe"),
 		"--cuda-library", c.bin("libcuda"),
 		"--recovery-interval", "1s",
-		"--log-level", "debug")
+		"--log-level", "debug",
+		// gpusliced records the jobs' figures in Slurm's accounting with
+		// the cluster's slurm.conf (written after gpusliced first starts:
+		// it reads it at each job's end) and this run's sacct/sacctmgr.
+		"--slurm-conf", c.path("slurm.conf"))
+	cmd.Args = append(cmd.Args, slurm.acctArgs(c.build)...)
 	// A context costs nothing on this cluster, for the daemon's context
 	// probe as for the jobs (their environment sets the same).
 	cmd.Env = append(baseEnv(), "FAKECUDA_DEVICES="+n.Devices, "FAKECUDA_STATE="+c.state, "FAKECUDA_CTX_BYTES=0",

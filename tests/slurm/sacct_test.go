@@ -2,8 +2,9 @@ package slurm
 
 // What a --gpu-mem job asked and used, in Slurm's own accounting
 // (docs/monitoring.md): the ask in AllocTRES (gres/shard, one per MiB of
-// one GPU on each node), gpusliced's figures per node and GPU in
-// AdminComment, and a node's refusal there too. Real slurmdbd and MariaDB.
+// one GPU on each node), the summary of gpusliced's figures over the
+// job's nodes in AdminComment, and a node's refusal there too. Real
+// slurmdbd and MariaDB.
 
 import (
 	"fmt"
@@ -11,8 +12,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/gpuslice/gpuslice/internal/client"
 )
 
 // needAccounting returns the cluster, or skips where it has no slurmdbd.
@@ -58,17 +57,11 @@ func containsAll(parts ...string) func(string) error {
 	}
 }
 
-// gpuEntry is one GPU's part of the AdminComment: node, GPU, quota, peak
-// and denials.
-func gpuEntry(node string, g client.ReportGPU) string {
-	return fmt.Sprintf("%s/%s=quota_mib:%d,peak_mib:%d,denied:%d", node, strings.ToLower(g.UUID),
-		g.LimitBytes>>20, (g.PeakBytes+(1<<20)-1)>>20, g.Denied)
-}
-
 // A job on two nodes that used different amounts on each: sacct shows
 // its ask (gres/shard: 1 GiB of one GPU on each of two nodes) and, in
-// AdminComment, each node's GPU with that node's peak; one node's Epilog
-// does not overwrite the other's.
+// AdminComment, both nodes counted, the higher peak and where, the
+// allocations denied on either; one node's write does not overwrite the
+// other's.
 func TestSacctPerNode(t *testing.T) {
 	c := needAccounting(t)
 	u := c.users["gsltest1"]
@@ -86,23 +79,29 @@ srun --ntasks-per-node=1 sh -c 'if [ "$SLURMD_NODENAME" = tn1 ]; then n=2; else 
 	}
 	c.assertReleased(t, id)
 	want := map[string]uint64{"tn1": 600, "tn2": 900}
-	var entries []string
-	for _, n := range c.jobNodes(t, id) {
+	nodes := c.jobNodes(t, id)
+	for _, n := range nodes {
 		rep := n.history(t, id)
 		if len(rep.GPUs) != 1 || rep.GPUs[0].PeakBytes != want[n.Name]<<20 || rep.GPUs[0].LimitBytes != 1<<30 {
 			t.Fatalf("gpusliced's report of job %s on %s: %+v, want one GPU, quota 1 GiB, peak %d MiB", id, n.Name, rep, want[n.Name])
 		}
-		entries = append(entries, gpuEntry(n.Name, rep.GPUs[0]))
 	}
-	if len(entries) != 2 {
-		t.Fatalf("job %s ran on %d nodes, want 2", id, len(entries))
+	if len(nodes) != 2 {
+		t.Fatalf("job %s ran on %d nodes, want 2", id, len(nodes))
 	}
 	// The ask: 1024 shards (MiB) on each node.
 	c.sacctField(t, id, "AllocTRES", containsAll("gres/shard=2048"))
-	got := c.sacctField(t, id, "AdminComment", containsAll(entries...))
-	if !strings.HasPrefix(got, "gpuslice:") || strings.Count(got, ";") != 1 {
-		t.Errorf("AdminComment of job %s: %q, want gpuslice: and the two entries %q", id, got, entries)
+	summary := c.wantComment(t, id, 1024)
+	if !strings.HasPrefix(summary, "gpuslice:v2;quota_mib=1024;nodes=2;reported=0-1;peak_mib=900;peak_on=tn2/gpu-") ||
+		!strings.HasSuffix(summary, ";denied=1") {
+		t.Fatalf("the summary of the nodes' reports of job %s: %q", id, summary)
 	}
+	c.sacctField(t, id, "AdminComment", func(v string) error {
+		if v != summary {
+			return fmt.Errorf("%q, want %q", v, summary)
+		}
+		return nil
+	})
 }
 
 // A node whose gpusliced refused the job's quota says so in AdminComment
@@ -117,8 +116,17 @@ func TestSacctShowsRefusal(t *testing.T) {
 	if j := c.waitJobEnd(t, id, 2*time.Minute); j["JobState"] != "FAILED" {
 		t.Fatalf("refused job %s: %s, want FAILED", id, j["JobState"])
 	}
-	tn2 := c.nodeByName("tn2").history(t, id)
-	c.sacctField(t, id, "AdminComment", containsAll("gpuslice:", "tn1/refused=quota_mib:4096", gpuEntry("tn2", tn2.GPUs[0])))
+	// tn1 first in the job's node list: index 0 refused, tn2's GPU counted
+	summary := c.wantComment(t, id, 4096, "tn1")
+	if !strings.HasPrefix(summary, "gpuslice:v2;quota_mib=4096;nodes=2;reported=0-1;refused=0;") {
+		t.Fatalf("the summary of job %s: %q", id, summary)
+	}
+	c.sacctField(t, id, "AdminComment", func(v string) error {
+		if v != summary {
+			return fmt.Errorf("%q, want %q", v, summary)
+		}
+		return nil
+	})
 	if bad, err := c.drained(); err != nil || len(bad) > 0 {
 		t.Errorf("after refused job %s: drained nodes %v (%v)", id, bad, err)
 	}

@@ -2,9 +2,9 @@ package slurm
 
 // gpuslice seff (docs/slurm.md "For users"): a finished job's GPU memory
 // efficiency from Slurm's accounting, run by the job's user on the submit
-// host (no gpusliced there): what the Epilogs recorded, per node and GPU,
-// for one job, a job on two nodes and an array job. Real slurmdbd and
-// MariaDB.
+// host (no gpusliced there): what the nodes' gpusliced recorded (the job's
+// summary: quota, highest peak and where, nodes reported), for one job, a
+// job on two nodes and an array job. Real slurmdbd and MariaDB.
 
 import (
 	"encoding/json"
@@ -29,10 +29,14 @@ type seffOut struct {
 			Refused       uint64 `json:"refused"`
 		} `json:"gpus"`
 		PeakBytes     uint64 `json:"peak_bytes"`
+		QuotaBytes    uint64 `json:"quota_bytes"`
 		EfficiencyPct int    `json:"efficiency_pct"`
 		Refused       uint64 `json:"refused"`
 		Advice        string `json:"advice"`
 		Ask           string `json:"ask"`
+		PeakOn        string `json:"peak_on"`
+		NodesReported int    `json:"nodes_reported"`
+		NodesTotal    int    `json:"nodes_total"`
 	} `json:"jobs"`
 	Summary struct {
 		PeakBytes     uint64 `json:"peak_bytes"`
@@ -45,8 +49,8 @@ type seffOut struct {
 // seffOf runs gpuslice seff --json as u on the submit host until jobs
 // jobs are u's and have their figures from each of their nodes (nodes),
 // and ready (when not nil) agrees, and returns it with the human output.
-// slurmdbd takes a moment to hold a job's final record: right after the
-// Epilog's write sacct may name root as the user, or an array's task by
+// slurmdbd takes a moment to hold a job's final record: right after
+// gpusliced's write sacct may name root as the user, or an array's task by
 // the array's first index.
 func (c *cluster) seffOf(t *testing.T, u *testUser, id string, jobs, nodes int, ready func(seffOut) error) (seffOut, string) {
 	t.Helper()
@@ -64,8 +68,9 @@ func (c *cluster) seffOf(t *testing.T, u *testUser, id string, jobs, nodes int, 
 			return fmt.Errorf("%d jobs with figures, want %d: %s", len(got.Jobs), jobs, out)
 		}
 		for _, j := range got.Jobs {
-			if len(j.GPUs) != nodes || j.User != u.name {
-				return fmt.Errorf("job %s of %s: figures of %d GPUs, want %d of %s: %s", j.JobID, j.User, len(j.GPUs), nodes, u.name, out)
+			if j.NodesReported != nodes || j.NodesTotal != nodes || j.User != u.name {
+				return fmt.Errorf("job %s of %s: figures of %d of %d nodes, want %d of %s: %s", j.JobID, j.User, j.NodesReported,
+					j.NodesTotal, nodes, u.name, out)
 			}
 		}
 		if ready != nil {
@@ -101,13 +106,14 @@ func TestSeff(t *testing.T) {
 		node := c.jobNode(t, id).Name
 		got, human := c.seffOf(t, u, id, 1, 1, nil)
 		j := got.Jobs[0]
-		if g := j.GPUs[0]; j.JobID != id || j.User != u.name || g.Node != node || !strings.HasPrefix(g.UUID, "GPU-") ||
-			g.QuotaBytes != GiB || g.PeakBytes != 900*MiB || g.EfficiencyPct != 88 || g.Refused != 1 ||
+		if j.JobID != id || j.User != u.name || !strings.HasPrefix(j.PeakOn, "GPU-") || !strings.HasSuffix(j.PeakOn, " on "+node) ||
+			j.QuotaBytes != GiB || j.PeakBytes != 900*MiB || j.EfficiencyPct != 88 || j.Refused != 1 ||
 			j.Advice != "more" || j.Ask != "1536M" {
 			t.Errorf("seff %s: %+v", id, got)
 		}
 		for _, w := range []string{"Job ID: " + id + "\n", "GPU memory asked: 1GiB per GPU (--gpu-mem)\n",
-			"GPU memory peak: 900MiB\n", "GPU memory efficiency: 88% of 1GiB\n", "Allocations refused: 1\n",
+			"GPU memory peak: 900MiB (" + j.PeakOn + ")\n", "GPU memory efficiency: 88% of 1GiB\n", "Allocations refused: 1\n",
+			"Nodes with figures: 1 of 1\n",
 			"Next time: ask for more, e.g. --gpu-mem=1536M (the quota was reached)\n"} {
 			if !strings.Contains(human, w) {
 				t.Errorf("gpuslice seff %s lacks %q:\n%s", id, w, human)
@@ -126,19 +132,14 @@ func TestSeff(t *testing.T) {
 			want = append(want, n.Name)
 		}
 		got, human := c.seffOf(t, u, id, 1, 2, nil)
-		var nodes []string
-		for _, g := range got.Jobs[0].GPUs {
-			nodes = append(nodes, g.Node)
-			if g.QuotaBytes != 2*GiB || g.PeakBytes != 256*MiB || g.EfficiencyPct != 13 || g.Refused != 0 {
-				t.Errorf("seff %s: GPU %+v", id, g)
-			}
-		}
-		sort.Strings(nodes)
+		// both nodes peaked at 256 MiB: the summary names the first in
+		// name order
 		sort.Strings(want)
-		if strings.Join(nodes, ",") != strings.Join(want, ",") || got.Jobs[0].Advice != "lower" || got.Jobs[0].Ask != "512M" {
-			t.Errorf("seff %s: nodes %v (job ran on %v): %+v", id, nodes, want, got)
+		if j := got.Jobs[0]; j.QuotaBytes != 2*GiB || j.PeakBytes != 256*MiB || j.EfficiencyPct != 13 || j.Refused != 0 ||
+			!strings.HasSuffix(j.PeakOn, " on "+want[0]) || j.Advice != "lower" || j.Ask != "512M" {
+			t.Errorf("seff %s (job ran on %v): %+v", id, want, got)
 		}
-		if !strings.Contains(human, "GPU memory peak: 256MiB (the highest of 2 GPUs)\n") ||
+		if !strings.Contains(human, "GPU memory peak: 256MiB (GPU-") || !strings.Contains(human, "Nodes with figures: 2 of 2\n") ||
 			!strings.Contains(human, "Next time: --gpu-mem=512M would do (the peak plus a margin)\n") {
 			t.Errorf("gpuslice seff %s:\n%s", id, human)
 		}
@@ -170,7 +171,7 @@ func TestSeff(t *testing.T) {
 		got, human := c.seffOf(t, u, id, 3, 1, tasks)
 		for i, j := range got.Jobs {
 			ids = append(ids, j.JobID)
-			if want := uint64(i+1) * 512 * MiB; j.PeakBytes != want || j.GPUs[0].QuotaBytes != 4*GiB {
+			if want := uint64(i+1) * 512 * MiB; j.PeakBytes != want || j.QuotaBytes != 4*GiB {
 				t.Errorf("task %s: peak %d, want %d", j.JobID, j.PeakBytes, want)
 			}
 		}

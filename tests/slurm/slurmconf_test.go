@@ -189,20 +189,26 @@ func (r slurmRelease) slurmdArgs(build string) []string {
 
 // prologArgs are the Prolog's (prolog) or Epilog's (epilog) arguments for
 // a release built from source: its scontrol (the Prolog asks slurmctld
-// whether a job has whole GPUs), and the Epilog's sacct and sacctmgr. The
-// machine's /usr/bin ones are 22.05's, which a newer slurmctld does not
-// answer (a whole-GPU job got the default quota; the Epilog waited on
-// sacct for its whole timeout).
+// whether a job has whole GPUs). The machine's /usr/bin ones are 22.05's,
+// which a newer slurmctld does not answer.
 func (r slurmRelease) prologArgs(build, name string) string {
 	if r.tree == "" {
 		return ""
 	}
 	bin := filepath.Join(build, r.tree, "bin")
-	a := " --scontrol " + filepath.Join(bin, "scontrol")
-	if name == "epilog" {
-		a += " --sacct " + filepath.Join(bin, "sacct") + " --sacctmgr " + filepath.Join(bin, "sacctmgr")
+	return " --scontrol " + filepath.Join(bin, "scontrol")
+}
+
+// acctArgs are gpusliced's arguments for a release built from source: its
+// sacct and sacctmgr, with which gpusliced records the jobs' figures (the
+// machine's /usr/bin ones are 22.05's, which a newer slurmdbd does not
+// answer).
+func (r slurmRelease) acctArgs(build string) []string {
+	if r.tree == "" {
+		return nil
 	}
-	return a
+	bin := filepath.Join(build, r.tree, "bin")
+	return []string{"--sacct", filepath.Join(bin, "sacct"), "--sacctmgr", filepath.Join(bin, "sacctmgr")}
 }
 
 // treePath is the PATH prefix of a release built from source ("" for the
