@@ -41,7 +41,7 @@ test-go: go-build fakecuda interceptor ## go vet + Go unit/integration tests, fu
 	$(GO) vet ./...
 	GPUSLICE_BUILD_DIR=$(BUILD) $(GO) test -count=1 -timeout 10m $(GO_TEST_PKGS)
 
-bench: fakecuda interceptor go-build $(BENCH_BIN) ## run the benchmarks: bench/results.json + summary against DESIGN.md targets
+bench: fakecuda interceptor go-build $(BIN)/gpuslice-epilog $(BENCH_BIN) ## run the benchmarks: bench/results.json + summary against DESIGN.md targets
 	$(BENCH_BIN) -build $(BUILD) -out $(ROOT)/bench/results.json
 	$(BENCH_BIN) -out $(ROOT)/bench/results.json -readme $(ROOT)/README.md
 

@@ -40,6 +40,7 @@ type options struct {
 	creates  int
 	sessions int
 	kills    int
+	epilogs  int
 	audits   int
 	shorts   int
 	auditN   int
@@ -81,6 +82,7 @@ func run() int {
 	flag.IntVar(&o.creates, "creates", 200, "session creations timed")
 	flag.IntVar(&o.sessions, "sessions", 1000, "sessions for the RSS figure")
 	flag.IntVar(&o.kills, "kills", 20, "kill -9 reclaims timed")
+	flag.IntVar(&o.epilogs, "epilogs", 200, "Epilogs timed (gpuslice-epilog, Slurm's accounting unreachable)")
 	flag.IntVar(&o.audits, "audits", 10, "audited overruns timed (overrun -> process killed)")
 	flag.IntVar(&o.shorts, "shorts", 20, "neighbours refused memory their quota promised, timed (refused -> bypassing process stopped)")
 	flag.IntVar(&o.auditN, "audit-procs", 1000, "processes holding memory for the audit CPU figure (other counts are scaled to 1,000)")
@@ -97,7 +99,7 @@ func run() int {
 	floodSock := flag.String("flood-sock", "", "IPC socket of -flood-send (internal)")
 	floodSession := flag.String("flood-session", "", "session -flood-send short_attached attaches to (internal)")
 	floodGPU := flag.String("flood-gpu", "", "GPU UUID of -flood-send's SHORTs (internal)")
-	flag.StringVar(&o.only, "only", "", "comma-separated figure groups: alloc,ipc,attach,create,reclaim,audit,flood,exec,storm,compute,scale (default all)")
+	flag.StringVar(&o.only, "only", "", "comma-separated figure groups: alloc,ipc,attach,create,reclaim,epilog,audit,flood,exec,storm,compute,scale (default all)")
 	echo := flag.String("echo", "", "serve the reference echo server on this socket (internal)")
 	readme := flag.String("readme", "", "only rewrite the performance table of this README from -out")
 	flag.Parse()
@@ -121,6 +123,13 @@ func run() int {
 	}
 	o.build = build
 	res := results{values: map[string]any{}, notes: map[string]string{}}
+	if o.only != "" {
+		// some groups: the other groups' figures of the last run stay
+		if err := res.keep(o.out); err != nil {
+			fmt.Fprintln(os.Stderr, "gpuslice-bench:", err)
+			return 1
+		}
+	}
 	// Context for the figures: other work inflates tails and moves ratios.
 	// The load average at the end counts the benchmark's own storms (and
 	// lags a minute), so the other work is what kept the CPUs busy in the
@@ -329,6 +338,14 @@ func measure(o options, r *results) error {
 		} else {
 			r.set("reclaim_after_kill_p50_ms", p50)
 			r.set("reclaim_after_kill_max_ms", max)
+		}
+	}
+	if o.runs("epilog") {
+		if p50, p99, err := epilogBench(o, o.epilogs); err != nil {
+			r.fail("epilog_p99_ms", err)
+		} else {
+			r.set("epilog_p50_ms", p50)
+			r.set("epilog_p99_ms", p99)
 		}
 	}
 	if o.runs("audit") {

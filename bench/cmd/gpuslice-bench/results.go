@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math"
 	"os"
@@ -65,7 +66,10 @@ type results struct {
 	notes  map[string]string
 }
 
-func (r *results) set(k string, v float64) { r.values[k] = round(v) }
+func (r *results) set(k string, v float64) {
+	r.values[k] = round(v)
+	delete(r.notes, k)
+}
 func (r *results) fail(k string, err error) {
 	r.values[k] = nil
 	r.notes[k] = err.Error()
@@ -73,6 +77,37 @@ func (r *results) fail(k string, err error) {
 }
 
 func round(v float64) float64 { return math.Round(v*1000) / 1000 }
+
+// keep loads the figures of an earlier run from path (a run of some
+// groups, -only, updates their keys and keeps the others'). No file:
+// nothing to keep.
+func (r *results) keep(path string) error {
+	b, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	var old map[string]any
+	if err := json.Unmarshal(b, &old); err != nil {
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	for k, v := range old {
+		if k == "notes" {
+			if m, ok := v.(map[string]any); ok {
+				for nk, nv := range m {
+					if s, ok := nv.(string); ok {
+						r.notes[nk] = s
+					}
+				}
+			}
+			continue
+		}
+		r.values[k] = v
+	}
+	return nil
+}
 
 func (r *results) write(path string) error {
 	out := map[string]any{}
@@ -134,6 +169,8 @@ var targets = []target{
 	{"attach_storm_1000_last_ratio", "storm of 1,000 processes of one job: last first-allocation, with / without", true, 1.2, ""},
 	{"session_create_p50_ms", "session create -> ready (admin API) p50", true, 25, "ms"},
 	{"reclaim_after_kill_p50_ms", "kill -9 of a process holding 256 MiB -> ledger back to 0, p50", true, 1000, "ms"},
+	{"epilog_p50_ms", "Epilog (release and record), exec to exit, Slurm's accounting unreachable, p50", true, 100, " ms"},
+	{"epilog_p99_ms", "  the same at p99", true, 100, " ms"},
 	{"sessions_10k_rss_mib", "gpusliced RSS, 10,000 sessions x 4 GPUs", true, 80, " MiB"},
 	{"sessions_10k_fds_added", "gpusliced open fds added by idle sessions 100 to 10,000", true, 0, ""},
 	{"ledger_bytes_per_idle_session", "memory (memfd blocks) of an idle session's ledger", true, 16384, " B"},
