@@ -160,8 +160,9 @@ func Run(ctx context.Context, cfg config.Config, logw io.Writer) error {
 	defer func() { cancel(); wg.Wait() }() // the sender stops before the database closes
 
 	kick := audit.NewKicker() // a job refused memory its quota allowed: audit at once
+	free := &gpuFree{}        // the GPUs' free memory, to tell a real refusal (set by startAudit)
 	ipcSrv := ipcserver.New(mgr, ipcserver.Options{Token: cfg.IPCToken, TokenRequired: cfg.IPCTokenRequired,
-		ConnsPerUID: cfg.IPCConnsPerUID, Log: log, Observe: met.ObserveIPC, Short: kick.Kick,
+		ConnsPerUID: cfg.IPCConnsPerUID, Log: log, Observe: met.ObserveIPC, Short: kick.Kick, Free: free.read,
 		Compute: share.attachInfo})
 	adminSrv := &http.Server{Handler: admin.Handler(mgr, rec, met.Registry, log), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: time.Minute,
 		ConnContext: admin.ConnContext, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
@@ -209,7 +210,7 @@ func Run(ctx context.Context, cfg config.Config, logw io.Writer) error {
 	}()
 
 	coster.poke(ctx)
-	if err := startAudit(ctx, cfg, log, mgr, met, gpus, &wg, kick); err != nil {
+	if err := startAudit(ctx, cfg, log, mgr, met, gpus, &wg, kick, free); err != nil {
 		log.Warn("audit disabled: the driver's per-process figures cannot be read", "err", err)
 	}
 	share.start(ctx, cfg, log, mgr, gpus, met, &wg, resolver.Leaf)
@@ -242,10 +243,11 @@ func Run(ctx context.Context, cfg config.Config, logw io.Writer) error {
 }
 
 // shortAuditGap bounds how often SHORT messages (ipc.TypeShort) make the
-// audit run out of turn, over all uids: at most 100 passes a second more.
-// Only attached processes are heard, each uid asks for at most one pass
-// per ipcserver.ShortUIDGap (10 a second), and a user with no job for
-// none (daemon/ipcserver/short.go).
+// audit run out of turn, over all uids and GPUs: at most 100 passes a
+// second more. Only attached processes are heard; a refusal found real
+// asks for at most one pass per GPU per ipcserver.ShortGPUGap, any other
+// SHORT for at most one per uid per ipcserver.ShortUIDGap (10 a second);
+// a user with no job for none (daemon/ipcserver/short.go).
 const shortAuditGap = 10 * time.Millisecond
 
 // shortAuditConfirm is the pause before the confirming read of a pass a
@@ -254,7 +256,7 @@ const shortAuditConfirm = 5 * time.Millisecond
 
 // startAudit runs the audit loop (daemon/audit) until ctx ends.
 func startAudit(ctx context.Context, cfg config.Config, log *slog.Logger, mgr *session.Manager, met *metrics.Metrics,
-	gpus []gpu.GPU, wg *sync.WaitGroup, kick *audit.Kicker) error {
+	gpus []gpu.GPU, wg *sync.WaitGroup, kick *audit.Kicker, free *gpuFree) error {
 	if len(gpus) == 0 {
 		return nil
 	}
@@ -283,10 +285,12 @@ func startAudit(ctx context.Context, cfg config.Config, log *slog.Logger, mgr *s
 				}
 			},
 		}}
+	free.set(src)
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
 		defer src.Close()
+		defer free.set(nil)
 		loop.Run(ctx)
 	}()
 	return nil

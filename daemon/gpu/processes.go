@@ -85,3 +85,15 @@ func (p *Processes) Read() ([]audit.Sample, error) {
 
 // Close unloads NVML.
 func (p *Processes) Close() { p.lib.Shutdown() }
+
+// Free is the device memory the driver has free on GPU i now.
+func (p *Processes) Free(i int) (uint64, error) {
+	if i < 0 || i >= len(p.devs) {
+		return 0, fmt.Errorf("no GPU %d", i)
+	}
+	mem, ret := p.devs[i].GetMemoryInfo()
+	if ret != nvml.SUCCESS {
+		return 0, fmt.Errorf("NVML device %d memory: %s", i, p.lib.ErrorString(ret))
+	}
+	return mem.Free, nil
+}

@@ -78,6 +78,10 @@ type Options struct {
 	// messages of attached processes, within their rate limits
 	// (short.go). May be nil.
 	Short func()
+	// Free reads the device memory the driver has free on GPU i
+	// (inventory index), to tell a refusal that is real (short.go). May
+	// be nil: every SHORT is then limited per uid.
+	Free func(i int) (uint64, error)
 	// Compute, when set, gives a session's slot on the compute page, the
 	// slot's generation and a read-only fd of the page, which ATTACH_OK
 	// hands to a client that asks (ipc.AttachCompute). ok false: none.
@@ -107,7 +111,9 @@ type Server struct {
 
 	lastRefusal time.Time
 
-	short shortLimiter // SHORT's rate limits (short.go)
+	short  shortLimiter     // SHORT's rate limits (shortlimit.go)
+	freeMu sync.Mutex       // guards free
+	free   map[int]freeRead // the GPUs' free memory as shortReal last read it
 }
 
 // New creates a server for m.

@@ -219,3 +219,85 @@ func TestShortOnlyFromAttachedProcess(t *testing.T) {
 		t.Fatalf("two SHORTs of an attached process asked for %d passes; want 2", n)
 	}
 }
+
+// A refusal found real asks for a pass in its GPU's window, whoever asks:
+// not held back by the uid's window, folded with the GPU's other real
+// refusals inside ShortGPUGap, each GPU on its own.
+func TestShortLimiterRealRefusalPerGPU(t *testing.T) {
+	f := &fakeTimers{now: time.Unix(1000, 0)}
+	l := &shortLimiter{after: f.after}
+	start := f.now
+	kick := func() { f.kick++ }
+	l.take(7, key(1), f.now, kick) // the uid's window opens
+	if f.kick != 1 {
+		t.Fatalf("%d passes after the uid's first SHORT; want 1", f.kick)
+	}
+	f.advance(start.Add(30 * time.Millisecond))
+	if !l.takeGPU(0, key(2), f.now, kick) || f.kick != 2 {
+		t.Fatalf("a real refusal inside the uid's window: %d passes; want one more at once", f.kick)
+	}
+	f.advance(start.Add(35 * time.Millisecond))
+	if l.takeGPU(0, key(3), f.now, kick) || f.kick != 2 || !l.gpuPending(0) {
+		t.Fatalf("a second real refusal on GPU 0 after 5 ms: %d passes, pending %v; want it folded into one at the window's end",
+			f.kick, l.gpuPending(0))
+	}
+	if !l.takeGPU(1, key(4), f.now, kick) || f.kick != 3 {
+		t.Fatalf("a real refusal on GPU 1: %d passes; want one more at once", f.kick)
+	}
+	f.advance(start.Add(30*time.Millisecond + ShortGPUGap))
+	if f.kick != 4 || l.gpuPending(0) {
+		t.Fatalf("%d passes at the end of GPU 0's window (pending %v); want 4", f.kick, l.gpuPending(0))
+	}
+	// The uid's own window is where it was: a SHORT not found real waits
+	// for its end.
+	if l.take(7, key(5), f.now, kick) {
+		t.Fatal("a SHORT not found real inside the uid's window asked for a pass at once")
+	}
+	f.advance(start.Add(ShortUIDGap))
+	if f.kick != 5 {
+		t.Fatalf("%d passes at the end of the uid's window; want 5", f.kick)
+	}
+}
+
+// Through the server: an attached process's SHORT asks for a pass in its
+// uid's window while the GPU has free what its session may still take;
+// once the driver has less free than that (something holds memory
+// promised to the session), its next SHORT asks for one at once, in the
+// GPU's window, however recent the uid's last pass.
+func TestShortRealRefusalAtOnce(t *testing.T) {
+	var kicks atomic.Int64
+	var free atomic.Uint64
+	free.Store(1 << 34)
+	sock, m, _ := startServerSrv(t, func(o *Options) {
+		o.Short = func() { kicks.Add(1) }
+		o.Free = func(i int) (uint64, error) { return free.Load(), nil }
+	})
+	if _, _, err := m.Create(api.SessionRequest{ID: "s", UID: uint32(os.Getuid()), QuotaBytes: 1 << 30}); err != nil {
+		t.Fatal(err)
+	}
+	const uuid = "GPU-00000000-0000-0000-0000-000000000000"
+	c, err := ipc.Dial(sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	a, err := c.Attach("s", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	if err := c.Short(uuid); err != nil {
+		t.Fatalf("SHORT: %v", err)
+	}
+	if n := kicks.Load(); n != 1 {
+		t.Fatalf("the first SHORT asked for %d passes; want 1", n)
+	}
+	free.Store(512 << 20) // less than the 1 GiB the session may take
+	time.Sleep(ShortProcessGap + shortFreeAge)
+	if err := c.Short(uuid); err != nil {
+		t.Fatalf("SHORT: %v", err)
+	}
+	if n := kicks.Load(); n != 2 {
+		t.Fatalf("a SHORT while the GPU has less free than the session's quota asked for %d passes by its answer; want 2", n)
+	}
+}

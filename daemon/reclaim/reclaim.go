@@ -256,6 +256,7 @@ type Watcher struct {
 	seq   int32 // tags each registration in the epoll data (EpollEvent.Pad)
 	byFD  map[int32]watched
 	byKey map[Key]int
+	exits exitLog // the watched processes that exited lately (exits.go)
 	done  chan struct{}
 }
 
@@ -416,6 +417,12 @@ func (w *Watcher) Run() {
 			if e, ok := w.byFD[ev.Fd]; ok && e.seq == ev.Pad {
 				w.drop(int(ev.Fd), e.key)
 				gone = append(gone, e.key)
+			}
+		}
+		if len(gone) > 0 {
+			now := time.Now()
+			for _, k := range gone {
+				w.exits.add(k, now)
 			}
 		}
 		w.mu.Unlock()

@@ -87,7 +87,11 @@ func (m *Manager) reclaimDeadLocked(s *Session) (attached int) {
 			attached++
 			continue
 		}
-		m.watcher.Remove(k)
+		if st == ledger.SlotAttached {
+			m.watcher.RemoveExited(k) // dead, its exit not delivered yet
+		} else {
+			m.watcher.Remove(k)
+		}
 		m.reclaimSlotLocked(s, i)
 		if m.ev.ProcessReclaim != nil {
 			m.ev.ProcessReclaim()
