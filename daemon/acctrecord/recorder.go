@@ -15,14 +15,19 @@
 //     comment, merge this node's figures in, write, read back; a comment
 //     that already holds them is not written again (a kill -9 between the
 //     write and the dequeue); only a concurrent write of another node that
-//     replaced ours makes a second one;
+//     replaced ours makes a second one. sacctmgr cannot compare and swap:
+//     another node that read the comment before our write may write after
+//     our read-back, so a record leaves the queue only when a read Settle
+//     after its write (longer than any other node's read-to-write, which
+//     the command timeout bounds) still finds it;
 //   - when a command fails (slurmdbd down, no answer), every record waits:
 //     exponential backoff from MinBackoff, doubled per failure up to
 //     MaxBackoff, with jitter (a wait drawn in [d/2, d]), so records go
 //     within MaxBackoff of slurmdbd's return and a cluster's nodes come
 //     back spread out;
 //   - a job slurmdbd does not know yet is retried on its own, with the
-//     same backoff.
+//     same backoff up to 5 minutes, and given up (logged, counted) when
+//     slurmdbd has not known it for UnknownJobAge.
 //
 // The queue is bounded as slurmctld's own (MaxDBDMsgs): past QueueMax
 // records a new one is not kept, counted, and said in one log line a
@@ -51,13 +56,21 @@ const (
 	DefaultSpreadMax  = time.Minute
 	DefaultMinBackoff = time.Second
 	DefaultMaxBackoff = 30 * time.Second
+	// unknownJobBackoff bounds the wait between tries of a record whose
+	// job slurmdbd does not know (slurmctld has not sent it yet), so
+	// that many such records do not ask slurmdbd every MaxBackoff.
+	unknownJobBackoff = 5 * time.Minute
+	// UnknownJobAge is how long a record whose job slurmdbd never knew
+	// is kept (the job's record lost on Slurm's side).
+	UnknownJobAge = 7 * 24 * time.Hour
 )
 
 // Reasons a record is dropped (the metric's label).
 const (
 	DropQueueFull    = "queue_full"
 	DropNoAccounting = "no_accounting"
-	DropComment      = "comment" // the job's AdminComment is a site's own, or unreadable
+	DropComment      = "comment"     // the job's AdminComment is a site's own, or unreadable
+	DropUnknownJob   = "unknown_job" // slurmdbd did not know the job for UnknownJobAge
 )
 
 // Options configure a Recorder. Zero values take the defaults.
@@ -73,6 +86,9 @@ type Options struct {
 	Spread, SpreadMax time.Duration
 	// MinBackoff and MaxBackoff bound the wait after a failure.
 	MinBackoff, MaxBackoff time.Duration
+	// Settle is the wait between a write and the read that confirms it
+	// (default: the command timeout and 5 s).
+	Settle time.Duration
 	Log                    *slog.Logger
 	Events                 Events
 	// Seed seeds the jitter (0: the time).
@@ -100,6 +116,8 @@ type item struct {
 	nodes []string
 	due   time.Time
 	tries int
+	// writes counts this record's sacctmgr runs (the log's).
+	writes int
 }
 
 // Recorder keeps the queue and runs its sender.
@@ -141,6 +159,9 @@ func New(st *store.Store, opt Options) (*Recorder, error) {
 	}
 	if opt.MaxBackoff < opt.MinBackoff {
 		opt.MaxBackoff = max(DefaultMaxBackoff, opt.MinBackoff)
+	}
+	if opt.Settle <= 0 {
+		opt.Settle = opt.Slurm.Timeout + 5*time.Second
 	}
 	if opt.Log == nil {
 		opt.Log = slog.New(slog.DiscardHandler)
@@ -328,14 +349,25 @@ func (r *Recorder) send(ctx context.Context, it *item) {
 		return // stopping: the record stays queued
 	}
 	job := it.rec.JobID
+	if wrote {
+		it.writes++
+	}
 	switch {
+	case err == nil && wrote:
+		// In, but a node that read before our write may still write:
+		// confirm after Settle.
+		r.mu.Lock()
+		it.due = time.Now().Add(r.opt.Settle)
+		r.lastOK = time.Now()
+		r.mu.Unlock()
+		r.log.Debug("accounting: written, to be confirmed", "job", job, "comment", final)
 	case err == nil:
 		r.done(it, "")
 		if f := r.opt.Events.Sent; f != nil {
 			f()
 		}
 		r.log.Info("accounting: recorded in Slurm's accounting (AdminComment)", "job", job, "node", it.rec.Node,
-			"comment", final, "written", wrote)
+			"comment", final, "writes", it.writes)
 	case errors.Is(err, errNoAccounting):
 		r.done(it, DropNoAccounting)
 		r.log.Info("accounting: Slurm has no accounting storage; figures not recorded", "job", job)
@@ -347,10 +379,14 @@ func (r *Recorder) send(ctx context.Context, it *item) {
 		it.due = time.Now().Add(r.opt.Spread + r.jitter(4*r.opt.Spread))
 		r.mu.Unlock()
 		r.log.Debug("accounting: writing again", "job", job, "err", err)
+	case errors.Is(err, errNotYet) && time.Since(it.rec.Ended) > UnknownJobAge:
+		r.done(it, DropUnknownJob)
+		r.log.Warn("accounting: slurmdbd has not known the job since it ended; its figures are not recorded there",
+			"job", job, "ended", it.rec.Ended)
 	case errors.Is(err, errNotYet):
 		r.mu.Lock()
 		it.tries++
-		it.due = time.Now().Add(r.backoff(it.tries))
+		it.due = time.Now().Add(r.backoff(it.tries, unknownJobBackoff))
 		r.mu.Unlock()
 		r.log.Debug("accounting: slurmdbd does not know the job yet", "job", job, "tries", it.tries)
 	default:
@@ -373,13 +409,13 @@ func (r *Recorder) send(ctx context.Context, it *item) {
 }
 
 // backoff is the wait before try n+1 of one record: MinBackoff doubled
-// per try up to MaxBackoff, drawn in [d/2, d]. Called with mu held.
-func (r *Recorder) backoff(tries int) time.Duration {
+// per try up to most, drawn in [d/2, d]. Called with mu held.
+func (r *Recorder) backoff(tries int, most time.Duration) time.Duration {
 	d := r.opt.MinBackoff
-	for i := 1; i < tries && d < r.opt.MaxBackoff; i++ {
+	for i := 1; i < tries && d < most; i++ {
 		d *= 2
 	}
-	d = min(d, r.opt.MaxBackoff)
+	d = min(d, most)
 	return d/2 + r.jitter(d/2+1)
 }
 

@@ -33,6 +33,7 @@ func newSlurmdbd(t *testing.T, job, comment string) (*slurmdbd, Slurm) {
 	sacct := `#!/bin/sh
 d=` + d.dir + `
 [ -e $d/down ] && { echo "sacct: error: Problem talking to the database: Connection refused" >&2; exit 1; }
+echo >> $d/reads
 case " $* " in *" -j ` + job + ` "*) ;; *) exit 0;; esac
 [ -e $d/known ] || exit 0
 echo "` + job + `|` + job + `|$(cat $d/comment)"
@@ -72,6 +73,12 @@ func (d *slurmdbd) comment() string {
 
 func (d *slurmdbd) writes() int {
 	b, _ := os.ReadFile(d.path("writes"))
+	return strings.Count(string(b), "\n")
+}
+
+// reads counts sacct's answers so far.
+func (d *slurmdbd) reads() int {
+	b, _ := os.ReadFile(d.path("reads"))
 	return strings.Count(string(b), "\n")
 }
 
@@ -116,7 +123,7 @@ func record(job, node, nodelist string, peak uint64) store.AcctRecord {
 
 func fast(s Slurm, c *counts) Options {
 	return Options{Slurm: s, Spread: 5 * time.Millisecond, MinBackoff: 10 * time.Millisecond, MaxBackoff: 40 * time.Millisecond,
-		Events: c.events(), Seed: 1}
+		Settle: 200 * time.Millisecond, Events: c.events(), Seed: 1}
 }
 
 func waitUntil(t *testing.T, what string, cond func() bool) {
@@ -148,7 +155,7 @@ func TestOneWritePerNode(t *testing.T) {
 		st := openStore(t, filepath.Join(t.TempDir(), "db"))
 		t.Cleanup(func() { st.Close() })
 		o := fast(s, &c)
-		o.Spread = 50 * time.Millisecond // each node's turn: no two writes at once
+		o.Spread = 300 * time.Millisecond // each node's turn: no two writes at once
 		r, err := New(st, o)
 		if err != nil {
 			t.Fatal(err)
@@ -165,6 +172,31 @@ func TestOneWritePerNode(t *testing.T) {
 	}
 	if db.writes() != 3 || c.writes.Load() != 3 {
 		t.Fatalf("%d sacctmgr runs (%d counted) for 3 nodes", db.writes(), c.writes.Load())
+	}
+}
+
+// Another node that read the comment before this node's write writes
+// after this node's read-back, replacing its figures: the read that
+// confirms the write, Settle later, finds them gone and writes again.
+func TestLostAfterReadBack(t *testing.T) {
+	db, s := newSlurmdbd(t, "42", "")
+	var c counts
+	st := openStore(t, filepath.Join(t.TempDir(), "db"))
+	defer st.Close()
+	o := fast(s, &c)
+	o.Settle = time.Second
+	r, _ := New(st, o)
+	r.Add(record("42", "tn1", "tn[1-2]", 100))
+	run(t, r)
+	// after tn1's read, write and read-back
+	waitUntil(t, "tn1's write and read-back", func() bool { return db.writes() == 1 && db.reads() >= 2 })
+	time.Sleep(100 * time.Millisecond) // the read-back's answer read
+	// tn2's write, merged into what it read before tn1's
+	other := "gpuslice:v2;quota_mib=1024;nodes=2;reported=1;peak_mib=50;peak_on=tn2/gpu-tn2;denied=1"
+	os.WriteFile(db.path("comment"), []byte(other), 0o644)
+	waitUntil(t, "sent", func() bool { return c.sent.Load() == 1 })
+	if got := db.comment(); got != "gpuslice:v2;quota_mib=1024;nodes=2;reported=0-1;peak_mib=100;peak_on=tn1/gpu-tn1;denied=2" || db.writes() != 2 {
+		t.Fatalf("comment %q after %d writes", got, db.writes())
 	}
 }
 
@@ -326,5 +358,26 @@ func TestOffFromSlurmConf(t *testing.T) {
 		if (why != "") != tc.off {
 			t.Errorf("%s: Off = %q", tc.name, why)
 		}
+	}
+}
+
+// A record whose job slurmdbd has not known for UnknownJobAge is given
+// up, said and counted; a younger one waits.
+func TestUnknownJobGivenUp(t *testing.T) {
+	db, s := newSlurmdbd(t, "42", "")
+	db.set("known", false)
+	var c counts
+	st := openStore(t, filepath.Join(t.TempDir(), "db"))
+	defer st.Close()
+	r, _ := New(st, fast(s, &c))
+	old := record("42", "tn1", "tn1", 10)
+	old.Ended = time.Now().Add(-UnknownJobAge - time.Hour)
+	r.Add(old)
+	r.Add(record("42", "tn2", "tn[1-2]", 10))
+	run(t, r)
+	waitUntil(t, "the old record given up", func() bool { return c.drops(DropUnknownJob) == 1 })
+	time.Sleep(50 * time.Millisecond)
+	if q := r.Stats().Queued; q != 1 || c.sent.Load() != 0 {
+		t.Fatalf("%d queued, %d sent; want the younger record waiting", q, c.sent.Load())
 	}
 }

@@ -29,7 +29,7 @@ func (m *Metrics) AccountingEvents(stats func() acctrecord.Stats) acctrecord.Eve
 	})
 	dropped := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "gpuslice_accounting_records_dropped_total",
-		Help: "Records of ended jobs not written to Slurm's accounting, by reason: queue_full (accounting_queue_max reached), no_accounting (Slurm has no slurmdbd), comment (the job's AdminComment is a site's own or unreadable).",
+		Help: "Records of ended jobs not written to Slurm's accounting, by reason: queue_full (accounting_queue_max reached), no_accounting (Slurm has no slurmdbd), comment (the job's AdminComment is a site's own or unreadable), unknown_job (slurmdbd did not know the job for 7 days).",
 	}, []string{"reason"})
 	failures := prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "gpuslice_accounting_send_failures_total",
@@ -39,7 +39,7 @@ func (m *Metrics) AccountingEvents(stats func() acctrecord.Stats) acctrecord.Eve
 		Name: "gpuslice_accounting_writes_total",
 		Help: "sacctmgr runs that wrote a job's AdminComment (one per node per job while slurmdbd is healthy).",
 	})
-	for _, r := range []string{acctrecord.DropQueueFull, acctrecord.DropNoAccounting, acctrecord.DropComment} {
+	for _, r := range []string{acctrecord.DropQueueFull, acctrecord.DropNoAccounting, acctrecord.DropComment, acctrecord.DropUnknownJob} {
 		dropped.WithLabelValues(r)
 	}
 	m.Registry.MustRegister(sent, dropped, failures, writes, acctCollector(stats))

@@ -47,8 +47,8 @@ gpuslice_accounting_last_success_timestamp_seconds 1.7e+09
 		t.Fatal(err)
 	}
 	n, _ := testutil.GatherAndCount(m.Registry, "gpuslice_accounting_records_dropped_total")
-	if n != 3 {
-		t.Fatalf("%d dropped series, want one per reason (3)", n)
+	if n != 4 {
+		t.Fatalf("%d dropped series, want one per reason (4)", n)
 	}
 	mfs, err := m.Registry.Gather()
 	if err != nil {
