@@ -163,6 +163,85 @@ function gpuslice.gpu_mem_is_default(env)
 	return false
 end
 
+--[[
+The whole-GPU note. plugstack.conf's default= is a quota for jobs given a
+share of a GPU; a job given whole GPUs without --gpu-mem gets no session.
+The Prolog on each node must tell the two apart without asking slurmctld
+(Slurm gives it the same GPU variables for both), and this script cannot
+add to the job's SPANK environment. What it can set and every Slurm
+release (22.05 on) hands the Prolog is the job's comment
+(SLURM_JOB_COMMENT): a job given whole GPUs whose quota is the default has
+its comment end with the note, after the user's own comment and a space.
+The note is removed from every comment a user writes, at submission and
+in later changes (scontrol update comment=), and a user's change keeps
+the note as the job had it: only this script puts it there. The Prolog
+trusts it only for a job whose quota is the default.
+]]
+gpuslice.whole_gpus_note = "gpuslice=whole-gpus"
+
+-- The longest comment slurmctld accepts (job_mgr.c, _test_job_desc_fields).
+gpuslice.comment_max = 1024
+
+-- Whether the job asks for whole GPUs (gres/gpu in any of its TRES fields).
+function gpuslice.asks_whole_gpus(req)
+	for _, field in ipairs(gpuslice.tres_fields) do
+		for _, g in ipairs(gpuslice.parse_gres(req[field])) do
+			if g.name == "gpu" then
+				return true
+			end
+		end
+	end
+	return false
+end
+
+-- comment without the note, however often it appears (removed until none
+-- is left, so that no removal joins two pieces into a new one), and
+-- without the blanks around it at its ends; second result: whether a note
+-- was removed.
+function gpuslice.comment_without_note(comment)
+	local note = gpuslice.whole_gpus_note
+	local s, removed = comment or "", false
+	while true do
+		local i, j = string.find(s, note, 1, true)
+		if i == nil then
+			break
+		end
+		s = string.sub(s, 1, i - 1) .. string.sub(s, j + 1)
+		removed = true
+	end
+	if removed then
+		s = string.match(s, "^%s*(.-)%s*$")
+	end
+	return s, removed
+end
+
+-- Whether a comment ends with the note (as comment_with_note writes it).
+function gpuslice.comment_has_note(comment)
+	local note = gpuslice.whole_gpus_note
+	return comment == note or (comment ~= nil and string.sub(comment, -(#note + 1)) == " " .. note)
+end
+
+-- The comment Slurm keeps: the user's comment without the note, then the
+-- note when whole. Returns nil and the message for the user when the
+-- result is longer than slurmctld accepts.
+function gpuslice.comment_with_note(comment, whole)
+	local s = gpuslice.comment_without_note(comment)
+	if whole then
+		if s == "" then
+			s = gpuslice.whole_gpus_note
+		else
+			s = s .. " " .. gpuslice.whole_gpus_note
+		end
+	end
+	if whole and #s > gpuslice.comment_max then
+		return nil, string.format("gpuslice: --comment is too long: a job given whole GPUs without --gpu-mem " ..
+			"carries the note '%s' after its comment, and Slurm keeps at most %d characters; " ..
+			"shorten the comment to %d", gpuslice.whole_gpus_note, gpuslice.comment_max,
+			gpuslice.comment_max - #gpuslice.whole_gpus_note - 1)
+	end
+	return s
+end
+
 -- GPU_COMPUTE (a percent 1-100, "proportional" or "off") and
 -- GPU_COMPUTE_MAX (a percent 1-100) from spank_job_env, as the plugin set
 -- them from --gpu-compute / --gpu-compute-max or plugstack.conf. Returns
@@ -681,6 +760,22 @@ function slurm_job_submit(job_desc, part_list, submit_uid)
 		slurm.log_user("%s", cerr)
 		return slurm.ERROR
 	end
+	-- The job's comment: the user's without the whole-GPU note, then the
+	-- note when the job has whole GPUs and the default quota (the Prolog
+	-- gives it no session).
+	local comment, cmsg = gpuslice.comment_with_note(job_desc.comment,
+		mem ~= nil and req.gpu_mem_default and gpuslice.asks_whole_gpus(req))
+	if comment == nil then
+		slurm.log_user("%s", cmsg)
+		return slurm.ERROR
+	end
+	if comment ~= (job_desc.comment or "") then
+		if select(2, gpuslice.comment_without_note(job_desc.comment)) then
+			slurm.log_user("gpuslice: '%s' was removed from the job's comment: only the scheduler writes it",
+				gpuslice.whole_gpus_note)
+		end
+		job_desc.comment = comment
+	end
 	apply(job_desc, change)
 	if change.set or change.exclusive then
 		slurm.log_info("gpuslice: job from uid %u: %s (tres_per_node=%s)", submit_uid, change.why,
@@ -702,6 +797,22 @@ function slurm_job_modify(job_desc, job_rec, part_list, modify_uid)
 			slurm.log_info("gpuslice: uid %u may not change the GPU requests of job %u (%s): they are fixed at submission",
 				modify_uid, job_rec.job_id, field)
 			return slurm.ERROR
+		end
+	end
+	-- A new comment keeps the whole-GPU note as the job has it: a user can
+	-- neither add it (to a share of a GPU: no default quota) nor remove it.
+	if job_desc.comment ~= nil then
+		local comment, cmsg = gpuslice.comment_with_note(job_desc.comment, gpuslice.comment_has_note(job_rec.comment))
+		if comment == nil then
+			slurm.log_user("%s", cmsg)
+			slurm.log_info("gpuslice: uid %u: the new comment of job %u is too long with the whole-GPU note", modify_uid,
+				job_rec.job_id)
+			return slurm.ERROR
+		end
+		if comment ~= job_desc.comment then
+			slurm.log_info("gpuslice: uid %u's new comment of job %u keeps the whole-GPU note as the job had it",
+				modify_uid, job_rec.job_id)
+			job_desc.comment = comment
 		end
 	end
 	return slurm.SUCCESS

@@ -184,6 +184,70 @@ check("modify by the owner", slurm_job_modify({tres_per_node = "gres:shard:1"}, 
 check("modify by root", slurm_job_modify({tres_per_node = "gres:shard:1"}, {job_id = 7}, {}, 0), 0)
 check("modify of something else", slurm_job_modify({time_limit = 5}, {job_id = 7}, {}, 1001), 0)
 
+-- The whole-GPU note in the job's comment (the Prolog gives a job with
+-- whole GPUs and the default quota no session): only job_submit.lua puts it
+-- there, and a user's comment is kept.
+local note = gs.whole_gpus_note
+check("note", note, "gpuslice=whole-gpus")
+check("asks whole GPUs", {gs.asks_whole_gpus({tres_per_job = "gres:gpu:2"}), gs.asks_whole_gpus({tres_per_node = "gres/gpu:a100:1"}),
+	gs.asks_whole_gpus({tres_per_socket = "gres/other:1,gres/gpu:1"}), gs.asks_whole_gpus({tres_per_node = "gres:shard:300"}),
+	gs.asks_whole_gpus({})}, {true, true, true, false, false})
+check("comment without a note", {gs.comment_without_note("  my run  ")}, {"  my run  ", false})
+check("no comment", {gs.comment_without_note(nil)}, {"", false})
+check("the note alone removed", {gs.comment_without_note(note)}, {"", true})
+check("the note removed from the user's comment", {gs.comment_without_note("run 7 " .. note)}, {"run 7", true})
+check("the note removed however often", {gs.comment_without_note(note .. " a " .. note .. note)}, {"a", true})
+check("a note made of what a removal joins is removed too",
+	{gs.comment_without_note("x " .. string.sub(note, 1, 5) .. note .. string.sub(note, 6))}, {"x", true})
+check("has the note", {gs.comment_has_note(note), gs.comment_has_note("mine " .. note), gs.comment_has_note("mine" .. note),
+	gs.comment_has_note(note .. " mine"), gs.comment_has_note(nil), gs.comment_has_note("")}, {true, true, false, false, false, false})
+check("comment with the note", {gs.comment_with_note(nil, true)}, {note})
+check("the user's comment, then the note", {gs.comment_with_note("mine", true)}, {"mine " .. note})
+check("the user's note dropped", {gs.comment_with_note("mine " .. note, false)}, {"mine"})
+check("a long comment without the note is Slurm's to judge", {gs.comment_with_note(string.rep("c", 1100), false)}, {string.rep("c", 1100)})
+check("a comment too long for the note", {gs.comment_with_note(string.rep("c", 1005), true)}, {nil,
+	"gpuslice: --comment is too long: a job given whole GPUs without --gpu-mem carries the note 'gpuslice=whole-gpus' " ..
+	"after its comment, and Slurm keeps at most 1024 characters; shorten the comment to 1004"})
+check("the longest comment with the note", {#gs.comment_with_note(string.rep("c", 1004), true)}, {1024})
+local dflt = {[0] = "GPU_MEM=1073741824", [1] = "GPU_MEM_DEFAULT=1"}
+local mine = {[0] = "GPU_MEM=1073741824", [1] = "GPU_MEM_DEFAULT=0"}
+rc, jd, log = submit({spank_job_env = dflt, tres_per_job = "gres:gpu:1"})
+check("submit whole GPUs, default quota: the note", {rc, jd.comment}, {0, note})
+rc, jd, log = submit({spank_job_env = dflt, tres_per_node = "gres:gpu:1", comment = "mine"})
+check("submit whole GPUs, default quota: the user's comment kept", {rc, jd.comment}, {0, "mine " .. note})
+rc, jd, log = submit({spank_job_env = dflt, comment = note})
+check("submit a share, default quota, the note forged: removed", {rc, jd.comment, jd.tres_per_node, log[1]},
+	{0, "", "gres:shard:1024", "user: gpuslice: 'gpuslice=whole-gpus' was removed from the job's comment: only the scheduler writes it"})
+rc, jd, log = submit({spank_job_env = dflt, comment = "x " .. string.sub(note, 1, 5) .. note .. string.sub(note, 6)})
+check("submit a share, the note forged in pieces: removed", {rc, jd.comment}, {0, "x"})
+rc, jd, log = submit({spank_job_env = mine, tres_per_job = "gres:gpu:1", comment = "a " .. note})
+check("submit whole GPUs with --gpu-mem: no note, the forged one removed", {rc, jd.comment}, {0, "a"})
+rc, jd, log = submit({tres_per_job = "gres:gpu:1", comment = "mine"})
+check("submit whole GPUs without any quota: the comment untouched", {rc, jd.comment}, {0, "mine"})
+rc, jd, log = submit({spank_job_env = mine, comment = "  spaced  "})
+check("submit a share: the comment untouched, nothing said", {rc, jd.comment, string.sub(log[1] or "", 1, 5)}, {0, "  spaced  ", "info:"})
+rc, jd, log = submit({spank_job_env = dflt, tres_per_job = "gres:gpu:1", comment = string.rep("c", 1010)})
+check("submit whole GPUs, default quota, a comment too long for the note", {rc, string.sub(log[1] or "", 1, 42)},
+	{-1, "user: gpuslice: --comment is too long: a j"})
+local function modify(job_desc, rec, uid)
+	logged = {}
+	return slurm_job_modify(job_desc, rec, {}, uid), job_desc
+end
+rc, jd = modify({comment = note}, {job_id = 7, comment = "mine"}, 1001)
+check("modify: the owner cannot add the note", {rc, jd.comment}, {0, ""})
+rc, jd = modify({comment = "new " .. note}, {job_id = 7}, 1001)
+check("modify: the owner cannot add the note after a comment", {rc, jd.comment}, {0, "new"})
+rc, jd = modify({comment = "new"}, {job_id = 7, comment = "old " .. note}, 1001)
+check("modify: the owner's new comment keeps the note", {rc, jd.comment}, {0, "new " .. note})
+rc, jd = modify({comment = ""}, {job_id = 7, comment = note}, 1001)
+check("modify: the owner cannot remove the note", {rc, jd.comment}, {0, note})
+rc, jd = modify({comment = "plain"}, {job_id = 7, comment = "old"}, 1001)
+check("modify: a plain comment changed as asked", {rc, jd.comment}, {0, "plain"})
+rc, jd = modify({comment = note}, {job_id = 7}, 0)
+check("modify: root may set the note", {rc, jd.comment}, {0, note})
+rc, jd = modify({comment = string.rep("c", 1010)}, {job_id = 7, comment = note}, 1001)
+check("modify: a comment too long for the job's note", rc, -1)
+
 if failures > 0 then
 	io.stderr:write(string.format("job_submit.lua: %d of %d checks failed\n", failures, cases))
 	os.exit(1)
