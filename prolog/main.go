@@ -51,7 +51,8 @@ func Main(mode Mode, args []string, getenv func(string) string, stderr io.Writer
 	ttl := fs.Duration("ttl", 0, "TTL of the job's session (0: gpusliced's default_ttl): how long it may stay without a live process")
 	refusalDir := fs.String("refusal-dir", "", "where a refused job's reason is left for the SPANK plugin (default: "+RefusalDirName+
 		" next to the admin socket given by --admin-socket, else under gpusliced's runtime_dir)")
-	scontrol := fs.String("scontrol", "/usr/bin/scontrol", "scontrol, asked whether a job whose quota is plugstack.conf's default= has whole GPUs (it then gets no session)")
+	scontrol := fs.String("scontrol", "", "ignored: the Prolog asks Slurm nothing (earlier releases asked scontrol about whole GPUs)")
+	_ = fs.MarkHidden("scontrol")
 	def := fs.String("default", "", "quota of jobs submitted without --gpu-mem when SPANK_GPU_MEM is unset (empty: none)")
 	showVersion := fs.Bool("version", false, "print the version and exit")
 	var ignored []string // the Epilog's flags of earlier releases
@@ -68,6 +69,9 @@ func Main(mode Mode, args []string, getenv func(string) string, stderr io.Writer
 		}
 		fmt.Fprintf(logw, "%v (see --help)\n", err)
 		return 2
+	}
+	if fs.Changed("scontrol") {
+		fmt.Fprintf(logw, "--scontrol %s is ignored: %s runs no Slurm command (remove the flag from slurm.conf)\n", *scontrol, prog)
 	}
 	for _, f := range ignored {
 		if fs.Changed(f) {
@@ -102,6 +106,10 @@ func Main(mode Mode, args []string, getenv func(string) string, stderr io.Writer
 	}
 	if job.QuotaBytes == 0 {
 		return 0 // no quota asked: nothing to do, and no daemon needed
+	}
+	if mode == ModeProlog && DefaultQuotaWaived(job, getenv) {
+		fmt.Fprintf(logw, "job %s: whole GPUs without --gpu-mem: no quota (default= applies to shares of a GPU)\n", job.ID)
+		return 0
 	}
 	if v := getenv(EnvSLUID); mode == ModeProlog && v != "" && job.SLUID == "" {
 		fmt.Fprintf(logw, "job %s: %s=%q is not a SLUID; the session gets none\n", job.ID, EnvSLUID, v)
@@ -138,18 +146,6 @@ func Main(mode Mode, args []string, getenv func(string) string, stderr io.Writer
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	if mode == ModeProlog && job.QuotaIsDefault {
-		whole, err := WholeGPUs(ctx, *scontrol, job.ID, 5*time.Second, 3)
-		switch {
-		case err != nil:
-			// Unknown: the default quota stands (the safe side for the
-			// job's neighbours if the job got a share of a GPU).
-			fmt.Fprintf(logw, "job %s: cannot tell whether the job has whole GPUs, applying the default quota: %v\n", job.ID, err)
-		case whole:
-			fmt.Fprintf(logw, "job %s: whole GPUs without --gpu-mem: no quota (default= applies to shares of a GPU)\n", job.ID)
-			return 0
-		}
-	}
 	if mode == ModeEpilog {
 		if job.Node == "" { // run by hand: this machine's name, as slurmd's default
 			host, _ := os.Hostname()
