@@ -187,18 +187,6 @@ func (r slurmRelease) slurmdArgs(build string) []string {
 	return []string{"-d", filepath.Join(build, r.tree, "sbin", "slurmstepd")}
 }
 
-// prologArgs are the Prolog's (prolog) or Epilog's (epilog) arguments for
-// a release built from source: its scontrol (the Prolog asks slurmctld
-// whether a job has whole GPUs). The machine's /usr/bin ones are 22.05's,
-// which a newer slurmctld does not answer.
-func (r slurmRelease) prologArgs(build, name string) string {
-	if r.tree == "" {
-		return ""
-	}
-	bin := filepath.Join(build, r.tree, "bin")
-	return " --scontrol " + filepath.Join(bin, "scontrol")
-}
-
 // acctArgs are gpusliced's arguments for a release built from source: its
 // sacct and sacctmgr, with which gpusliced records the jobs' figures (the
 // machine's /usr/bin ones are 22.05's, which a newer slurmdbd does not
@@ -258,13 +246,13 @@ func (c *cluster) writeSlurmConfig() error {
 out=%[1]s/%[2]s-$SLURM_JOB_ID-$(hostname)
 env > "$out.env"
 start=$(date +%%s%%N)
-%[3]s --admin-socket %[4]s --retry-timeout %[5]s%[6]s "$@" 2>"$out.err"
+%[3]s --admin-socket %[4]s --retry-timeout %[5]s "$@" 2>"$out.err"
 rc=$?
 end=$(date +%%s%%N)
 cat "$out.err" >&2
 { cat "$out.err"; echo "ran_ns=$((end - start)) rc=$rc"; } >>"$out.log"
 exit $rc
-`, c.path("log"), name, bin, c.admSock, prologRetryArg, slurm.prologArgs(c.build, name))
+`, c.path("log"), name, bin, c.admSock, prologRetryArg)
 	}
 	if err := writeFile(c.path("prolog.sh"), wrapper(c.bin("prolog"), "prolog"), 0o755); err != nil {
 		return err
