@@ -22,7 +22,7 @@ func fakeDBD(t *testing.T, dir, job string) (args []string, comment func() strin
 	t.Helper()
 	os.WriteFile(filepath.Join(dir, "comment"), nil, 0o644)
 	sacct := "#!/bin/sh\nd=" + dir + "\n[ -e $d/down ] && { echo 'sacct: error: Connection refused' >&2; exit 1; }\n" +
-		"echo \"" + job + "|" + job + "|$(cat $d/comment)\"\n"
+		"echo \"" + job + "|" + job + "||$(cat $d/comment)\"\n"
 	sacctmgr := "#!/bin/sh\nd=" + dir + "\n[ -e $d/down ] && { echo 'sacctmgr: error: Connection refused' >&2; exit 1; }\n" +
 		"for a; do v=$a; done\nprintf '%s' \"${v#AdminComment=}\" > $d/comment\necho ' Modified jobs...'\n"
 	os.WriteFile(filepath.Join(dir, "sacct"), []byte(sacct), 0o755)

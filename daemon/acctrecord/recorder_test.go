@@ -36,7 +36,7 @@ d=` + d.dir + `
 echo >> $d/reads
 case " $* " in *" -j ` + job + ` "*) ;; *) exit 0;; esac
 [ -e $d/known ] || exit 0
-echo "` + job + `|` + job + `|$(cat $d/comment)"
+echo "` + job + `|` + job + `|$(cat $d/nodes 2>/dev/null)|$(cat $d/comment)"
 `
 	sacctmgr := `#!/bin/sh
 d=` + d.dir + `
@@ -254,6 +254,27 @@ func TestOutageAndRestart(t *testing.T) {
 	}
 	if st := r.Stats(); st.Queued != 0 || st.LastSuccess.IsZero() {
 		t.Fatalf("stats after: %+v", st)
+	}
+}
+
+// Each node is placed by the job's node list as slurmdbd holds it (what
+// seff expands), whatever the Epilog's environment gave (here each node's
+// own name alone).
+func TestPlacedBySlurmdbdNodeList(t *testing.T) {
+	db, s := newSlurmdbd(t, "42", "")
+	os.WriteFile(db.path("nodes"), []byte("tn[1-3]"), 0o644)
+	var c counts
+	for i, n := range []string{"tn3", "tn1"} {
+		st := openStore(t, filepath.Join(t.TempDir(), "db"))
+		t.Cleanup(func() { st.Close() })
+		o := fast(s, &c)
+		r, _ := New(st, o)
+		r.Add(record("42", n, n, uint64(10*(i+1))))
+		run(t, r)
+		waitUntil(t, n+" sent", func() bool { return c.sent.Load() == int64(i+1) })
+	}
+	if got := db.comment(); got != "gpuslice:v2;quota_mib=1024;nodes=3;reported=0,2;peak_mib=20;peak_on=tn1/gpu-tn1;denied=2" {
+		t.Fatalf("comment %q", got)
 	}
 }
 

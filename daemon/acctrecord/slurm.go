@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/gpuslice/gpuslice/internal/admincomment"
+	"github.com/gpuslice/gpuslice/internal/hostlist"
 )
 
 // Slurm's accounting, as gpusliced writes to it: sacct reads a job's
@@ -64,9 +65,9 @@ func noAccounting(out []byte) bool {
 		bytes.Contains(out, []byte("not running a supported accounting_storage plugin"))
 }
 
-// comment reads the job's AdminComment (its latest run's) and the name
-// that picks this job alone in sacctmgr: errNotYet when slurmdbd has no
-// record of it.
+// comment reads the job's AdminComment (its latest run's), the name
+// that picks this job alone in sacctmgr and the job's nodes as slurmdbd
+// holds them (a hostlist): errNotYet when slurmdbd has no record of it.
 //
 // A job id names more than one job to sacct and sacctmgr when it is an
 // array's (every task: the task whose raw id is the array's job id, the
@@ -75,29 +76,46 @@ func noAccounting(out []byte) bool {
 // writing `where jobid=ID` replaced every task's. So the row whose
 // JobIDRaw is this job's is the one read, and its JobID (110_3, 120+1)
 // names it to sacctmgr.
-func (s Slurm) comment(ctx context.Context, id string) (comment, name string, err error) {
-	out, err := s.run(ctx, s.Sacct, "-X", "-n", "-P", "-j", id, "-o", "JobIDRaw,JobID,AdminComment")
+func (s Slurm) comment(ctx context.Context, id string) (comment, name, nodes string, err error) {
+	out, err := s.run(ctx, s.Sacct, "-X", "-n", "-P", "-j", id, "-o", "JobIDRaw,JobID,NodeList,AdminComment")
 	if err != nil && noAccounting(out) {
-		return "", "", errNoAccounting
+		return "", "", "", errNoAccounting
 	}
 	if err != nil {
-		return "", "", fmt.Errorf("sacct: %w: %s", err, strings.TrimSpace(string(out)))
+		return "", "", "", fmt.Errorf("sacct: %w: %s", err, strings.TrimSpace(string(out)))
 	}
 	found := false
 	for _, l := range strings.Split(strings.TrimRight(string(out), "\n"), "\n") {
-		f := strings.SplitN(l, "|", 3)
-		if len(f) == 3 && strings.TrimSpace(f[0]) == id {
+		f := strings.SplitN(l, "|", 4) // the comment last: it may hold a site's "|"
+		if len(f) == 4 && strings.TrimSpace(f[0]) == id {
 			// the latest run of this job id comes last
-			name, comment, found = strings.TrimSpace(f[1]), strings.TrimSpace(f[2]), true
+			name, nodes, comment, found = strings.TrimSpace(f[1]), strings.TrimSpace(f[2]), strings.TrimSpace(f[3]), true
 		}
 	}
 	if !found {
-		return "", "", errNotYet
+		return "", "", "", errNotYet
 	}
 	if name == "" {
 		name = id
 	}
-	return comment, name, nil
+	return comment, name, nodes, nil
+}
+
+// place puts n at its index in the job's node list as slurmdbd holds it
+// (the list seff expands), when that list names n's node; else n keeps
+// the place the Epilog's SLURM_JOB_NODELIST gave it.
+func place(n admincomment.Node, nodes []string, jobNodes string) (admincomment.Node, []string) {
+	list, err := hostlist.Expand(jobNodes)
+	if err != nil || len(list) == 0 {
+		return n, nodes
+	}
+	for i, name := range list {
+		if admincomment.Name(name) == admincomment.Name(n.Name) {
+			n.Index, n.Nodes = i, len(list)
+			return n, list
+		}
+	}
+	return n, nodes
 }
 
 // set writes the AdminComment of the job sacctmgr knows by name.
@@ -122,10 +140,11 @@ func (s Slurm) set(ctx context.Context, name, comment string) error {
 // another node's concurrent write replaced is errLost (the caller writes
 // again). wrote reports whether sacctmgr was run.
 func (s Slurm) write(ctx context.Context, id string, n admincomment.Node, nodes []string) (final string, wrote bool, err error) {
-	existing, name, err := s.comment(ctx, id)
+	existing, name, jobNodes, err := s.comment(ctx, id)
 	if err != nil {
 		return "", false, err
 	}
+	n, nodes = place(n, nodes, jobNodes)
 	if admincomment.Contains(existing, n) {
 		return existing, false, nil
 	}
@@ -136,7 +155,7 @@ func (s Slurm) write(ctx context.Context, id string, n admincomment.Node, nodes 
 	if err := s.set(ctx, name, merged); err != nil {
 		return "", true, err
 	}
-	back, _, err := s.comment(ctx, id)
+	back, _, _, err := s.comment(ctx, id)
 	if err != nil {
 		return "", true, err
 	}

@@ -89,6 +89,13 @@ srun --ntasks-per-node=1 sh -c 'if [ "$SLURMD_NODENAME" = tn1 ]; then n=2; else 
 	if len(nodes) != 2 {
 		t.Fatalf("job %s ran on %d nodes, want 2", id, len(nodes))
 	}
+	for _, n := range nodes { // what slurmd gave each node's Epilog (the record's own list)
+		for _, l := range strings.Split(readFile(t, c.path("log", "epilog-"+id+"-"+n.Name+".env")), "\n") {
+			if strings.HasPrefix(l, "SLURM_JOB_NODELIST=") || strings.HasPrefix(l, "SLURM_JOB_NUM_NODES=") {
+				t.Logf("the Epilog of job %s on %s: %s", id, n.Name, l)
+			}
+		}
+	}
 	// The ask: 1024 shards (MiB) on each node.
 	c.sacctField(t, id, "AllocTRES", containsAll("gres/shard=2048"))
 	summary := c.wantComment(t, id, 1024)
