@@ -72,7 +72,9 @@ func (l *shortLimiter) gaps() (pid, uid, gpu time.Duration) {
 }
 
 // look decides what a SHORT from attached process k of uid at now needs,
-// before any system call.
+// before any system call. Unless dropped, the SHORT counts as the
+// process's one for ShortProcessGap, whatever it leads to: each process
+// costs more than a map look-up at most that often.
 func (l *shortLimiter) look(uid uint32, k reclaim.Key, now time.Time) shortStep {
 	pidGap, _, _ := l.gaps()
 	l.mu.Lock()
@@ -80,6 +82,7 @@ func (l *shortLimiter) look(uid uint32, k reclaim.Key, now time.Time) shortStep 
 	if p, ok := l.pids[k.PID]; ok && p.key == k && now.Sub(p.at) < pidGap {
 		return shortDrop
 	}
+	l.noteLocked(k, now)
 	if u := l.uids[uid]; u != nil && u.pending {
 		return shortCovered
 	}
