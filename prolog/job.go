@@ -45,6 +45,9 @@ type Job struct {
 	// job's.
 	Node     string
 	NodeList string
+	// NodeCount is the job's node count (SLURM_JOB_NUM_NODES; 0 when
+	// Slurm gives none). Slurm 22.05 gives the Epilog no node list.
+	NodeCount int
 	// Refused: gpusliced refused the job's quota on this node (the
 	// Prolog's refusal line; the Epilog sets it).
 	Refused bool
@@ -93,6 +96,9 @@ func JobFromEnv(getenv func(string) string, defaultBytes uint64) (Job, error) {
 	j.SLUID = sluidFromEnv(getenv)
 	j.Node = strings.TrimSpace(getenv("SLURMD_NODENAME"))
 	j.NodeList = strings.TrimSpace(getenv("SLURM_JOB_NODELIST"))
+	if n, err := strconv.Atoi(strings.TrimSpace(getenv("SLURM_JOB_NUM_NODES"))); err == nil && n > 0 && n <= 1<<16 {
+		j.NodeCount = n
+	}
 
 	j.QuotaBytes = defaultBytes
 	if q := strings.TrimSpace(getenv(EnvQuota)); q != "" {

@@ -150,7 +150,8 @@ func Epilog(ctx context.Context, cfg Config, job Job) *client.Report {
 	}
 	c := client.New(cfg.AdminSocket)
 	defer c.Close()
-	req := api.JobEndRequest{Node: job.Node, NodeList: job.NodeList, QuotaBytes: job.QuotaBytes, Refused: job.Refused, SLUID: job.SLUID}
+	req := api.JobEndRequest{Node: job.Node, NodeList: job.NodeList, NodeCount: job.NodeCount, QuotaBytes: job.QuotaBytes,
+		Refused: job.Refused, SLUID: job.SLUID}
 	if req.Node == "" { // run by hand: this machine's name, as slurmd's default
 		host, _ := os.Hostname()
 		req.Node, _, _ = strings.Cut(host, ".")

@@ -114,8 +114,26 @@ type item struct {
 	nodes []string
 	due   time.Time
 	tries int
-	// writes counts this record's sacctmgr runs (the log's).
-	writes int
+	// writes counts this record's sacctmgr runs (the log's); lost the
+	// writes another node's replaced, in a row.
+	writes, lost int
+	// placed: node.Index is this node's place in the job's node list
+	// (from the Epilog's SLURM_JOB_NODELIST, else from slurmdbd's).
+	placed bool
+}
+
+// placement is node's index in list, when list holds it and, the job's
+// node count known (count > 0), as many nodes.
+func placement(node string, list []string, count int) (int, bool) {
+	if count > 0 && len(list) != count {
+		return -1, false
+	}
+	for i, n := range list {
+		if admincomment.Name(n) == admincomment.Name(node) {
+			return i, true
+		}
+	}
+	return -1, false
 }
 
 // Recorder keeps the queue and runs its sender.
@@ -159,7 +177,8 @@ func New(st *store.Store, opt Options) (*Recorder, error) {
 		opt.MaxBackoff = max(DefaultMaxBackoff, opt.MinBackoff)
 	}
 	if opt.Settle <= 0 {
-		opt.Settle = opt.Slurm.Timeout + 5*time.Second
+		// another node's read may take a timeout, its write one more
+		opt.Settle = 2*opt.Slurm.Timeout + 5*time.Second
 	}
 	if opt.Log == nil {
 		opt.Log = slog.New(slog.DiscardHandler)
@@ -183,32 +202,43 @@ func New(st *store.Store, opt Options) (*Recorder, error) {
 	return r, nil
 }
 
-// newItem places rec's node in its job's node list and sets its first
-// turn. Called with mu held or before the sender runs.
+// newItem places rec's node in its job's node list, when the Epilog's
+// SLURM_JOB_NODELIST gave one (Slurm 22.05 gives none; a job of one node
+// needs none), and sets its first turn. A node not placed here is placed
+// by the list slurmdbd holds before it is written (Slurm.write). Called
+// with mu held or before the sender runs.
 func (r *Recorder) newItem(rec store.AcctRecord, now time.Time) *item {
 	nodes, err := hostlist.Expand(rec.NodeList)
-	if err != nil || len(nodes) == 0 {
+	if err != nil {
+		nodes = nil
+	}
+	if len(nodes) == 0 && rec.NodeCount <= 1 {
 		nodes = []string{rec.Node}
 	}
-	idx := -1
-	for i, n := range nodes {
-		if admincomment.Name(n) == admincomment.Name(rec.Node) {
-			idx = i
-			break
-		}
+	idx, placed := placement(rec.Node, nodes, rec.NodeCount)
+	count := len(nodes)
+	turn := idx
+	if !placed {
+		// its turn by its name until slurmdbd's list places it
+		count = max(rec.NodeCount, 1)
+		turn = int(fnv32(admincomment.Name(rec.Node)) % uint32(count))
 	}
-	if idx < 0 {
-		r.log.Warn("accounting: this node is not in the job's node list; its denied allocations are not counted",
-			"job", rec.JobID, "node", rec.Node, "nodelist", rec.NodeList)
-	}
-	n := admincomment.Node{Name: rec.Node, Index: idx, Nodes: len(nodes), QuotaMiB: admincomment.MiB(rec.QuotaBytes), Refused: rec.Refused}
+	n := admincomment.Node{Name: rec.Node, Index: idx, Nodes: count, QuotaMiB: admincomment.MiB(rec.QuotaBytes), Refused: rec.Refused}
 	for _, g := range rec.GPUs {
 		n.GPUs = append(n.GPUs, admincomment.GPU{UUID: g.UUID, QuotaMiB: admincomment.MiB(g.LimitBytes),
 			PeakMiB: admincomment.MiB(g.PeakBytes), Denied: g.Denied})
 	}
-	step := min(r.opt.Spread, r.opt.SpreadMax/time.Duration(len(nodes)))
-	turn := step*time.Duration(max(idx, 0)) + r.jitter(step)
-	return &item{rec: rec, node: n, nodes: nodes, due: now.Add(turn)}
+	step := min(r.opt.Spread, r.opt.SpreadMax/time.Duration(count))
+	return &item{rec: rec, node: n, nodes: nodes, placed: placed, due: now.Add(step*time.Duration(turn) + r.jitter(step))}
+}
+
+// fnv32 is FNV-1a of s.
+func fnv32(s string) uint32 {
+	h := uint32(2166136261)
+	for i := 0; i < len(s); i++ {
+		h = (h ^ uint32(s[i])) * 16777619
+	}
+	return h
 }
 
 // jitter is a random duration in [0, d). Called with mu held or before

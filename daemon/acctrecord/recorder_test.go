@@ -257,20 +257,30 @@ func TestOutageAndRestart(t *testing.T) {
 	}
 }
 
-// Each node is placed by the job's node list as slurmdbd holds it (what
-// seff expands), whatever the Epilog's environment gave (here each node's
-// own name alone).
+// Slurm 22.05 gives the Epilog the job's node count, not its node list:
+// each node is placed by the list slurmdbd holds (what seff expands), and
+// waits while slurmdbd has none of that many nodes yet (it counted both
+// nodes of a job as node 0, one of them twice once slurmdbd had the list).
 func TestPlacedBySlurmdbdNodeList(t *testing.T) {
 	db, s := newSlurmdbd(t, "42", "")
-	os.WriteFile(db.path("nodes"), []byte("tn[1-3]"), 0o644)
+	os.WriteFile(db.path("nodes"), []byte("None assigned"), 0o644)
 	var c counts
 	for i, n := range []string{"tn3", "tn1"} {
 		st := openStore(t, filepath.Join(t.TempDir(), "db"))
 		t.Cleanup(func() { st.Close() })
 		o := fast(s, &c)
 		r, _ := New(st, o)
-		r.Add(record("42", n, n, uint64(10*(i+1))))
+		rec := record("42", n, "", uint64(10*(i+1)))
+		rec.NodeCount = 3
+		r.Add(rec)
 		run(t, r)
+		if i == 0 {
+			time.Sleep(100 * time.Millisecond)
+			if db.writes() != 0 {
+				t.Fatalf("written before slurmdbd held the job's nodes: %q", db.comment())
+			}
+			os.WriteFile(db.path("nodes"), []byte("tn[1-3]"), 0o644)
+		}
 		waitUntil(t, n+" sent", func() bool { return c.sent.Load() == int64(i+1) })
 	}
 	if got := db.comment(); got != "gpuslice:v2;quota_mib=1024;nodes=3;reported=0,2;peak_mib=20;peak_on=tn1/gpu-tn1;denied=2" {

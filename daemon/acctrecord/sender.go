@@ -65,7 +65,7 @@ func (r *Recorder) Run(ctx context.Context) {
 
 // send writes one record and decides what follows.
 func (r *Recorder) send(ctx context.Context, it *item) {
-	final, wrote, err := r.opt.Slurm.write(ctx, it.rec.JobID, it.node, it.nodes)
+	final, wrote, err := r.opt.Slurm.write(ctx, it)
 	if wrote {
 		if f := r.opt.Events.Write; f != nil {
 			f()
@@ -83,7 +83,7 @@ func (r *Recorder) send(ctx context.Context, it *item) {
 		// In, but a node that read before our write may still write:
 		// confirm after Settle.
 		r.mu.Lock()
-		it.due = time.Now().Add(r.opt.Settle)
+		it.due, it.lost = time.Now().Add(r.opt.Settle), 0
 		r.lastOK = time.Now()
 		r.mu.Unlock()
 		r.log.Debug("accounting: written, to be confirmed", "job", job, "comment", final)
@@ -101,15 +101,17 @@ func (r *Recorder) send(ctx context.Context, it *item) {
 		r.done(it, DropComment)
 		r.log.Warn("accounting: the job's AdminComment is left alone; figures not recorded there", "job", job, "err", err)
 	case errors.Is(err, errLost):
+		// the job's other nodes write now: wait longer each time
 		r.mu.Lock()
-		it.due = time.Now().Add(r.opt.Spread + r.jitter(4*r.opt.Spread))
+		it.lost++
+		it.due = time.Now().Add(r.opt.Spread + r.jitter(min(r.opt.Spread<<min(it.lost, 10), r.opt.MaxBackoff)))
 		r.mu.Unlock()
 		r.log.Debug("accounting: writing again", "job", job, "err", err)
-	case errors.Is(err, errNotYet) && time.Since(it.rec.Ended) > UnknownJobAge:
+	case (errors.Is(err, errNotYet) || errors.Is(err, errNotPlaced)) && time.Since(it.rec.Ended) > UnknownJobAge:
 		r.done(it, DropUnknownJob)
 		r.log.Warn("accounting: slurmdbd has not known the job since it ended; its figures are not recorded there",
 			"job", job, "ended", it.rec.Ended)
-	case errors.Is(err, errNotYet):
+	case errors.Is(err, errNotYet), errors.Is(err, errNotPlaced):
 		r.mu.Lock()
 		it.tries++
 		it.due = time.Now().Add(r.backoff(it.tries, unknownJobBackoff))

@@ -55,6 +55,9 @@ var (
 	errNoAccounting = errors.New("Slurm has no accounting storage (AccountingStorageType is not accounting_storage/slurmdbd)")
 	// errLost: another node's write replaced this node's figures.
 	errLost = errors.New("another node's write replaced this node's figures")
+	// errNotPlaced: neither the Epilog nor slurmdbd gave the job's node
+	// list with this node (slurmctld has not sent the job's nodes yet).
+	errNotPlaced = errors.New("slurmdbd does not hold the job's node list yet")
 )
 
 // noAccounting reports whether sacct's or sacctmgr's output says the
@@ -101,21 +104,25 @@ func (s Slurm) comment(ctx context.Context, id string) (comment, name, nodes str
 	return comment, name, nodes, nil
 }
 
-// place puts n at its index in the job's node list as slurmdbd holds it
-// (the list seff expands), when that list names n's node; else n keeps
-// the place the Epilog's SLURM_JOB_NODELIST gave it.
-func place(n admincomment.Node, nodes []string, jobNodes string) (admincomment.Node, []string) {
+// place puts a record not yet placed at its node's index in the job's
+// node list as slurmdbd holds it (sacct's NodeList, the list seff
+// expands), which must name the node and, the node count known, have as
+// many. Once placed a record keeps its place: a node counted at two
+// places would count twice.
+func place(it *item, jobNodes string) error {
+	if it.placed {
+		return nil
+	}
 	list, err := hostlist.Expand(jobNodes)
-	if err != nil || len(list) == 0 {
-		return n, nodes
+	if err != nil {
+		return fmt.Errorf("%w (sacct's NodeList %q: %v)", errNotPlaced, jobNodes, err)
 	}
-	for i, name := range list {
-		if admincomment.Name(name) == admincomment.Name(n.Name) {
-			n.Index, n.Nodes = i, len(list)
-			return n, list
-		}
+	idx, ok := placement(it.rec.Node, list, it.rec.NodeCount)
+	if !ok {
+		return fmt.Errorf("%w (sacct's NodeList %q, %d nodes)", errNotPlaced, jobNodes, it.rec.NodeCount)
 	}
-	return n, nodes
+	it.node.Index, it.node.Nodes, it.nodes, it.placed = idx, len(list), list, true
+	return nil
 }
 
 // set writes the AdminComment of the job sacctmgr knows by name.
@@ -139,12 +146,16 @@ func (s Slurm) set(ctx context.Context, name, comment string) error {
 // (a record sent before gpusliced was killed, not yet dequeued); one
 // another node's concurrent write replaced is errLost (the caller writes
 // again). wrote reports whether sacctmgr was run.
-func (s Slurm) write(ctx context.Context, id string, n admincomment.Node, nodes []string) (final string, wrote bool, err error) {
+func (s Slurm) write(ctx context.Context, it *item) (final string, wrote bool, err error) {
+	id := it.rec.JobID
 	existing, name, jobNodes, err := s.comment(ctx, id)
 	if err != nil {
 		return "", false, err
 	}
-	n, nodes = place(n, nodes, jobNodes)
+	if err := place(it, jobNodes); err != nil {
+		return "", false, err
+	}
+	n, nodes := it.node, it.nodes
 	if admincomment.Contains(existing, n) {
 		return existing, false, nil
 	}

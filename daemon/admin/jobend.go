@@ -27,7 +27,8 @@ func (h *handler) jobEnd(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, err)
 		return
 	}
-	if !api.ValidSessionID(id) || req.Node == "" || len(req.Node) > 255 || len(req.NodeList) > 1<<16 {
+	if !api.ValidSessionID(id) || req.Node == "" || len(req.Node) > 255 || len(req.NodeList) > 1<<16 ||
+		req.NodeCount < 0 || req.NodeCount > 1<<16 {
 		writeErr(w, fmt.Errorf("%w: job end: a job id, this node's name and the job's node list are needed", api.ErrBadRequest))
 		return
 	}
@@ -43,7 +44,7 @@ func (h *handler) jobEnd(w http.ResponseWriter, r *http.Request) {
 		// failure: no final figures to record.
 		out.Released = err.Error()
 	}
-	rec := store.AcctRecord{JobID: id, Node: req.Node, NodeList: req.NodeList, QuotaBytes: req.QuotaBytes,
+	rec := store.AcctRecord{JobID: id, Node: req.Node, NodeList: req.NodeList, NodeCount: req.NodeCount, QuotaBytes: req.QuotaBytes,
 		SLUID: req.SLUID, Ended: time.Now().UTC()}
 	switch {
 	case out.Report != nil && len(out.Report.GPUs) > 0:

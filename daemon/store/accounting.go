@@ -34,6 +34,8 @@ type AcctRecord struct {
 	// them (SLURM_JOB_NODELIST, a compressed hostlist).
 	Node     string `json:"node"`
 	NodeList string `json:"node_list,omitempty"`
+	// NodeCount is the job's node count (SLURM_JOB_NUM_NODES; 0: unknown).
+	NodeCount int `json:"node_count,omitempty"`
 	// QuotaBytes is the job's quota per GPU.
 	QuotaBytes uint64 `json:"quota_bytes"`
 	// Refused: gpusliced refused the quota here (no figures).
@@ -56,6 +58,8 @@ func (r AcctRecord) Validate() error {
 		return errors.New("neither figures nor a refusal")
 	case r.Ended.IsZero():
 		return errors.New("no end time")
+	case r.NodeCount < 0:
+		return fmt.Errorf("node count %d", r.NodeCount)
 	}
 	return nil
 }

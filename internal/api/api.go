@@ -244,6 +244,10 @@ type JobEndRequest struct {
 	// records.
 	Node     string `json:"node"`
 	NodeList string `json:"node_list,omitempty"`
+	// NodeCount is the job's node count (SLURM_JOB_NUM_NODES; 0:
+	// unknown). Slurm 22.05 gives the Epilog no node list: gpusliced then
+	// places the node by the list slurmdbd holds, which must have as many.
+	NodeCount int `json:"node_count,omitempty"`
 	// QuotaBytes is the job's quota per GPU.
 	QuotaBytes uint64 `json:"quota_bytes,omitempty"`
 	// Refused: gpusliced refused the job's quota on this node (the

@@ -100,6 +100,19 @@ func TestAccountingThroughOutage(t *testing.T) {
 	c := needAccounting(t)
 	u := c.users["gsltest1"]
 	tn1, tn2 := c.nodeByName("tn1"), c.nodeByName("tn2")
+	queued := func() float64 {
+		return tn1.metric(t, "gpuslice_accounting_queue_records") + tn2.metric(t, "gpuslice_accounting_queue_records")
+	}
+	emptyQueues := func() error {
+		if q := queued(); q != 0 {
+			return fmt.Errorf("%v records still queued", q)
+		}
+		return nil
+	}
+	// The records of earlier tests' jobs confirmed first.
+	if err := waitFor(3*time.Minute, emptyQueues); err != nil {
+		t.Fatal(err)
+	}
 	writes2 := tn2.metric(t, "gpuslice_accounting_writes_total")
 	c.kill("slurmdbd", syscall.SIGTERM, 10*time.Second)
 	t.Cleanup(func() {
@@ -128,7 +141,7 @@ func TestAccountingThroughOutage(t *testing.T) {
 	}
 	// Every job's record waits on its node.
 	err := waitFor(30*time.Second, func() error {
-		if q := tn1.metric(t, "gpuslice_accounting_queue_records") + tn2.metric(t, "gpuslice_accounting_queue_records"); q != jobs {
+		if q := queued(); q != jobs {
 			return fmt.Errorf("%v records queued, want %d", q, jobs)
 		}
 		return nil
@@ -175,15 +188,9 @@ func TestAccountingThroughOutage(t *testing.T) {
 			t.Errorf("job %s: AdminComment %q, want %q", id, got, c.wantComment(t, id, 256))
 		}
 	}
-	// Each record leaves its queue once a read after its write (the
-	// command timeout and 5 s later) has confirmed it.
-	err = waitFor(2*time.Minute, func() error {
-		if q := tn1.metric(t, "gpuslice_accounting_queue_records") + tn2.metric(t, "gpuslice_accounting_queue_records"); q != 0 {
-			return fmt.Errorf("%v records still queued", q)
-		}
-		return nil
-	})
-	if err != nil {
+	// Each record leaves its queue once a read after its write (two
+	// command timeouts and 5 s later) has confirmed it.
+	if err := waitFor(3*time.Minute, emptyQueues); err != nil {
 		t.Error(err)
 	}
 	if onTn2 != jobs/2 {
