@@ -268,7 +268,7 @@ func TestAccounting256Nodes(t *testing.T) {
 		wg.Add(1)
 		go func() { defer wg.Done(); r.Run(ctx) }()
 	}
-	err := waitFor(5*time.Minute, func() error {
+	err := waitFor(10*time.Minute, func() error {
 		if s := sent.Load(); s != n {
 			return fmt.Errorf("%d of %d nodes' records sent (%d writes, %d failed sends)", s, n, writes.Load(), failed.Load())
 		}
