@@ -119,8 +119,9 @@ func (c *cluster) jobBilling(t *testing.T, id string) billed {
 // slurmctld adds a job's usage at each pass of its priority calculation
 // (PriorityCalcPeriod, a minute here) while the job runs, from its start
 // or the last pass up to this one; what a job runs after the last pass
-// before its end is not counted (Slurm 22.05 to 24.11 call no usage
-// update at a job's end). So the jobs run past a pass: 75 s.
+// before its end is not counted (this cluster sets no
+// AccountingStorageEnforce=limits, without which slurmctld adds no usage
+// at a job's end: TestUsageAtJobEnd). So the jobs run past a pass: 75 s.
 func TestFairShareByGPUMemory(t *testing.T) {
 	c := needAccounting(t)
 	u1, u2 := c.users["gsltest1"], c.users["gsltest2"]

@@ -67,6 +67,10 @@ type ClusterOptions struct {
 	// (JobAcctGatherType, AccountingStorageType, JobCompType: none), e.g.
 	// for a suite that runs slurmdbd.
 	Accounting []string
+	// AccountingStorageEnforce is slurm.conf's AccountingStorageEnforce
+	// with slurmdbd; "" leaves it out (Slurm enforces nothing). slurmctld
+	// reads it when it starts only (setAccountingStorageEnforce).
+	AccountingStorageEnforce string
 }
 
 // defaultOptions is the suite's cluster: two hosts, the first with smaller

@@ -291,6 +291,9 @@ exit $rc
 	accounting := noAccounting
 	if len(c.opts.Accounting) > 0 {
 		accounting = strings.Join(c.opts.Accounting, "\n") + "\n"
+		if e := c.opts.AccountingStorageEnforce; e != "" {
+			accounting += "AccountingStorageEnforce=" + e + "\n"
+		}
 	}
 	c.conf = c.path("slurm.conf")
 	conf := fmt.Sprintf(`# gpuslice end-to-end test cluster
