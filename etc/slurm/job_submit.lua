@@ -14,9 +14,11 @@ slurmctld schedules, on the controller, so a user cannot bypass it:
                                   takes a job's shards on a node from one
                                   GPU, and never puts more shards on a GPU
                                   than it has)
-  --gpus/--gres=gpu:N[/--gpu-mem] N whole GPUs on a node of its own
-                                  (exclusive), with the quota on each when
-                                  --gpu-mem is given
+  --gpus/--gres=gpu:N[/--gpu-mem] N whole GPUs, with the quota on each
+                                  when --gpu-mem is given; beside other
+                                  jobs where Slurm keeps a GPU held as
+                                  gres/gpu away from shards (23.11.5 on),
+                                  else on a node of its own (exclusive)
   neither                         untouched: the job gets no GPU (with the
                                   plugin's default=, that quota as if it
                                   were --gpu-mem; whole GPUs without
@@ -28,9 +30,11 @@ slurmctld schedules, on the controller, so a user cannot bypass it:
   the job's quota's fraction of the GPU; gpuslice.site below): refused,
   saying what is allowed.
 
-Whole GPUs get a node of their own because Slurm 22.05 gives a gres/gpu
-job a GPU whose shards other jobs use; a gres/shard job is never placed on
-a GPU a gres/gpu job holds.
+Whole GPUs get a node of their own before Slurm 23.11.5, which gives a
+gres/gpu job a GPU whose shards other jobs use (a gres/shard job is never
+placed on a GPU a gres/gpu job holds); from 23.11.5 on they share the node
+(gpuslice.whole_gpus_share_node below; the site's whole_gpus setting
+overrides).
 
 The SPANK plugin passes --gpu-mem (in bytes) as GPU_MEM=<bytes> in the job's
 spank_job_env. GPU sizes come from the NodeName lines of slurm.conf
@@ -66,6 +70,12 @@ controller rather than editing this script.
   config              gpusliced.yaml, whose compute_* keys override these
                       (GPUSLICE_CONFIG in slurmctld's environment, as
                       for gpusliced, else /etc/gpuslice/gpusliced.yaml).
+  whole_gpus          where jobs of whole GPUs run: "auto" (beside other
+                      jobs where this Slurm keeps a GPU held as gres/gpu
+                      away from shards, 23.11.5 on; else a node of their
+                      own), "share" or "node". Not in gpusliced.yaml:
+                      GPUSLICE_WHOLE_GPUS in slurmctld's environment, else
+                      here; docs/slurm.md, "Whole GPUs".
 ]]
 gpuslice.site = {
 	compute_default = "proportional",
@@ -73,6 +83,7 @@ gpuslice.site = {
 	compute_max = "proportional",
 	compute_cap = "none",
 	config = os.getenv("GPUSLICE_CONFIG") or "/etc/gpuslice/gpusliced.yaml",
+	whole_gpus = os.getenv("GPUSLICE_WHOLE_GPUS") or "auto",
 }
 
 -- site with the compute_* keys of gpusliced.yaml's lines (flat "key:
@@ -596,13 +607,16 @@ req: {gpu_mem = bytes or nil, gpu_mem_default = true when gpu_mem is
       plugstack.conf's default= (it applies to shares of a GPU only: a job
       given whole GPUs gets no quota), tres_per_node, tres_per_job,
       tres_per_task, tres_per_socket, prefix = "gres:" (Slurm 22.05) or "gres/" (23.02 on),
-      see gpuslice.tres_prefix; "gres:" when nil}
+      see gpuslice.tres_prefix; "gres:" when nil; share_node = true when
+      whole GPUs may run beside other jobs, see
+      gpuslice.whole_gpus_share_node; a node of their own when nil}
 sizes: per-GPU MiB of the nodes the job may use; pname: where they are, for
 messages ("partition gpu", "nodes tn1").
 
-Returns a change table {tres_per_node=, set=bool, exclusive=bool, why=}
-(when set, tres_per_node replaces the job's), or nil and the message for
-the user.
+Returns a change table {tres_per_node=, set=bool, whole=bool,
+exclusive=bool, why=} (when set, tres_per_node replaces the job's; whole:
+the job asks whole GPUs; exclusive: a node of its own), or nil and the
+message for the user.
 ]]
 function gpuslice.translate(req, sizes, pname)
 	local gpus = false
@@ -624,11 +638,15 @@ function gpuslice.translate(req, sizes, pname)
 		end
 	end
 
+	local where = ": a node of its own"
+	if req.share_node then
+		where = ": beside other jobs"
+	end
 	if req.gpu_mem == nil or (gpus and req.gpu_mem_default) then
 		if not gpus then
 			return {set = false, why = "no GPU asked"}
 		end
-		return {set = false, exclusive = true, why = "whole GPUs: a node of its own"}
+		return {set = false, whole = true, exclusive = not req.share_node, why = "whole GPUs" .. where}
 	end
 
 	local mib = gpuslice.mib_ceil(req.gpu_mem)
@@ -641,8 +659,8 @@ function gpuslice.translate(req, sizes, pname)
 			gpuslice.format_mib(mib), pname, gpuslice.format_mib(largest))
 	end
 	if gpus then
-		return {set = false, exclusive = true,
-			why = gpuslice.format_mib(mib) .. " on each of its whole GPUs: a node of its own"}
+		return {set = false, whole = true, exclusive = not req.share_node,
+			why = gpuslice.format_mib(mib) .. " on each of its whole GPUs" .. where}
 	end
 	return {set = true, tres_per_node = append(req.tres_per_node, (req.prefix or "gres:") .. "shard:" .. mib),
 		why = gpuslice.format_mib(mib) .. " of one GPU"}
@@ -669,6 +687,153 @@ function gpuslice.tres_prefix(req, slurm_table)
 		return "gres/"
 	end
 	return "gres:"
+end
+
+--[[
+Whole GPUs beside shards. A GPU a job holds as gres/gpu must carry no other
+job's shards. Slurm 22.05 gives a gres/gpu job a GPU whose shards other
+jobs use (a shard job on GPU 0, then --gres=gpu:1 was given GPU 0 too);
+23.11.5 fixed it (its NEWS: "Fix issue where you could have a gpu
+allocated as well as a shard on that gpu allocated at the same time").
+tests/slurm's TestGresGPUApartFromShards measures it on every release the
+project supports. So whole GPUs share the node from 23.11.5 on, and get a
+node of their own before.
+
+job_submit.lua has no version constant; what it sees of the release:
+- the slurm table (SchedMD's src/lua/slurm_lua.c): every Slurm error code
+  (slurm.ESLURM_INVALID_GRES) from 23.02 on, slurm.STEPMGR_ENABLED from
+  24.05 on;
+- between the two, where the table tells 23.11.5 from nothing older, the
+  release slurmctld names itself by ("slurmctld version 23.11.11
+  started"): a string of its executable, /proc/self/exe, read then only
+  (about 0.1 s for SchedMD's 23.11.11, once per load of this script).
+A 23.02-to-23.11 slurmctld whose release cannot be read is taken to lack
+the fix (the site's whole_gpus = "share" says otherwise).
+]]
+
+-- The releases the slurm table says this is: "22.05" (22.05 or older),
+-- "23.02" (23.02 to 23.11) or "24.05" (24.05 or later).
+function gpuslice.release_family(slurm_table)
+	if slurm_table == nil or slurm_table.ESLURM_INVALID_GRES == nil then
+		return "22.05"
+	elseif slurm_table.STEPMGR_ENABLED == nil then
+		return "23.02"
+	end
+	return "24.05"
+end
+
+-- Every release named in data, a piece of an executable: the strings
+-- "YY.MM.P" between NUL bytes, added to out ({["23.11.11"] = true}).
+function gpuslice.release_strings(data, out)
+	out = out or {}
+	local init = 1
+	while true do
+		local s, e, v = string.find(data, "%z(%d%d%.%d%d%.%d+)%z", init)
+		if s == nil then
+			return out
+		end
+		out[v] = true
+		init = e -- the closing NUL may open the next string
+	end
+end
+
+-- Whether release v ("23.11.5") is min or later.
+function gpuslice.release_at_least(v, min)
+	local a = {string.match(v, "^(%d+)%.(%d+)%.(%d+)$")}
+	local b = {string.match(min, "^(%d+)%.(%d+)%.(%d+)$")}
+	for i = 1, 3 do
+		local x, y = tonumber(a[i]), tonumber(b[i])
+		if x == nil or y == nil then
+			return false
+		elseif x ~= y then
+			return x > y
+		end
+	end
+	return true
+end
+
+-- Whether the Slurm of this family (release_family) keeps a GPU held as
+-- gres/gpu away from shards, and the release as known, for the log.
+-- names: the releases slurmctld's executable names (release_strings),
+-- read for 23.02 to 23.11 only; one of that family must be the only one.
+function gpuslice.gres_gpu_apart(family, names)
+	if family == "22.05" then
+		return false, "Slurm 22.05 or older"
+	elseif family == "24.05" then
+		return true, "Slurm 24.05 or later"
+	end
+	local found
+	for v in pairs(names or {}) do
+		if gpuslice.release_at_least(v, "23.02.0") and not gpuslice.release_at_least(v, "24.05.0") then
+			if found ~= nil then
+				return false, "Slurm 23.02 to 23.11 (slurmctld names more than one)"
+			end
+			found = v
+		end
+	end
+	if found == nil then
+		return false, "Slurm 23.02 to 23.11 (slurmctld does not say which)"
+	end
+	return gpuslice.release_at_least(found, "23.11.5"), "Slurm " .. found
+end
+
+--[[
+whole_gpus_share_node(setting, apart, release): whether jobs of whole GPUs
+run beside other jobs (true) or on a node of their own (false), and why
+(for slurmctld's log). setting: the site's whole_gpus ("auto", "share",
+"node"); apart, release: gres_gpu_apart's. nil and the message for the
+user when the setting is none of these.
+]]
+function gpuslice.whole_gpus_share_node(setting, apart, release)
+	if setting == "share" then
+		return true, "whole_gpus = share"
+	elseif setting == "node" then
+		return false, "whole_gpus = node"
+	elseif setting ~= nil and setting ~= "" and setting ~= "auto" then
+		return nil, "gpuslice: this cluster's setting whole_gpus: '" .. tostring(setting) ..
+			"': expected auto, share or node (job_submit.lua or GPUSLICE_WHOLE_GPUS; tell your admin)"
+	elseif apart then
+		return true, release .. " keeps a GPU held as gres/gpu away from shards"
+	end
+	return false, release .. ": taken to give a GPU as gres/gpu while its shards are in use, as before 23.11.5"
+end
+
+-- The releases /proc/self/exe names (slurmctld's executable, in
+-- slurmctld), read a MiB at a time.
+local function executable_releases()
+	local names = {}
+	local f = io.open("/proc/self/exe", "rb")
+	if f == nil then
+		return names
+	end
+	local tail = ""
+	while true do
+		local chunk = f:read(1048576)
+		if chunk == nil then
+			break
+		end
+		local data = tail .. chunk
+		gpuslice.release_strings(data, names)
+		tail = string.sub(data, -32)
+	end
+	f:close()
+	return names
+end
+
+-- gres_gpu_apart for the slurmctld running this script, found once per
+-- load of the script (and family: tests change the slurm table).
+local release_found = {}
+function gpuslice.slurmctld_gres_gpu_apart(slurm_table)
+	local family = gpuslice.release_family(slurm_table)
+	if release_found[family] == nil then
+		local names = {}
+		if family == "23.02" then
+			names = executable_releases()
+		end
+		local apart, release = gpuslice.gres_gpu_apart(family, names)
+		release_found[family] = {apart = apart, release = release}
+	end
+	return release_found[family].apart, release_found[family].release
 end
 
 -- slurm.conf next to this script (Slurm requires job_submit.lua to sit in
@@ -740,22 +905,33 @@ function slurm_job_submit(job_desc, part_list, submit_uid)
 		tres_per_node = job_desc.tres_per_node, tres_per_job = job_desc.tres_per_job,
 		tres_per_task = job_desc.tres_per_task, tres_per_socket = job_desc.tres_per_socket}
 	req.prefix = gpuslice.tres_prefix(req, slurm)
+	-- Whole GPUs beside other jobs where this Slurm keeps them apart.
+	local site = gpuslice.load_site()
+	local share, why = gpuslice.whole_gpus_share_node(site.whole_gpus, gpuslice.slurmctld_gres_gpu_apart(slurm))
+	if share == nil then
+		slurm.log_user("%s", why)
+		return slurm.ERROR
+	end
+	req.share_node = share
 	local change, msg = gpuslice.translate(req, sizes, pname)
 	if change == nil then
 		slurm.log_user(msg)
 		return slurm.ERROR
 	end
+	if change.whole then
+		change.why = change.why .. " (" .. why .. ")"
+	end
 	-- The GPU time share asked, against the site's settings: only a job
 	-- with a quota gets a session, and with it a share.
 	local quota_mib
-	if mem ~= nil and not (change.exclusive and req.gpu_mem_default) then
+	if mem ~= nil and not (change.whole and req.gpu_mem_default) then
 		quota_mib = gpuslice.mib_ceil(mem)
 	end
 	local largest = 0
 	for _, sz in ipairs(sizes) do
 		largest = math.max(largest, sz)
 	end
-	cerr = gpuslice.compute_policy_error(job_desc.spank_job_env, gpuslice.load_site(), quota_mib, largest, pname)
+	cerr = gpuslice.compute_policy_error(job_desc.spank_job_env, site, quota_mib, largest, pname)
 	if cerr ~= nil then
 		slurm.log_user("%s", cerr)
 		return slurm.ERROR
@@ -777,7 +953,7 @@ function slurm_job_submit(job_desc, part_list, submit_uid)
 		job_desc.comment = comment
 	end
 	apply(job_desc, change)
-	if change.set or change.exclusive then
+	if change.set or change.whole then
 		slurm.log_info("gpuslice: job from uid %u: %s (tres_per_node=%s)", submit_uid, change.why,
 			tostring(job_desc.tres_per_node))
 	end

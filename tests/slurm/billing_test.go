@@ -200,19 +200,26 @@ func TestFairShareByGPUMemory(t *testing.T) {
 			u2.name, s[u2.name].fairShare, u1.name, s[u1.name].fairShare)
 	}
 
-	// Whole GPUs bill their size. job_submit.lua gives a job of whole GPUs
-	// a node of its own, and Slurm then allocates it every GPU of the node
-	// (gres/gpu=2 for --gpus=1 here): it bills them all, 2 x 40 GiB on
-	// tn2, 2 x 16 on tn1. A 4 GiB share of tn1's GPU bills 4, a quarter of
-	// one.
+	// Whole GPUs bill their size, each GPU the job holds. Where Slurm keeps
+	// a GPU held as gres/gpu away from shards, job_submit.lua lets the job
+	// share its node and it holds the GPU it asked: --gpus=1 bills 40 on
+	// tn2, 16 on tn1. Elsewhere (22.05) it gives the job a node of its
+	// own, and Slurm allocates it every GPU of the node (gres/gpu=2): 2 x
+	// 40 GiB on tn2, 2 x 16 on tn1. A 4 GiB share of tn1's GPU bills 4, a
+	// quarter of one.
+	held := uint64(1)
+	if !slurm.gresGPUApart {
+		held = 2
+	}
+	whole := fmt.Sprintf("gres/gpu=%d", held)
 	for _, tc := range []struct {
 		part string
 		args []string
 		tres string
 		want uint64
 	}{
-		{"big", []string{"--gpus=1"}, "gres/gpu=2", 80},
-		{"small", []string{"--gpus=1"}, "gres/gpu=2", 32},
+		{"big", []string{"--gpus=1"}, whole, 40 * held},
+		{"small", []string{"--gpus=1"}, whole, 16 * held},
 		{"small", []string{"--gpu-mem=4G"}, "gres/shard=4096", 4},
 	} {
 		id := c.sbatch(t, u1, "billw", "#!/bin/sh\ntrue\n", append([]string{"-p", tc.part, "-A", billingAccount}, tc.args...)...)

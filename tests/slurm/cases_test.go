@@ -393,9 +393,8 @@ func eventsText(evs []event) string {
 	return b.String()
 }
 
-// With gres/gpu (a whole GPU, on a node of its own) the Prolog sets the
-// quota on the job's GPUs (SLURM_JOB_GPUS); the task sees them through
-// CUDA_VISIBLE_DEVICES.
+// With gres/gpu (a whole GPU) the Prolog sets the quota on the job's GPUs
+// (SLURM_JOB_GPUS); the task sees them through CUDA_VISIBLE_DEVICES.
 func TestGresGPU(t *testing.T) {
 	c := needCluster(t)
 	u := c.users["gsltest1"]
@@ -403,9 +402,6 @@ func TestGresGPU(t *testing.T) {
 		`echo "event=env cvd=${CUDA_VISIBLE_DEVICES:-none}"; `+c.bin("target_app")+" --step 1G --count 4"))
 	if r.code != 0 {
 		t.Fatalf("srun --gres=gpu:1: %s", r)
-	}
-	if e := find(events(r.stdout), "env"); e["cvd"] != "0" {
-		t.Errorf("CUDA_VISIBLE_DEVICES in the task: %v, want 0", e)
 	}
 	app := parseApp(t, r.stdout)
 	if app.total != 3*GiB || app.allowed != 3 || app.denied != 1 {
@@ -415,27 +411,45 @@ func TestGresGPU(t *testing.T) {
 	c.assertReleased(t, id)
 	n := c.jobNode(t, id)
 	env := c.prologEnv(t, id, n)
-	// The job has the node to itself: Slurm 22.05 gives an exclusive job
-	// every GPU of the node; its step sees the one it asked for.
-	for _, want := range []string{"SLURM_JOB_GPUS=0,1\n", "SPANK_GPU_MEM=3221225472\n", fmt.Sprintf("SLURM_JOB_UID=%d\n", u.uid)} {
+	for _, want := range []string{"SPANK_GPU_MEM=3221225472\n", fmt.Sprintf("SLURM_JOB_UID=%d\n", u.uid)} {
 		if !strings.Contains(env, want) {
 			t.Errorf("the Prolog's environment lacks %q:\n%s", want, env)
 		}
-	}
-	if j, _ := c.job(id); j["OverSubscribe"] != "NO" {
-		t.Errorf("whole-GPU job %s: OverSubscribe=%s, want NO (a node of its own)", id, j["OverSubscribe"])
 	}
 	gpus, err := n.gpus()
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Where Slurm keeps a GPU held as gres/gpu away from shards the job
+	// shares its node and holds the GPU it asked for. Elsewhere (22.05) it
+	// has the node to itself, and Slurm gives an exclusive job every GPU
+	// of the node; its step sees the one it asked for.
+	held := c.jobGPUs(t, id, n)
+	// The task sees one GPU: the first of the job's, by its index or
+	// renumbered from 0 (ConstrainDevices).
+	if e := find(events(r.stdout), "env"); e["cvd"] != "0" && e["cvd"] != held[0] {
+		t.Errorf("CUDA_VISIBLE_DEVICES in the task: %v, want 0 or %s", e, held[0])
+	}
+	j, _ := c.job(id)
+	if slurm.gresGPUApart {
+		if len(held) != 1 || j["OverSubscribe"] == "NO" {
+			t.Errorf("whole-GPU job %s: GPUs %v, OverSubscribe=%s; want one GPU, the node shared", id, held, j["OverSubscribe"])
+		}
+	} else if len(held) != len(gpus) || j["OverSubscribe"] != "NO" {
+		t.Errorf("whole-GPU job %s: GPUs %v, OverSubscribe=%s; want all %d, a node of its own", id, held, j["OverSubscribe"], len(gpus))
+	}
 	h := c.history(t, id)
-	if len(h.GPUs) != len(gpus) {
-		t.Fatalf("session of job %s: %+v, want the quota on its %d GPUs", id, h.GPUs, len(gpus))
+	if len(h.GPUs) != len(held) {
+		t.Fatalf("session of job %s: %+v, want the quota on its GPUs %v", id, h.GPUs, held)
 	}
 	for i, g := range h.GPUs {
-		if g.UUID != gpus[i].UUID || g.LimitBytes != 3*GiB {
-			t.Errorf("session of job %s: %+v, want 3 GiB on %s", id, g, gpus[i].UUID)
+		k := atoi(held[i])
+		if k < 0 || k >= len(gpus) {
+			t.Fatalf("job %s: GPU %q is none of the node's %d", id, held[i], len(gpus))
+		}
+		want := gpus[k].UUID
+		if g.UUID != want || g.LimitBytes != 3*GiB {
+			t.Errorf("session of job %s: %+v, want 3 GiB on %s", id, g, want)
 		}
 	}
 }

@@ -58,6 +58,10 @@ type slurmRelease struct {
 	jobFailureMode bool
 	// core: only coreTests run on this release (the rest skip).
 	core bool
+	// gresGPUApart: Slurm never gives a GPU whose shards a job uses to a
+	// gres/gpu job (fixed in 23.11.5), so job_submit.lua lets jobs of
+	// whole GPUs share their node. TestGresGPUApartFromShards measures it.
+	gresGPUApart bool
 	// pyxis is pyxis built against this release's headers (make pyxis,
 	// make pyxis-releases), under the build directory; empty: pyxis jobs
 	// are not run here, and noPyxis says why.
@@ -72,7 +76,8 @@ type slurmRelease struct {
 // job_submit.lua, default= with whole-GPU jobs, a refusal on the node
 // failing the job and never draining it, a failed plugin init failing the
 // job only, cgroup v2 with ConstrainDevices=yes, the lines a step's output
-// ends with (srun and sbatch).
+// ends with (srun and sbatch), whether Slurm keeps a GPU held as gres/gpu
+// away from shards (and job_submit.lua's rule for whole GPUs with it).
 var coreTests = map[string]bool{
 	"TestSlurmRelease":               true,
 	"TestSrunQuota":                  true,
@@ -86,6 +91,7 @@ var coreTests = map[string]bool{
 	"TestConstrainDevices":           true,
 	"TestStepEndLinesSrun":           true,
 	"TestStepEndLinesSbatch":         true,
+	"TestGresGPUApartFromShards":     true,
 }
 
 // slurm2205 is Debian 12's Slurm 22.05 on this machine, with
@@ -128,6 +134,7 @@ var slurm2411 = slurmRelease{
 `,
 	noCgroupConf: "CgroupPlugin=disabled\n",
 	net:          net2411,
+	gresGPUApart: true,
 }
 
 // schedmd is one of SchedMD's releases built from source on this machine
@@ -151,6 +158,8 @@ func schedmd(name string, subnet int, core bool) slurmRelease {
 		sluidCgroups:   name >= "26.05",
 		jobFailureMode: name >= "25.05",
 		core:           core,
+		// every release pinned in mk/sources.txt is 23.11.5 or later
+		gresGPUApart: true,
 	}
 	return r
 }

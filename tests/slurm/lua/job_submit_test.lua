@@ -124,23 +124,34 @@ local tests = {
 	{"--gpu-mem on a partition without GPUs", {gpu_mem = GiB}, {},
 		nil, "gpuslice: --gpu-mem: partition gpu has no GPU known to gpuslice (no Gres=gpu:N,shard:M in slurm.conf)"},
 	{"--gres=gpu:1 --gpu-mem: whole GPU, node of its own", {gpu_mem = 4 * GiB, tres_per_node = "gres:gpu:1"}, sizes,
-		{set = false, exclusive = true, why = "4GiB on each of its whole GPUs: a node of its own"}},
+		{set = false, whole = true, exclusive = true, why = "4GiB on each of its whole GPUs: a node of its own"}},
 	{"--gpus=2 --gpu-mem", {gpu_mem = 8 * GiB, tres_per_job = "gres:gpu:2"}, sizes,
-		{set = false, exclusive = true, why = "8GiB on each of its whole GPUs: a node of its own"}},
+		{set = false, whole = true, exclusive = true, why = "8GiB on each of its whole GPUs: a node of its own"}},
 	{"--gpus-per-task --gpu-mem", {gpu_mem = 8 * GiB, tres_per_task = "gres:gpu:1"}, sizes,
-		{set = false, exclusive = true, why = "8GiB on each of its whole GPUs: a node of its own"}},
+		{set = false, whole = true, exclusive = true, why = "8GiB on each of its whole GPUs: a node of its own"}},
 	{"--gpus=2 --gpu-mem too large", {gpu_mem = 81 * GiB, tres_per_job = "gres:gpu:2"}, sizes,
 		nil, "gpuslice: --gpu-mem=81GiB is larger than any GPU in partition gpu: the largest has 80GiB"},
 	{"whole GPU: node of its own", {tres_per_node = "gres:gpu:1"}, sizes,
-		{set = false, exclusive = true, why = "whole GPUs: a node of its own"}},
+		{set = false, whole = true, exclusive = true, why = "whole GPUs: a node of its own"}},
 	{"whole GPU, quota from default=: none", {gpu_mem = 300 * MiB, gpu_mem_default = true, tres_per_node = "gres:gpu:1"}, sizes,
-		{set = false, exclusive = true, why = "whole GPUs: a node of its own"}},
+		{set = false, whole = true, exclusive = true, why = "whole GPUs: a node of its own"}},
 	{"whole GPUs, default= larger than any GPU: not refused", {gpu_mem = 100 * GiB, gpu_mem_default = true, tres_per_job = "gres:gpu:2"}, sizes,
-		{set = false, exclusive = true, why = "whole GPUs: a node of its own"}},
+		{set = false, whole = true, exclusive = true, why = "whole GPUs: a node of its own"}},
 	{"no GPU, quota from default=: shards", {gpu_mem = 300 * MiB, gpu_mem_default = true}, sizes,
 		{set = true, tres_per_node = "gres:shard:300", why = "300MiB of one GPU"}},
 	{"--gpus-per-socket", {tres_per_socket = "gres:gpu:1"}, sizes,
-		{set = false, exclusive = true, why = "whole GPUs: a node of its own"}},
+		{set = false, whole = true, exclusive = true, why = "whole GPUs: a node of its own"}},
+	-- Where Slurm keeps a GPU held as gres/gpu away from shards.
+	{"whole GPU beside other jobs", {tres_per_node = "gres/gpu:1", share_node = true}, sizes,
+		{set = false, whole = true, exclusive = false, why = "whole GPUs: beside other jobs"}},
+	{"--gpus=2 --gpu-mem beside other jobs", {gpu_mem = 8 * GiB, tres_per_job = "gres/gpu:2", share_node = true}, sizes,
+		{set = false, whole = true, exclusive = false, why = "8GiB on each of its whole GPUs: beside other jobs"}},
+	{"whole GPU, default=, beside other jobs", {gpu_mem = 300 * MiB, gpu_mem_default = true, tres_per_node = "gres/gpu:1", share_node = true}, sizes,
+		{set = false, whole = true, exclusive = false, why = "whole GPUs: beside other jobs"}},
+	{"--gpu-mem only: shards whatever the rule", {gpu_mem = 8 * GiB, prefix = "gres/", share_node = true}, sizes,
+		{set = true, tres_per_node = "gres/shard:8192", why = "8GiB of one GPU"}},
+	{"--gpus=2 --gpu-mem too large beside other jobs", {gpu_mem = 81 * GiB, tres_per_job = "gres/gpu:2", share_node = true}, sizes,
+		nil, "gpuslice: --gpu-mem=81GiB is larger than any GPU in partition gpu: the largest has 80GiB"},
 	{"no GPU: untouched", {}, sizes, {set = false, why = "no GPU asked"}},
 	{"--gres=shard refused", {tres_per_node = "gres:shard:100"}, sizes,
 		nil, "gpuslice: --gres=shard is not accepted here: ask for GPU memory with --gpu-mem=SIZE (e.g. --gpu-mem=8G), the scheduler places the job by it"},
@@ -151,6 +162,56 @@ for _, tt in ipairs(tests) do
 	local change, msg = gs.translate(tt[2], tt[3], "partition gpu")
 	check(tt[1], {change, msg}, {tt[4], tt[5]})
 end
+
+-- Which Slurm this is, from what job_submit.lua sees of it. The slurm
+-- tables as each release's src/lua/slurm_lua.c fills them (the constants
+-- that tell them apart).
+local t2205 = {SUCCESS = 0, ERROR = -1}
+local t2311 = {SUCCESS = 0, ESLURM_INVALID_GRES = 2072, GRES_ALLOW_TASK_SHARING = 1}
+local t2405 = {SUCCESS = 0, ESLURM_INVALID_GRES = 2072, STEPMGR_ENABLED = 1}
+check("family 22.05", {gs.release_family(t2205), gs.release_family(nil)}, {"22.05", "22.05"})
+check("family 23.02 to 23.11", gs.release_family(t2311), "23.02")
+check("family 24.05 on", gs.release_family(t2405), "24.05")
+
+-- release_strings: what an executable names, between NUL bytes
+check("releases in an executable", gs.release_strings("\0ELF\0slurmctld version %s started\0" .. "23.11.11\0" ..
+	"1.2.13\0" .. "10.77.0.1\0" .. "x23.11.4\0" .. "23.11.1\0" .. "24.05.8"), {["23.11.11"] = true, ["23.11.1"] = true})
+check("releases side by side", gs.release_strings("\0" .. "22.05.8\0" .. "23.02.7\0"), {["22.05.8"] = true, ["23.02.7"] = true})
+check("no release", gs.release_strings("\0\0slurm\0"), {})
+check("release_at_least", {gs.release_at_least("23.11.5", "23.11.5"), gs.release_at_least("23.11.11", "23.11.5"),
+	gs.release_at_least("23.11.4", "23.11.5"), gs.release_at_least("23.02.9", "23.11.5"),
+	gs.release_at_least("24.05.0", "23.11.5"), gs.release_at_least("x", "23.11.5")}, {true, true, false, false, true, false})
+
+-- gres_gpu_apart: the fix is in 23.11.5
+check("22.05: not apart", {gs.gres_gpu_apart("22.05", {})}, {false, "Slurm 22.05 or older"})
+check("24.05 on: apart", {gs.gres_gpu_apart("24.05", {})}, {true, "Slurm 24.05 or later"})
+check("23.11.11: apart", {gs.gres_gpu_apart("23.02", {["23.11.11"] = true, ["10.11.12"] = true})}, {true, "Slurm 23.11.11"})
+check("23.11.5: apart", {gs.gres_gpu_apart("23.02", {["23.11.5"] = true})}, {true, "Slurm 23.11.5"})
+check("23.11.4: not apart", {gs.gres_gpu_apart("23.02", {["23.11.4"] = true})}, {false, "Slurm 23.11.4"})
+check("23.02.7: not apart", {gs.gres_gpu_apart("23.02", {["23.02.7"] = true})}, {false, "Slurm 23.02.7"})
+check("23.x not named: not apart", {gs.gres_gpu_apart("23.02", {["22.05.8"] = true})},
+	{false, "Slurm 23.02 to 23.11 (slurmctld does not say which)"})
+check("23.x named twice: not apart", {gs.gres_gpu_apart("23.02", {["23.11.11"] = true, ["23.02.1"] = true})},
+	{false, "Slurm 23.02 to 23.11 (slurmctld names more than one)"})
+
+-- whole_gpus_share_node: the site's setting over what the release does
+check("auto, apart", {gs.whole_gpus_share_node("auto", true, "Slurm 24.05 or later")},
+	{true, "Slurm 24.05 or later keeps a GPU held as gres/gpu away from shards"})
+check("auto, not apart", {gs.whole_gpus_share_node("auto", false, "Slurm 22.05 or older")},
+	{false, "Slurm 22.05 or older: taken to give a GPU as gres/gpu while its shards are in use, as before 23.11.5"})
+check("no setting: auto", {gs.whole_gpus_share_node(nil, true, "Slurm 23.11.11")},
+	{true, "Slurm 23.11.11 keeps a GPU held as gres/gpu away from shards"})
+check("share", {gs.whole_gpus_share_node("share", false, "Slurm 23.02 to 23.11 (slurmctld does not say which)")},
+	{true, "whole_gpus = share"})
+check("node", {gs.whole_gpus_share_node("node", true, "Slurm 24.05 or later")}, {false, "whole_gpus = node"})
+check("bad setting", {gs.whole_gpus_share_node("yes", true, "Slurm 24.05 or later")},
+	{nil, "gpuslice: this cluster's setting whole_gpus: 'yes': expected auto, share or node (job_submit.lua or GPUSLICE_WHOLE_GPUS; tell your admin)"})
+check("default setting", gs.site.whole_gpus, "auto")
+-- Outside slurmctld /proc/self/exe is Lua's: a 23.x table there names no
+-- Slurm release, so no fix is assumed.
+check("this executable on a 23.x table", {gs.slurmctld_gres_gpu_apart(t2311)},
+	{false, "Slurm 23.02 to 23.11 (slurmctld does not say which)"})
+check("a 24.05 table", {gs.slurmctld_gres_gpu_apart(t2405)}, {true, "Slurm 24.05 or later"})
 
 -- The entry points slurmctld calls, with a stand-in for its slurm table
 -- and slurm.conf.
@@ -171,7 +232,28 @@ rc, jd, log = submit({spank_job_env = {[0] = "GPU_MEM=4294967296"}})
 check("submit --gpu-mem on 24.11", {rc, jd.tres_per_node, jd.shared}, {0, "gres/shard:4096"})
 slurm.ESLURM_INVALID_GRES = nil
 rc, jd, log = submit({spank_job_env = {[0] = "GPU_MEM=4294967296"}, tres_per_job = "gres:gpu:2"})
-check("submit --gpus=2 --gpu-mem", {rc, jd.tres_per_node, jd.tres_per_job, jd.shared}, {0, nil, "gres:gpu:2", 0})
+check("submit --gpus=2 --gpu-mem on 22.05: a node of its own", {rc, jd.tres_per_node, jd.tres_per_job, jd.shared, log[1]},
+	{0, nil, "gres:gpu:2", 0, "info: gpuslice: job from uid 1001: 4GiB on each of its whole GPUs: a node of its own " ..
+		"(Slurm 22.05 or older: taken to give a GPU as gres/gpu while its shards are in use, as before 23.11.5) (tres_per_node=nil)"})
+slurm.ESLURM_INVALID_GRES, slurm.STEPMGR_ENABLED = 2072, 1
+rc, jd, log = submit({spank_job_env = {[0] = "GPU_MEM=4294967296"}, tres_per_job = "gres/gpu:2"})
+check("submit --gpus=2 --gpu-mem on 24.05 on: beside other jobs", {rc, jd.tres_per_node, jd.tres_per_job, jd.shared, log[1]},
+	{0, nil, "gres/gpu:2", nil, "info: gpuslice: job from uid 1001: 4GiB on each of its whole GPUs: beside other jobs " ..
+		"(Slurm 24.05 or later keeps a GPU held as gres/gpu away from shards) (tres_per_node=nil)"})
+rc, jd, log = submit({tres_per_node = "gres/gpu:1"})
+check("submit --gres=gpu:1 on 24.05 on", {rc, jd.tres_per_node, jd.shared}, {0, "gres/gpu:1", nil})
+gs.site.whole_gpus = "node"
+rc, jd, log = submit({tres_per_node = "gres/gpu:1"})
+check("submit --gres=gpu:1, whole_gpus = node", {rc, jd.shared, log[1]},
+	{0, 0, "info: gpuslice: job from uid 1001: whole GPUs: a node of its own (whole_gpus = node) (tres_per_node=gres/gpu:1)"})
+gs.site.whole_gpus = "sometimes"
+rc, jd, log = submit({spank_job_env = {[0] = "GPU_MEM=4294967296"}})
+check("submit with a bad whole_gpus", {rc, jd.tres_per_node, log[1]}, {-1, nil, "user: gpuslice: this cluster's setting whole_gpus: " ..
+	"'sometimes': expected auto, share or node (job_submit.lua or GPUSLICE_WHOLE_GPUS; tell your admin)"})
+gs.site.whole_gpus = "auto"
+slurm.ESLURM_INVALID_GRES, slurm.STEPMGR_ENABLED = nil, nil
+rc, jd, log = submit({tres_per_node = "gres:gpu:1"})
+check("submit --gres=gpu:1 on 22.05", {rc, jd.tres_per_node, jd.shared}, {0, "gres:gpu:1", 0})
 rc, jd, log = submit({spank_job_env = {[0] = "GPU_MEM=107374182400"}, partition = "big"})
 check("submit too large", {rc, log[1]}, {-1, "user: gpuslice: --gpu-mem=100GiB is larger than any GPU in partition big: the largest has 80GiB"})
 rc, jd, log = submit({spank_job_env = {[0] = "GPU_MEM=21474836480"}, req_nodes = "tn1"})
