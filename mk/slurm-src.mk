@@ -61,8 +61,9 @@ test-slurm-src: spank-releases ## build every Slurm release and its plugin, and 
 # plugin built for it (GPUSLICE_SLURM_RELEASE=RELEASE; what differs between
 # releases is tests/slurm/slurmconf_test.go's table), and job_submit.lua's
 # unit tests on Lua 5.4, which that release's job_submit/lua links: the
-# full suite on 26.05, the core subset on the others (the rest skip; see
-# docs/slurm.md, "Supported Slurm versions"). Each release has its own
+# full suite on 26.05, then its cluster with a node of four GPUs
+# (SLURM_QUAD_TESTS, mk/spank.mk), the core subset on the others (the rest
+# skip; see docs/slurm.md, "Supported Slurm versions"). Each release has its own
 # bridge, subnet, lock and /tmp prefix, so they may run at once and beside
 # the runs on 22.05 and 24.11. run-slurm-core runs the core subsets one
 # after the other (make test-slurm-all runs it beside the full suites).
@@ -76,6 +77,7 @@ test-slurm-$(1): spank-$(1) $(SLURM_TEST_DEPS)
 run-slurm-$(1):
 	lua5.4 tests/slurm/lua/job_submit_test.lua etc/slurm/job_submit.lua
 	GPUSLICE_SLURM_RELEASE=$(1) GPUSLICE_BUILD_DIR=$(BUILD) $(GO) test -count=1 -timeout 20m ./tests/slurm/
+$(if $(filter $(1),$(SLURM_E2E_FULL)),	GPUSLICE_SLURM_QUAD=1 GPUSLICE_SLURM_RELEASE=$(1) GPUSLICE_BUILD_DIR=$(BUILD) $(GO) test -count=1 -timeout 10m -run '$$(SLURM_QUAD_TESTS)' ./tests/slurm/)
 endef
 $(foreach r,$(SLURM_SRC_RELEASES),$(eval $(call slurm_e2e_release,$(r))))
 

@@ -47,11 +47,18 @@ run-slurm-22.05:
 		-run '$(SLURM_LINUXPROC_TESTS)' ./tests/slurm/...
 	GPUSLICE_SLURM_ACCOUNTING=0 GPUSLICE_BUILD_DIR=$(BUILD) $(GO) test -count=1 -timeout 5m \
 		-run '$(SLURM_NOACCOUNTING_TESTS)' ./tests/slurm/...
+	GPUSLICE_SLURM_QUAD=1 GPUSLICE_BUILD_DIR=$(BUILD) $(GO) test -count=1 -timeout 10m \
+		-run '$(SLURM_QUAD_TESTS)' ./tests/slurm/...
 
 # The cluster without slurmdbd, for sites that keep no accounting: the
 # Epilog, installed without flags, finds out and returns at once (every
 # other cluster of the suites has slurmdbd).
 SLURM_NOACCOUNTING_TESTS := TestEpilogWithoutAccountingReturnsAtOnce
+
+# The cluster with a third node of four GPUs (tn3): a job of one whole GPU
+# beside shares of the others (tests/slurm/wholegpu_test.go); also on
+# 24.11 and 26.05 (mk/trixie.mk, mk/slurm-src.mk).
+SLURM_QUAD_TESTS := TestWholeGPUBesideShares
 
 # The cluster without cgroups (proctrack/linuxproc, task/none), for sites
 # that have none: the quota, the escapes the environment allows, and the

@@ -51,6 +51,8 @@ test-slurm-24.11: trixie-root spank-24.11 $(SLURM_TEST_DEPS) ## the end-to-end s
 .PHONY: run-slurm-24.11
 run-slurm-24.11:
 	GPUSLICE_SLURM_RELEASE=24.11 GPUSLICE_BUILD_DIR=$(BUILD) $(GO) test -count=1 -timeout 20m ./tests/slurm/
+	GPUSLICE_SLURM_QUAD=1 GPUSLICE_SLURM_RELEASE=24.11 GPUSLICE_BUILD_DIR=$(BUILD) $(GO) test -count=1 -timeout 10m \
+		-run '$(SLURM_QUAD_TESTS)' ./tests/slurm/
 
 # Every release (what `make test` runs), in three lanes at once: the full
 # suite on 22.05; on 24.11; and on SchedMD's builds, the full suite on

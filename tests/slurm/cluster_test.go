@@ -74,9 +74,12 @@ type ClusterOptions struct {
 }
 
 // defaultOptions is the suite's cluster: two hosts, the first with smaller
-// GPUs than the second.
+// GPUs than the second. With GPUSLICE_SLURM_QUAD=1 a third of four GPUs,
+// alone in partition quad, where jobs of whole GPUs run beside shares
+// (TestWholeGPUBesideShares; the other tests count on two nodes, so the
+// suites run it on a cluster of its own).
 func defaultOptions() ClusterOptions {
-	return ClusterOptions{
+	o := ClusterOptions{
 		Nodes: []NodeSpec{
 			{Name: "tn1", Addr: nodeAddr(0), Devices: "2x16GiB", CPUs: 24},
 			{Name: "tn2", Addr: nodeAddr(1), Devices: "2x40GiB", CPUs: 24, DriverLimits: true},
@@ -87,6 +90,11 @@ func defaultOptions() ClusterOptions {
 		},
 		PlugstackArgs: "max=" + maxQuota,
 	}
+	if os.Getenv("GPUSLICE_SLURM_QUAD") == "1" {
+		o.Nodes = append(o.Nodes, NodeSpec{Name: quadNode, Addr: nodeAddr(2), Devices: "4x16GiB", CPUs: 24})
+		o.Partitions = append(o.Partitions, "PartitionName=quad Nodes="+quadNode+" MaxTime=10 State=UP")
+	}
+	return o
 }
 
 type proc struct {

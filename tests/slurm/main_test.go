@@ -1,7 +1,8 @@
 // Package slurm is gpuslice's end-to-end suite on a real Slurm: Debian's
 // slurmctld and munge on the machine, two slurmd hosts in namespaces of
 // their own, each with its gpusliced and fakecuda GPUs (2x16 GiB on tn1,
-// 2x40 GiB on tn2), the built SPANK plugin, Prolog/Epilog and the shipped
+// 2x40 GiB on tn2; GPUSLICE_SLURM_QUAD=1 adds tn3, 4x16 GiB), the
+// built SPANK plugin, Prolog/Epilog and the shipped
 // job_submit.lua, all in a temporary directory. See docs/slurm.md.
 //
 // The suite runs on Debian 12's Slurm 22.05 on the machine, or, with
@@ -94,7 +95,7 @@ func TestMain(m *testing.M) {
 		cl.stop()
 		os.Exit(1)
 	}
-	fmt.Fprintf(os.Stderr, "slurm suite: two-node cluster on Slurm %s (job tracking: %s) up in %v\n", slurm.name, tracking.name, time.Since(start).Round(time.Second))
+	fmt.Fprintf(os.Stderr, "slurm suite: %d-node cluster on Slurm %s (job tracking: %s) up in %v\n", len(cl.nodes), slurm.name, tracking.name, time.Since(start).Round(time.Second))
 	code := m.Run()
 	if code != 0 {
 		cl.dumpLogs(os.Stderr)
@@ -139,7 +140,7 @@ func runInRoot(m *testing.M) int {
 	}
 	defer lock.Close()
 	env := []string{"GPUSLICE_SLURM_RELEASE=" + slurm.name}
-	for _, k := range []string{"GPUSLICE_SLURM_ACCOUNTING", "GPUSLICE_KEEP_TEST_DIR", "GPUSLICE_SLURM_TRACKING"} {
+	for _, k := range []string{"GPUSLICE_SLURM_ACCOUNTING", "GPUSLICE_KEEP_TEST_DIR", "GPUSLICE_SLURM_TRACKING", "GPUSLICE_SLURM_QUAD"} {
 		if v := os.Getenv(k); v != "" && !strings.ContainsAny(v, " \t\n") {
 			env = append(env, k+"="+v)
 		}

@@ -7,16 +7,25 @@ package slurm
 // of its own. TestGresGPUApartFromShards measures which releases keep the
 // two apart, on every release of the suite, against the release table
 // (slurmRelease.gresGPUApart), and checks the rule job_submit.lua applies
-// there.
+// there; TestWholeGPUBesideShares runs whole GPUs and shares on one node of
+// four GPUs while the driver's process lists are sampled.
 
 import (
+	"context"
 	"fmt"
 	"os"
+	"path/filepath"
+	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
+
+// quadNode is the node of four 16 GiB GPUs, alone in partition quad, of
+// the cluster with GPUSLICE_SLURM_QUAD=1 (defaultOptions).
+const quadNode = "tn3"
 
 // holdScript is a batch job that runs until it is cancelled.
 const holdScript = "#!/bin/sh\nsleep 600\n"
@@ -304,6 +313,297 @@ func TestGresGPUApartFromShards(t *testing.T) {
 		t.Logf("Slurm %s: --gres=gpu:1 job %s waited (%s) for shard job %s, then ran alone", slurm.name, g, j["Reason"], s)
 		c.cancel(t, g)
 	})
+}
+
+// gpuProcs samples node n's GPUs as the driver shows them (NVML's process
+// list, nvml_query run there as root) and which job each process is of
+// (SLURM_JOB_ID in its environment).
+type gpuProcs struct {
+	c        *cluster
+	n        *node
+	stop     chan struct{}
+	done     chan struct{}
+	mu       sync.Mutex
+	samples  []map[int][]string // per sample: GPU index -> jobs with a process on it
+	errs     []string
+	jobOfPid map[int]string
+}
+
+func (c *cluster) sampleGPUProcs(n *node) *gpuProcs {
+	s := &gpuProcs{c: c, n: n, stop: make(chan struct{}), done: make(chan struct{}), jobOfPid: map[int]string{}}
+	go func() {
+		defer close(s.done)
+		for {
+			s.sample()
+			select {
+			case <-s.stop:
+				return
+			case <-time.After(300 * time.Millisecond):
+			}
+		}
+	}()
+	return s
+}
+
+func (s *gpuProcs) sample() {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	r := run(ctx, s.n.onNode(nil, filepath.Join(s.c.build, "examples", "nvml_query")))
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if r.code != 0 {
+		s.errs = append(s.errs, r.String())
+		return
+	}
+	on := map[int][]string{}
+	for _, e := range events(r.stdout) {
+		if e["event"] != "process" {
+			continue
+		}
+		idx, err1 := strconv.Atoi(e["index"])
+		pid, err2 := strconv.Atoi(e["pid"])
+		if err1 != nil || err2 != nil {
+			s.errs = append(s.errs, fmt.Sprintf("nvml_query: %v", e))
+			continue
+		}
+		job, ok := s.jobOfPid[pid]
+		if !ok {
+			job = pidJob(pid)
+			if job == "" {
+				continue // gone already, or no job's
+			}
+			s.jobOfPid[pid] = job
+		}
+		if !contains(on[idx], job) {
+			on[idx] = append(on[idx], job)
+		}
+	}
+	s.samples = append(s.samples, on)
+}
+
+// pidJob is the SLURM_JOB_ID in process pid's environment ("" if none).
+func pidJob(pid int) string {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", pid))
+	if err != nil {
+		return ""
+	}
+	for _, kv := range strings.Split(string(b), "\x00") {
+		if v, ok := strings.CutPrefix(kv, "SLURM_JOB_ID="); ok {
+			return v
+		}
+	}
+	return ""
+}
+
+func contains(list []string, s string) bool {
+	for _, v := range list {
+		if v == s {
+			return true
+		}
+	}
+	return false
+}
+
+// finish stops sampling and returns the samples.
+func (s *gpuProcs) finish(t *testing.T) []map[int][]string {
+	t.Helper()
+	close(s.stop)
+	<-s.done
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.errs) > 0 {
+		t.Errorf("%d of %d samples of %s's GPUs failed: %v", len(s.errs), len(s.samples)+len(s.errs), s.n.Name, s.errs[0])
+	}
+	return s.samples
+}
+
+// A job of one whole GPU and jobs of shares on one node of four 16 GiB
+// GPUs (tn3, GPUSLICE_SLURM_QUAD=1), with the driver's process lists
+// sampled throughout.
+//
+// Where Slurm keeps a GPU held as gres/gpu away from shards: three shard
+// jobs of 10 GiB take three GPUs (no GPU holds two); --gpus=1 runs at once
+// on the fourth; a fourth shard job then waits, though the whole GPU's
+// job uses 1 GiB of its 16, and runs on the GPU of the first shard job to
+// end. The sampler never sees a shard job's process on the whole GPU, nor
+// the whole GPU's job on another, and sees them run at the same time.
+// sacct bills the job the one GPU it holds: gres/gpu=1, billing=16.
+//
+// On 22.05 the whole GPU's job has the node to itself: it waits for the
+// shard jobs, then holds all four GPUs (gres/gpu=4, billing=64) and the
+// fourth shard job waits for it.
+func TestWholeGPUBesideShares(t *testing.T) {
+	c := needAccounting(t)
+	n := c.nodeByName(quadNode)
+	if n == nil {
+		t.Skipf("the cluster has no node of four GPUs (%s): GPUSLICE_SLURM_QUAD=1 (make test-slurm, test-slurm-24.11 and test-slurm-26.05 run it so)", quadNode)
+	}
+	alice, bob := c.users["gsltest1"], c.users["gsltest2"]
+	// Each job allocates 1 GiB and holds it until told to end (its go file).
+	job := func(u *testUser, name string, args ...string) string {
+		script := fmt.Sprintf(`#!/bin/sh
+#SBATCH --output=%[1]s/%[2]s-%%j.out
+%[3]s --step 1G --count 1 --hold 600 &
+pid=$!
+until [ -e %[1]s/%[2]s.go ]; do sleep 0.2; done
+kill -USR1 $pid
+wait $pid
+`, u.dir, name, c.bin("target_app"))
+		return c.sbatch(t, u, name, script, append([]string{"-p", "quad"}, args...)...)
+	}
+	end := func(u *testUser, name, id string) {
+		t.Helper()
+		if err := writeFile(filepath.Join(u.dir, name+".go"), "", 0o644); err != nil {
+			t.Fatal(err)
+		}
+		j := c.waitJobEnd(t, id, 2*time.Minute)
+		if j["JobState"] != "COMPLETED" {
+			t.Errorf("job %s (%s): %s, want COMPLETED", id, name, j["JobState"])
+		}
+	}
+	gpus := func(id string) string { return strings.Join(c.jobGPUs(t, id, n), ",") }
+
+	procs := c.sampleGPUProcs(n)
+	var shards []string
+	shardGPU := map[string]string{}
+	for i := 1; i <= 3; i++ {
+		id := job(bob, fmt.Sprintf("beside-s%d", i), "--gpu-mem=10G")
+		shards = append(shards, id)
+	}
+	for _, id := range shards {
+		c.waitRunning(t, id)
+		shardGPU[id] = gpus(id)
+	}
+	w := job(alice, "beside-w", "--gpus=1")
+	var wGPU, s4 string
+	if slurm.gresGPUApart {
+		c.waitRunning(t, w)
+		wGPU = gpus(w)
+		for _, id := range shards {
+			if j, err := c.job(id); err != nil || j["JobState"] != "RUNNING" {
+				t.Fatalf("shard job %s: %v (%v), want it running beside job %s", id, j["JobState"], err, w)
+			}
+			if shardGPU[id] == wGPU {
+				t.Fatalf("whole-GPU job %s was given GPU %s, which shard job %s holds", w, wGPU, id)
+			}
+		}
+		s4 = job(bob, "beside-s4", "--gpu-mem=10G")
+		if j := c.waitDecided(t, s4); j["JobState"] != "PENDING" {
+			t.Fatalf("shard job %s of 10 GiB runs (GPUs %s) while jobs %v hold the other three GPUs and job %s GPU %s",
+				s4, gpus(s4), shards, w, wGPU)
+		}
+		end(bob, "beside-s1", shards[0])
+		c.waitRunning(t, s4)
+		if got := gpus(s4); got != shardGPU[shards[0]] {
+			t.Errorf("shard job %s was given GPU %s once job %s left GPU %s", s4, got, shards[0], shardGPU[shards[0]])
+		}
+		// Both at once, as the driver sees them, in a few samples before
+		// either ends.
+		procs.waitSeen(t, w, true)
+		end(alice, "beside-w", w)
+		for i, id := range append(shards[1:], s4) {
+			end(bob, fmt.Sprintf("beside-s%d", i+2), id)
+		}
+	} else {
+		j := c.waitDecided(t, w)
+		if j["JobState"] != "PENDING" || j["OverSubscribe"] != "NO" {
+			t.Fatalf("whole-GPU job %s beside shard jobs %v: %s, OverSubscribe=%s; want it pending for a node of its own",
+				w, shards, j["JobState"], j["OverSubscribe"])
+		}
+		for i, id := range shards {
+			end(bob, fmt.Sprintf("beside-s%d", i+1), id)
+		}
+		c.waitRunning(t, w)
+		if wGPU = gpus(w); wGPU != "0,1,2,3" {
+			t.Errorf("whole-GPU job %s on a node of its own was given GPUs %s, want 0,1,2,3", w, wGPU)
+		}
+		s4 = job(bob, "beside-s4", "--gpu-mem=10G")
+		if j := c.waitDecided(t, s4); j["JobState"] != "PENDING" {
+			t.Errorf("shard job %s runs beside whole-GPU job %s on its node of its own", s4, w)
+		}
+		procs.waitSeen(t, w, false)
+		end(alice, "beside-w", w)
+		c.waitRunning(t, s4)
+		end(bob, "beside-s4", s4)
+	}
+	samples := procs.finish(t)
+
+	// What the driver showed: a GPU with the whole-GPU job's process has
+	// no other job's, and the whole-GPU job is on its GPUs only.
+	mine := map[int]bool{}
+	for _, g := range strings.Split(wGPU, ",") {
+		mine[atoi(g)] = true
+	}
+	seen, together := 0, 0
+	var bad []string
+	for i, smp := range samples {
+		for g, jobs := range smp {
+			if !contains(jobs, w) {
+				continue
+			}
+			seen++
+			if len(jobs) > 1 || !mine[g] {
+				bad = append(bad, fmt.Sprintf("sample %d: GPU %d: jobs %v", i, g, jobs))
+			}
+			if len(smp) > 1 {
+				together++
+			}
+		}
+	}
+	t.Logf("%d samples of %s's GPUs: the whole-GPU job %s (GPUs %s) in %d, beside a shard job on another GPU in %d",
+		len(samples), n.Name, w, wGPU, seen, together)
+	if len(bad) > 0 {
+		sort.Strings(bad)
+		t.Errorf("another job's process on whole-GPU job %s's GPUs, or it on another GPU, at %d samples: %v", w, len(bad), bad[0])
+	}
+	if seen == 0 {
+		t.Errorf("no sample shows whole-GPU job %s's process: the sampler saw nothing to check", w)
+	}
+	if slurm.gresGPUApart && together == 0 {
+		t.Errorf("no sample shows whole-GPU job %s beside a shard job", w)
+	}
+
+	// Billing (the partition bills GRES/gpu=16, GRES/shard=1/1024): the
+	// GPUs the job holds.
+	wantGPUs, wantBilling := 1, 16
+	if !slurm.gresGPUApart {
+		wantGPUs, wantBilling = 4, 64
+	}
+	tres := c.sacctField(t, w, "AllocTRES", containsAll(fmt.Sprintf("gres/gpu=%d", wantGPUs), fmt.Sprintf("billing=%d", wantBilling)))
+	if strings.Contains(tres, "gres/shard") {
+		t.Errorf("whole-GPU job %s: AllocTRES %q has shards", w, tres)
+	}
+	stres := c.sacctField(t, s4, "AllocTRES", containsAll("gres/shard=10240", "billing=10"))
+	t.Logf("AllocTRES: whole-GPU job %s %s; shard job %s %s", w, tres, s4, stres)
+}
+
+// waitSeen waits until a few samples show job's process, beside another
+// job's on another GPU when beside.
+func (s *gpuProcs) waitSeen(t *testing.T, job string, beside bool) {
+	t.Helper()
+	if err := waitFor(time.Minute, func() error {
+		n := 0
+		for _, smp := range s.snapshot() {
+			for _, jobs := range smp {
+				if contains(jobs, job) && (!beside || len(smp) > 1) {
+					n++
+				}
+			}
+		}
+		if n < 5 {
+			return fmt.Errorf("%d samples of %s's GPUs show job %s (beside a shard job: %v), want 5", n, s.n.Name, job, beside)
+		}
+		return nil
+	}); err != nil {
+		t.Error(err)
+	}
+}
+
+// snapshot copies the samples so far.
+func (s *gpuProcs) snapshot() []map[int][]string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]map[int][]string(nil), s.samples...)
 }
 
 // atoi is s as a number, -1 when it is none.
