@@ -77,21 +77,24 @@ type slurmRelease struct {
 // failing the job and never draining it, a failed plugin init failing the
 // job only, cgroup v2 with ConstrainDevices=yes, the lines a step's output
 // ends with (srun and sbatch), whether Slurm keeps a GPU held as gres/gpu
-// away from shards (and job_submit.lua's rule for whole GPUs with it).
+// away from shards (and job_submit.lua's rule for whole GPUs with it), no
+// Slurm command run by a Prolog or an Epilog across a queue of every kind
+// of job.
 var coreTests = map[string]bool{
-	"TestSlurmRelease":               true,
-	"TestSrunQuota":                  true,
-	"TestSbatchSharedQuota":          true,
-	"TestSallocQuota":                true,
-	"TestQueuePacksByGPUMemory":      true,
-	"TestDefaultQuota":               true,
-	"TestNodeRefusalFailsJobNotNode": true,
-	"TestInitFailureFailsJobNotNode": true,
-	"TestJobCgroupLayout":            true,
-	"TestConstrainDevices":           true,
-	"TestStepEndLinesSrun":           true,
-	"TestStepEndLinesSbatch":         true,
-	"TestGresGPUApartFromShards":     true,
+	"TestSlurmRelease":                  true,
+	"TestSrunQuota":                     true,
+	"TestSbatchSharedQuota":             true,
+	"TestSallocQuota":                   true,
+	"TestQueuePacksByGPUMemory":         true,
+	"TestDefaultQuota":                  true,
+	"TestNodeRefusalFailsJobNotNode":    true,
+	"TestInitFailureFailsJobNotNode":    true,
+	"TestJobCgroupLayout":               true,
+	"TestConstrainDevices":              true,
+	"TestStepEndLinesSrun":              true,
+	"TestStepEndLinesSbatch":            true,
+	"TestPrologEpilogRunNoSlurmCommand": true,
+	"TestGresGPUApartFromShards":        true,
 }
 
 // slurm2205 is Debian 12's Slurm 22.05 on this machine, with
