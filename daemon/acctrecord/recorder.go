@@ -117,6 +117,8 @@ type item struct {
 	// writes counts this record's sacctmgr runs (the log's); lost the
 	// writes another node's replaced, in a row.
 	writes, lost int
+	// wroteAt is the last write's time (zero: none since the start).
+	wroteAt time.Time
 	// placed: node.Index is this node's place in the job's node list
 	// (from the Epilog's SLURM_JOB_NODELIST, else from slurmdbd's).
 	placed bool

@@ -77,13 +77,16 @@ func (r *Recorder) send(ctx context.Context, it *item) {
 	job := it.rec.JobID
 	if wrote {
 		it.writes++
+		it.wroteAt = time.Now()
 	}
 	switch {
-	case err == nil && wrote:
+	case err == nil && (wrote || time.Since(it.wroteAt) < r.opt.Settle):
 		// In, but a node that read before our write may still write:
 		// confirm after Settle.
+		// (or found after a write whose read-back failed, Settle not
+		// passed since).
 		r.mu.Lock()
-		it.due, it.lost = time.Now().Add(r.opt.Settle), 0
+		it.due, it.lost = it.wroteAt.Add(r.opt.Settle), 0
 		r.lastOK = time.Now()
 		r.mu.Unlock()
 		r.log.Debug("accounting: written, to be confirmed", "job", job, "comment", final)

@@ -234,11 +234,19 @@ func TestAccounting256Nodes(t *testing.T) {
 	}
 	const n = 256
 	const peakAt = 173 // gn174 holds the highest peak
+	start := time.Now()
 	var sent, writes, failed atomic.Int64
+	// each node's writes and confirmation, for the report of a node lost
+	var histMu sync.Mutex
+	hist := make([][]string, n)
+	note := func(i int, what string) {
+		histMu.Lock()
+		defer histMu.Unlock()
+		hist[i] = append(hist[i], fmt.Sprintf("%s %v", what, time.Since(start).Round(10*time.Millisecond)))
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	t.Cleanup(func() { cancel(); wg.Wait() })
-	start := time.Now()
 	for i := 0; i < n; i++ {
 		st, err := store.Open(filepath.Join(t.TempDir(), "gpusliced.db"))
 		if err != nil {
@@ -247,8 +255,8 @@ func TestAccounting256Nodes(t *testing.T) {
 		t.Cleanup(func() { st.Close() })
 		r, err := acctrecord.New(st, acctrecord.Options{
 			Slurm: acctrecord.Slurm{Sacct: sacct, Sacctmgr: sacctmgr, Conf: c.conf},
-			Events: acctrecord.Events{Sent: func() { sent.Add(1) }, Write: func() { writes.Add(1) },
-				Failed: func() { failed.Add(1) }},
+			Events: acctrecord.Events{Sent: func() { sent.Add(1); note(i, "confirmed") }, Write: func() { writes.Add(1); note(i, "wrote") },
+				Failed: func() { failed.Add(1); note(i, "failed") }},
 			Seed: int64(i + 1),
 		})
 		if err != nil {
@@ -286,6 +294,13 @@ func TestAccounting256Nodes(t *testing.T) {
 	if s.Nodes != n || s.Reported.Len() != n || s.Refused.Len() != 0 || s.Denied != n || s.PeakMiB != 7000 ||
 		s.PeakOn != fmt.Sprintf("gn174/gpu-%08x-0000-4000-8000-000000000000", peakAt) || s.QuotaMiB != 8192 {
 		t.Errorf("AdminComment %q: want 256 nodes reported, 256 denied, peak 7000 MiB on gn174's first GPU", got)
+	}
+	for i := 0; i < n; i++ {
+		if !s.Reported.Has(i) {
+			histMu.Lock()
+			t.Errorf("gn%03d not in the comment; it %v", i+1, hist[i])
+			histMu.Unlock()
+		}
 	}
 	if len(got) > 1024 {
 		t.Errorf("AdminComment of %d bytes, want at most 1 KiB", len(got))
