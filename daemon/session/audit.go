@@ -111,13 +111,14 @@ func (j *AuditJobs) SessionOf(pid uint32) string {
 // driver, which the job cannot write. At the same pass the daemon reads
 // the ledger of every session with a process attached (seeLocked): the
 // driver may give no per-process figures (NVML's "not available") or
-// miss memory its sample did not catch. It also keeps what this pass
-// found each session holding (Unused), dated by the pass: a session the
-// pass did not see holds nothing by the driver's figure.
+// miss memory its sample did not catch. It also keeps sums, what this
+// pass found each session holding (Unused): a session the pass did not
+// see holds nothing by the driver's figure. The audit loop makes a new
+// map at each pass and writes it no more.
 func (m *Manager) ObserveAudit(sums map[string]map[int]uint64) {
+	m.audited.Store(&sums)
 	m.mu.RLock()
 	defer m.mu.RUnlock()
-	seq := m.auditSeq.Add(1)
 	for _, s := range m.sessions {
 		if s.led.NInUse() == 0 {
 			continue // nothing attached: nothing held but what was seen before
@@ -134,15 +135,7 @@ func (m *Manager) ObserveAudit(sums map[string]map[int]uint64) {
 			continue
 		}
 		s.mu.Lock()
-		if s.auditNow == nil {
-			s.auditNow = make([]uint64, len(s.gidx))
-		}
-		s.auditAt = seq
 		for g, i := range s.gidx {
-			s.auditNow[g] = 0
-			if i >= 0 {
-				s.auditNow[g] = byGPU[i]
-			}
 			if v := byGPU[i]; i >= 0 && v > s.auditPeak[g] {
 				s.auditPeak[g] = v
 			}

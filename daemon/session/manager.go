@@ -92,8 +92,10 @@ type Manager struct {
 	releasedMu     sync.Mutex
 	releasedDenied []uint64
 
-	lastPrune time.Time     // touched by Sweep only (one goroutine)
-	auditSeq  atomic.Uint64 // audit passes observed (ObserveAudit), to date Session.auditNow
+	lastPrune time.Time // touched by Sweep only (one goroutine)
+	// what the last audit pass found each session holding per inventory
+	// GPU (ObserveAudit's sums, never written after), for Unused
+	audited atomic.Pointer[map[string]map[int]uint64]
 }
 
 // Session is one live session.
@@ -105,8 +107,6 @@ type Session struct {
 	drv      map[int]*driverAcct // slot -> driver memory charged to its process (driver.go)
 
 	auditPeak   []uint64 // per ledger GPU: the most the driver reported the session holding
-	auditNow    []uint64 // per ledger GPU: what the last pass that saw the session found it holding (nil: none yet)
-	auditAt     uint64   // the pass (Manager.auditSeq) that wrote auditNow
 	seenPeak    []uint64 // per ledger GPU: the most the daemon read in the ledger itself (figures.go)
 	auditNotes  []string // audited overruns, for the report
 	auditKilled int

@@ -71,7 +71,10 @@ func (m *Manager) Unused(id, uuid string) (unused uint64, gpu int, ok bool) {
 	if !ok {
 		return 0, -1, false
 	}
-	seq := m.auditSeq.Load()
+	var audited map[int]uint64
+	if p := m.audited.Load(); p != nil {
+		audited = (*p)[id]
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.released {
@@ -82,9 +85,7 @@ func (m *Manager) Unused(id, uuid string) (unused uint64, gpu int, ok bool) {
 			continue
 		}
 		limit, used := s.led.Limit(g), s.led.Used(g)
-		if s.auditAt == seq && g < len(s.auditNow) {
-			used = max(used, s.auditNow[g])
-		}
+		used = max(used, audited[s.gidx[g]])
 		if used >= limit {
 			return 0, s.gidx[g], true
 		}
