@@ -76,7 +76,7 @@ test-slurm-$(1): spank-$(1) $(SLURM_TEST_DEPS)
 	@$(MAKE) --no-print-directory run-slurm-$(1)
 run-slurm-$(1):
 	lua5.4 tests/slurm/lua/job_submit_test.lua etc/slurm/job_submit.lua
-	GPUSLICE_SLURM_RELEASE=$(1) GPUSLICE_BUILD_DIR=$(BUILD) $(GO) test -count=1 -timeout 20m ./tests/slurm/
+	GPUSLICE_SLURM_RELEASE=$(1) GPUSLICE_BUILD_DIR=$(BUILD) $(GO) test -count=1 -timeout 35m ./tests/slurm/
 $(if $(filter $(1),$(SLURM_E2E_FULL)),	GPUSLICE_SLURM_QUAD=1 GPUSLICE_SLURM_RELEASE=$(1) GPUSLICE_BUILD_DIR=$(BUILD) $(GO) test -count=1 -timeout 10m -run '$$(SLURM_QUAD_TESTS)' ./tests/slurm/)
 endef
 $(foreach r,$(SLURM_SRC_RELEASES),$(eval $(call slurm_e2e_release,$(r))))

@@ -50,7 +50,7 @@ test-slurm-24.11: trixie-root spank-24.11 $(SLURM_TEST_DEPS) ## the end-to-end s
 
 .PHONY: run-slurm-24.11
 run-slurm-24.11:
-	GPUSLICE_SLURM_RELEASE=24.11 GPUSLICE_BUILD_DIR=$(BUILD) $(GO) test -count=1 -timeout 20m ./tests/slurm/
+	GPUSLICE_SLURM_RELEASE=24.11 GPUSLICE_BUILD_DIR=$(BUILD) $(GO) test -count=1 -timeout 35m ./tests/slurm/
 	GPUSLICE_SLURM_QUAD=1 GPUSLICE_SLURM_RELEASE=24.11 GPUSLICE_BUILD_DIR=$(BUILD) $(GO) test -count=1 -timeout 10m \
 		-run '$(SLURM_QUAD_TESTS)' ./tests/slurm/
 

@@ -19,7 +19,8 @@
 //     another node that read the comment before our write may write after
 //     our read-back, so a record leaves the queue only when a read Settle
 //     after its write (longer than any other node's read-to-write, which
-//     the command timeout bounds) still finds it;
+//     the command timeout bounds) still finds it; a first look
+//     QuickCheck after the write finds most such losses in seconds;
 //   - when a command fails (slurmdbd down, no answer), every record waits:
 //     exponential backoff from MinBackoff, doubled per failure up to
 //     MaxBackoff, with jitter (a wait drawn in [d/2, d]), so records go
@@ -54,6 +55,7 @@ const (
 	DefaultSpreadMax  = time.Minute
 	DefaultMinBackoff = time.Second
 	DefaultMaxBackoff = 30 * time.Second
+	DefaultQuickCheck = 3 * time.Second
 	// unknownJobBackoff bounds the wait between tries of a record whose
 	// job slurmdbd does not know (slurmctld has not sent it yet), so
 	// that many such records do not ask slurmdbd every MaxBackoff.
@@ -85,10 +87,12 @@ type Options struct {
 	// MinBackoff and MaxBackoff bound the wait after a failure.
 	MinBackoff, MaxBackoff time.Duration
 	// Settle is the wait between a write and the read that confirms it
-	// (default: the command timeout and 5 s).
-	Settle time.Duration
-	Log    *slog.Logger
-	Events Events
+	// (default: the command timeout twice and 5 s). QuickCheck is the
+	// wait before a first look, which finds at once most writes another
+	// node's concurrent one replaced (default 3 s).
+	Settle, QuickCheck time.Duration
+	Log                *slog.Logger
+	Events             Events
 	// Seed seeds the jitter (0: the time).
 	Seed int64
 }
@@ -181,6 +185,9 @@ func New(st *store.Store, opt Options) (*Recorder, error) {
 	if opt.Settle <= 0 {
 		// another node's read may take a timeout, its write one more
 		opt.Settle = 2*opt.Slurm.Timeout + 5*time.Second
+	}
+	if opt.QuickCheck <= 0 {
+		opt.QuickCheck = DefaultQuickCheck
 	}
 	if opt.Log == nil {
 		opt.Log = slog.New(slog.DiscardHandler)

@@ -200,6 +200,31 @@ func TestLostAfterReadBack(t *testing.T) {
 	}
 }
 
+// The same, with a confirming read an hour off: the first look a moment
+// after the write finds the figures gone and writes them again, so a
+// job's comment is whole in seconds, not a Settle later (TestSeff's
+// two-node job had 1 of 2 nodes a minute after its end).
+func TestLostFoundAtQuickCheck(t *testing.T) {
+	db, s := newSlurmdbd(t, "42", "")
+	var c counts
+	st := openStore(t, filepath.Join(t.TempDir(), "db"))
+	defer st.Close()
+	o := fast(s, &c)
+	o.Settle, o.QuickCheck = time.Hour, 300*time.Millisecond
+	r, _ := New(st, o)
+	r.Add(record("42", "tn1", "tn[1-2]", 100))
+	run(t, r)
+	waitUntil(t, "tn1's write and read-back", func() bool { return db.writes() == 1 && db.reads() >= 2 })
+	time.Sleep(100 * time.Millisecond) // the read-back's answer read
+	other := "gpuslice:v2;quota_mib=1024;nodes=2;reported=1;peak_mib=50;peak_on=tn2/gpu-tn2;denied=1"
+	os.WriteFile(db.path("comment"), []byte(other), 0o644)
+	want := "gpuslice:v2;quota_mib=1024;nodes=2;reported=0-1;peak_mib=100;peak_on=tn1/gpu-tn1;denied=2"
+	waitUntil(t, "tn1's figures written again", func() bool { return db.comment() == want })
+	if db.writes() != 2 || c.sent.Load() != 0 {
+		t.Fatalf("%d writes, %d confirmed (the confirming read is an hour off)", db.writes(), c.sent.Load())
+	}
+}
+
 // gpusliced killed between its write and the dequeue sends the record
 // again after its restart: the comment holds it, nothing is written.
 func TestAlreadyRecordedNotWritten(t *testing.T) {

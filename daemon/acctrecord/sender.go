@@ -82,11 +82,16 @@ func (r *Recorder) send(ctx context.Context, it *item) {
 	switch {
 	case err == nil && (wrote || time.Since(it.wroteAt) < r.opt.Settle):
 		// In, but a node that read before our write may still write:
-		// confirm after Settle.
+		// look again soon (QuickCheck: most such writes land within a
+		// command's time, and the job's figures are whole in seconds),
+		// and confirm after Settle.
 		// (or found after a write whose read-back failed, Settle not
 		// passed since).
 		r.mu.Lock()
 		it.due, it.lost = it.wroteAt.Add(r.opt.Settle), 0
+		if wrote && r.opt.QuickCheck < r.opt.Settle {
+			it.due = it.wroteAt.Add(r.opt.QuickCheck)
+		}
 		r.lastOK = time.Now()
 		r.mu.Unlock()
 		r.log.Debug("accounting: written, to be confirmed", "job", job, "comment", final)

@@ -56,7 +56,7 @@ srun %[2]s --step 300M --count 4
 	}
 
 	var got string
-	err := waitFor(60*time.Second, func() error {
+	err := waitFor(figuresBound, func() error {
 		out, err := c.sacct(id, "JobID,AdminComment")
 		got = strings.TrimSpace(out)
 		if err != nil {

@@ -24,12 +24,19 @@ func needAccounting(t *testing.T) *cluster {
 	return c
 }
 
+// figuresBound is how long a job's figures may take to be whole in
+// Slurm's accounting after it ends: gpusliced writes each node's within
+// seconds, and a write another node's concurrent one replaced is found at
+// the first look (3 s) or, at worst, at the confirming read a settle time
+// (65 s) after it, then written again (daemon/acctrecord).
+const figuresBound = 3 * time.Minute
+
 // sacctField waits until sacct's field of job id (the job's line, -X)
 // satisfies ok, and returns it.
 func (c *cluster) sacctField(t *testing.T, id, field string, ok func(string) error) string {
 	t.Helper()
 	var got string
-	err := waitFor(60*time.Second, func() error {
+	err := waitFor(figuresBound, func() error {
 		out, err := c.sacct(id, field)
 		if err != nil {
 			return fmt.Errorf("sacct: %v: %s", err, out)

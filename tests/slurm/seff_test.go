@@ -55,7 +55,7 @@ type seffOut struct {
 func (c *cluster) seffOf(t *testing.T, u *testUser, id string, jobs, nodes int, ready func(seffOut) error) (seffOut, string) {
 	t.Helper()
 	var got seffOut
-	err := waitFor(60*time.Second, func() error {
+	err := waitFor(figuresBound, func() error {
 		out, err := c.cmd(u, c.bin("gpuslice"), "seff", "--json", id).CombinedOutput()
 		if err != nil {
 			return fmt.Errorf("gpuslice seff --json %s: %v: %s", id, err, out)
