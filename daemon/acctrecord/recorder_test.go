@@ -179,23 +179,9 @@ func TestOneWritePerNode(t *testing.T) {
 // after this node's read-back, replacing its figures: the read that
 // confirms the write, Settle later, finds them gone and writes again.
 func TestLostAfterReadBack(t *testing.T) {
-	db, s := newSlurmdbd(t, "42", "")
-	var c counts
-	st := openStore(t, filepath.Join(t.TempDir(), "db"))
-	defer st.Close()
-	o := fast(s, &c)
-	o.Settle = time.Second
-	r, _ := New(st, o)
-	r.Add(record("42", "tn1", "tn[1-2]", 100))
-	run(t, r)
-	// after tn1's read, write and read-back
-	waitUntil(t, "tn1's write and read-back", func() bool { return db.writes() == 1 && db.reads() >= 2 })
-	time.Sleep(100 * time.Millisecond) // the read-back's answer read
-	// tn2's write, merged into what it read before tn1's
-	other := "gpuslice:v2;quota_mib=1024;nodes=2;reported=1;peak_mib=50;peak_on=tn2/gpu-tn2;denied=1"
-	os.WriteFile(db.path("comment"), []byte(other), 0o644)
+	db, c := lostAfterReadBack(t, time.Second, 0)
 	waitUntil(t, "sent", func() bool { return c.sent.Load() == 1 })
-	if got := db.comment(); got != "gpuslice:v2;quota_mib=1024;nodes=2;reported=0-1;peak_mib=100;peak_on=tn1/gpu-tn1;denied=2" || db.writes() != 2 {
+	if got := db.comment(); got != lostMerged || db.writes() != 2 {
 		t.Fatalf("comment %q after %d writes", got, db.writes())
 	}
 }
@@ -205,12 +191,28 @@ func TestLostAfterReadBack(t *testing.T) {
 // job's comment is whole in seconds, not a Settle later (TestSeff's
 // two-node job had 1 of 2 nodes a minute after its end).
 func TestLostFoundAtQuickCheck(t *testing.T) {
+	db, c := lostAfterReadBack(t, time.Hour, 300*time.Millisecond)
+	waitUntil(t, "tn1's figures written again", func() bool { return db.comment() == lostMerged })
+	if db.writes() != 2 || c.sent.Load() != 0 {
+		t.Fatalf("%d writes, %d confirmed (the confirming read is an hour off)", db.writes(), c.sent.Load())
+	}
+}
+
+// lostMerged is the comment once tn1's figures are merged into tn2's.
+const lostMerged = "gpuslice:v2;quota_mib=1024;nodes=2;reported=0-1;peak_mib=100;peak_on=tn1/gpu-tn1;denied=2"
+
+// lostAfterReadBack runs tn1's recorder (settle, quick: its Settle and
+// QuickCheck, 0 the default) until its write and read-back, then
+// replaces the comment by tn2's, merged into what tn2 read before
+// tn1's write.
+func lostAfterReadBack(t *testing.T, settle, quick time.Duration) (*slurmdbd, *counts) {
+	t.Helper()
 	db, s := newSlurmdbd(t, "42", "")
-	var c counts
+	c := &counts{}
 	st := openStore(t, filepath.Join(t.TempDir(), "db"))
-	defer st.Close()
-	o := fast(s, &c)
-	o.Settle, o.QuickCheck = time.Hour, 300*time.Millisecond
+	t.Cleanup(func() { st.Close() })
+	o := fast(s, c)
+	o.Settle, o.QuickCheck = settle, quick
 	r, _ := New(st, o)
 	r.Add(record("42", "tn1", "tn[1-2]", 100))
 	run(t, r)
@@ -218,11 +220,7 @@ func TestLostFoundAtQuickCheck(t *testing.T) {
 	time.Sleep(100 * time.Millisecond) // the read-back's answer read
 	other := "gpuslice:v2;quota_mib=1024;nodes=2;reported=1;peak_mib=50;peak_on=tn2/gpu-tn2;denied=1"
 	os.WriteFile(db.path("comment"), []byte(other), 0o644)
-	want := "gpuslice:v2;quota_mib=1024;nodes=2;reported=0-1;peak_mib=100;peak_on=tn1/gpu-tn1;denied=2"
-	waitUntil(t, "tn1's figures written again", func() bool { return db.comment() == want })
-	if db.writes() != 2 || c.sent.Load() != 0 {
-		t.Fatalf("%d writes, %d confirmed (the confirming read is an hour off)", db.writes(), c.sent.Load())
-	}
+	return db, c
 }
 
 // gpusliced killed between its write and the dequeue sends the record
