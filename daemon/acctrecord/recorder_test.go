@@ -107,6 +107,26 @@ func (c *counts) drops(reason string) int {
 	return c.dropped[reason]
 }
 
+// oneRecorder is a recorder (fast options, then set's changes when not
+// nil) on a new store, beside a slurmdbd whose job 42 has comment; not
+// yet running.
+func oneRecorder(t *testing.T, comment string, set func(*Options)) (*slurmdbd, *counts, *store.Store, *Recorder) {
+	t.Helper()
+	db, s := newSlurmdbd(t, "42", comment)
+	c := &counts{}
+	st := openStore(t, filepath.Join(t.TempDir(), "db"))
+	t.Cleanup(func() { st.Close() })
+	o := fast(s, c)
+	if set != nil {
+		set(&o)
+	}
+	r, err := New(st, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return db, c, st, r
+}
+
 func openStore(t *testing.T, path string) *store.Store {
 	t.Helper()
 	st, err := store.Open(path)
@@ -207,13 +227,7 @@ const lostMerged = "gpuslice:v2;quota_mib=1024;nodes=2;reported=0-1;peak_mib=100
 // tn1's write.
 func lostAfterReadBack(t *testing.T, settle, quick time.Duration) (*slurmdbd, *counts) {
 	t.Helper()
-	db, s := newSlurmdbd(t, "42", "")
-	c := &counts{}
-	st := openStore(t, filepath.Join(t.TempDir(), "db"))
-	t.Cleanup(func() { st.Close() })
-	o := fast(s, c)
-	o.Settle, o.QuickCheck = settle, quick
-	r, _ := New(st, o)
+	db, c, _, r := oneRecorder(t, "", func(o *Options) { o.Settle, o.QuickCheck = settle, quick })
 	r.Add(record("42", "tn1", "tn[1-2]", 100))
 	run(t, r)
 	waitUntil(t, "tn1's write and read-back", func() bool { return db.writes() == 1 && db.reads() >= 2 })
@@ -226,11 +240,7 @@ func lostAfterReadBack(t *testing.T, settle, quick time.Duration) (*slurmdbd, *c
 // gpusliced killed between its write and the dequeue sends the record
 // again after its restart: the comment holds it, nothing is written.
 func TestAlreadyRecordedNotWritten(t *testing.T) {
-	db, s := newSlurmdbd(t, "42", "gpuslice:v2;quota_mib=1024;nodes=2;reported=0;peak_mib=100;peak_on=tn1/gpu-tn1;denied=1")
-	var c counts
-	st := openStore(t, filepath.Join(t.TempDir(), "db"))
-	defer st.Close()
-	r, _ := New(st, fast(s, &c))
+	db, c, st, r := oneRecorder(t, "gpuslice:v2;quota_mib=1024;nodes=2;reported=0;peak_mib=100;peak_on=tn1/gpu-tn1;denied=1", nil)
 	r.Add(record("42", "tn1", "tn[1-2]", 100))
 	run(t, r)
 	waitUntil(t, "sent", func() bool { return c.sent.Load() == 1 })
@@ -313,12 +323,8 @@ func TestPlacedBySlurmdbdNodeList(t *testing.T) {
 
 // A job slurmdbd does not know yet is tried again until it does.
 func TestJobNotYetKnown(t *testing.T) {
-	db, s := newSlurmdbd(t, "42", "")
+	db, c, _, r := oneRecorder(t, "", nil)
 	db.set("known", false)
-	var c counts
-	st := openStore(t, filepath.Join(t.TempDir(), "db"))
-	defer st.Close()
-	r, _ := New(st, fast(s, &c))
 	r.Add(record("42", "tn1", "tn1", 10))
 	run(t, r)
 	time.Sleep(100 * time.Millisecond)
@@ -357,11 +363,7 @@ func TestQueueBounded(t *testing.T) {
 
 // A site's own AdminComment is left alone; the record is dropped, said.
 func TestSiteComment(t *testing.T) {
-	db, s := newSlurmdbd(t, "42", "JS1:AbC")
-	var c counts
-	st := openStore(t, filepath.Join(t.TempDir(), "db"))
-	defer st.Close()
-	r, _ := New(st, fast(s, &c))
+	db, c, _, r := oneRecorder(t, "JS1:AbC", nil)
 	r.Add(record("42", "tn1", "tn1", 10))
 	run(t, r)
 	waitUntil(t, "dropped", func() bool { return c.drops(DropComment) == 1 })
@@ -418,12 +420,8 @@ func TestOffFromSlurmConf(t *testing.T) {
 // A record whose job slurmdbd has not known for UnknownJobAge is given
 // up, said and counted; a younger one waits.
 func TestUnknownJobGivenUp(t *testing.T) {
-	db, s := newSlurmdbd(t, "42", "")
+	db, c, _, r := oneRecorder(t, "", nil)
 	db.set("known", false)
-	var c counts
-	st := openStore(t, filepath.Join(t.TempDir(), "db"))
-	defer st.Close()
-	r, _ := New(st, fast(s, &c))
 	old := record("42", "tn1", "tn1", 10)
 	old.Ended = time.Now().Add(-UnknownJobAge - time.Hour)
 	r.Add(old)
