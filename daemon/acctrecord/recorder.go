@@ -20,7 +20,8 @@
 //     our read-back, so a record leaves the queue only when a read Settle
 //     after its write (longer than any other node's read-to-write, which
 //     the command timeout bounds) still finds it; a first look
-//     QuickCheck after the write finds most such losses in seconds;
+//     QuickCheck after the write finds most such losses in seconds. A job
+//     of one node has no other writer: its read-back confirms it;
 //   - when a command fails (slurmdbd down, no answer), every record waits:
 //     exponential backoff from MinBackoff, doubled per failure up to
 //     MaxBackoff, with jitter (a wait drawn in [d/2, d]), so records go
@@ -126,6 +127,10 @@ type item struct {
 	// placed: node.Index is this node's place in the job's node list
 	// (from the Epilog's SLURM_JOB_NODELIST, else from slurmdbd's).
 	placed bool
+	// alone: Slurm said the job ran on this node only (its node count or
+	// a node list of one), so no other node writes its comment and the
+	// read-back after a write confirms it: no read Settle later.
+	alone bool
 }
 
 // placement is node's index in list, when list holds it and, the job's
@@ -221,6 +226,7 @@ func (r *Recorder) newItem(rec store.AcctRecord, now time.Time) *item {
 	if err != nil {
 		nodes = nil
 	}
+	alone := rec.NodeCount == 1 || (len(nodes) == 1 && rec.NodeCount == 0)
 	if len(nodes) == 0 && rec.NodeCount <= 1 {
 		nodes = []string{rec.Node}
 	}
@@ -238,7 +244,8 @@ func (r *Recorder) newItem(rec store.AcctRecord, now time.Time) *item {
 			PeakMiB: admincomment.MiB(g.PeakBytes), Denied: g.Denied})
 	}
 	step := min(r.opt.Spread, r.opt.SpreadMax/time.Duration(count))
-	return &item{rec: rec, node: n, nodes: nodes, placed: placed, due: now.Add(step*time.Duration(turn) + r.jitter(step))}
+	return &item{rec: rec, node: n, nodes: nodes, placed: placed, alone: placed && alone && count == 1,
+		due: now.Add(step*time.Duration(turn) + r.jitter(step))}
 }
 
 // fnv32 is FNV-1a of s.

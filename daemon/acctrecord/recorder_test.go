@@ -218,6 +218,49 @@ func TestLostFoundAtQuickCheck(t *testing.T) {
 	}
 }
 
+// A job of one node (its node count, or its node list, says so) has no
+// other writer: the read-back after its write confirms the record, which
+// leaves the queue then, not a Settle later. A record whose node count
+// is unknown and which has no list (a job that may have other nodes)
+// still waits for the confirming read.
+func TestOneNodeJobConfirmedAtReadBack(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		list     string
+		count    int
+		confirms bool
+	}{
+		{"node count 1", "", 1, true},
+		{"node list of one", "tn1", 0, true},
+		{"list and count", "tn1", 1, true},
+		{"node count unknown, no list", "", 0, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			db, c, st, r := oneRecorder(t, "", func(o *Options) { o.Settle, o.QuickCheck = time.Hour, time.Hour })
+			rec := record("42", "tn1", tc.list, 100)
+			rec.NodeCount = tc.count
+			r.Add(rec)
+			run(t, r)
+			waitUntil(t, "the write and its read-back", func() bool { return db.writes() == 1 && db.reads() >= 2 })
+			if !tc.confirms {
+				time.Sleep(200 * time.Millisecond)
+				if c.sent.Load() != 0 {
+					t.Fatal("confirmed by its read-back, though other nodes may write the comment")
+				}
+				return
+			}
+			waitUntil(t, "confirmed", func() bool { return c.sent.Load() == 1 })
+			if recs, _ := st.AcctRecords(); len(recs) != 0 {
+				t.Fatalf("still queued: %+v", recs)
+			}
+			want := "gpuslice:v2;quota_mib=1024;nodes=1;reported=0;peak_mib=100;peak_on=tn1/gpu-tn1;denied=1"
+			if got := db.comment(); got != want || db.writes() != 1 {
+				t.Fatalf("comment %q after %d writes, want %q once", got, db.writes(), want)
+			}
+		})
+	}
+}
+
 // lostMerged is the comment once tn1's figures are merged into tn2's.
 const lostMerged = "gpuslice:v2;quota_mib=1024;nodes=2;reported=0-1;peak_mib=100;peak_on=tn1/gpu-tn1;denied=2"
 

@@ -80,7 +80,7 @@ func (r *Recorder) send(ctx context.Context, it *item) {
 		it.wroteAt = time.Now()
 	}
 	switch {
-	case err == nil && (wrote || time.Since(it.wroteAt) < r.opt.Settle):
+	case err == nil && !it.alone && (wrote || time.Since(it.wroteAt) < r.opt.Settle):
 		// In, but a node that read before our write may still write:
 		// look again soon (QuickCheck: most such writes land within a
 		// command's time, and the job's figures are whole in seconds),

@@ -121,7 +121,7 @@ func place(it *item, jobNodes string) error {
 	if !ok {
 		return fmt.Errorf("%w (sacct's NodeList %q, %d nodes)", errNotPlaced, jobNodes, it.rec.NodeCount)
 	}
-	it.node.Index, it.node.Nodes, it.nodes, it.placed = idx, len(list), list, true
+	it.node.Index, it.node.Nodes, it.nodes, it.placed, it.alone = idx, len(list), list, true, len(list) == 1
 	return nil
 }
 
