@@ -77,12 +77,12 @@ help: ## list targets
 build: fakecuda interceptor ctxprobe go-build spank ## build everything into build/
 
 # Every suite CI runs, in order.
+# test-long is test-slurm-all (every Slurm release) and test-compute (the
+# GPU time share end to end, mk/go.mk) at once (mk/trixie.mk).
 TEST_SUITES := test-go test-fakecuda test-interceptor test-core test-security \
-               test-slurm-all test-slurm-src test-packages \
+               test-long test-slurm-src test-packages \
                test-nvidia-runtime test-nvidia-tools test-monitoring test-docs test-gpu \
                test-containers
-# the GPU time share end to end (mk/go.mk)
-TEST_SUITES += test-compute
 test: deps build $(TEST_SUITES) ## run every test suite (what CI runs)
 
 # What test runs can leave on a machine (a run killed half-way, a hand run

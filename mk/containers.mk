@@ -93,7 +93,7 @@ $(CT)/pyxis/.stamp: mk/containers.mk $(CT_SRC) $(BUILD_HEADERS)
 PYXIS_RELEASES := $(SLURM_E2E_FULL)
 .PHONY: pyxis-releases
 pyxis-releases: $(PYXIS_RELEASES:%=$(CT)/pyxis-%/.stamp) ## build pyxis for each SchedMD release the full e2e suite runs on (make slurm-src builds the release)
-test-slurm-all $(PYXIS_RELEASES:%=test-slurm-%): pyxis-releases
+test-slurm-all test-long $(PYXIS_RELEASES:%=test-slurm-%): pyxis-releases
 
 $(CT)/pyxis-%/.stamp: $(CT)/pyxis/.stamp $(SLURM_SRC)/%/.stamp
 	@rm -rf $(@D) && mkdir -p $(@D)

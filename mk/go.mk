@@ -58,4 +58,9 @@ go-force:
 # and frozen, thawed when they end or gpusliced stops).
 .PHONY: test-compute
 test-compute: go-build fakecuda interceptor ## GPU time share: shares vs weights whatever the processes, caps, giant kernels, killed jobs, bypasses frozen
+	@$(MAKE) --no-print-directory run-compute
+# The tests alone, once everything they need is built (a lane of make
+# test-long, mk/trixie.mk).
+.PHONY: run-compute
+run-compute:
 	GPUSLICE_BUILD_DIR=$(BUILD) $(GO) test -count=1 -timeout 15m ./tests/compute/...

@@ -195,6 +195,9 @@ func needCluster(t *testing.T) *cluster {
 	if slurm.core && !coreTests[strings.SplitN(t.Name(), "/", 2)[0]] {
 		t.Skipf("Slurm %s runs the core subset (coreTests in slurmconf_test.go)", slurm.name)
 	}
+	if r, ok := onceTests[strings.SplitN(t.Name(), "/", 2)[0]]; ok && r != slurm.name && os.Getenv("GPUSLICE_SLURM_EVERY") != "1" {
+		t.Skipf("runs on Slurm %s only (onceTests in slurmconf_test.go; GPUSLICE_SLURM_EVERY=1 runs it here)", r)
+	}
 	return cl
 }
 

@@ -97,6 +97,17 @@ var coreTests = map[string]bool{
 	"TestGresGPUApartFromShards":        true,
 }
 
+// onceTests are the long cases whose subject is gpuslice's own (a
+// 256-node job's records) or one Slurm behaviour read in its source
+// (usage added at a job's end), run on one release each, so make test's
+// lanes stay short: each takes about two minutes, sleeping on Slurm's
+// passes and gpusliced's turns. GPUSLICE_SLURM_EVERY=1 runs them on every
+// release the suite runs on.
+var onceTests = map[string]string{
+	"TestAccounting256Nodes": "24.11",
+	"TestUsageAtJobEnd":      "24.11",
+}
+
 // slurm2205 is Debian 12's Slurm 22.05 on this machine, with
 // SlurmdParameters=config_overrides so each node may declare more CPUs than
 // the machine has. How jobs are tracked (cgroup v2 or linuxproc) is
