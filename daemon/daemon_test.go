@@ -376,6 +376,8 @@ func TestBadFrameClosesOnlyThatConnection(t *testing.T) {
 		{"length over 4096", oversize, ipc.CodeBadRequest},
 		{"ping over 64 bytes", frame(ipc.Magic, 1, 1, make([]byte, 65)), ipc.CodeBadRequest},
 		{"attach trailing byte", frame(ipc.Magic, 1, 3, []byte{1, 0, 'a', 0, 0, 9}), ipc.CodeBadRequest},
+		{"attach flags zero", frame(ipc.Magic, 1, 3, []byte{1, 0, 'a', 0, 0, 0, 0, 0, 0}), ipc.CodeBadRequest},
+		{"attach unknown flag", frame(ipc.Magic, 1, 3, []byte{1, 0, 'a', 0, 0, 2, 0, 0, 0}), ipc.CodeBadRequest},
 		{"status empty session", frame(ipc.Magic, 1, 7, []byte{0, 0}), ipc.CodeBadRequest},
 		{"detach short", frame(ipc.Magic, 1, 5, []byte{1}), ipc.CodeBadRequest},
 	}

@@ -3,7 +3,9 @@
 //
 // A frame is a 12-byte header (magic "GSIP", version, type, payload length)
 // followed by at most MaxPayload bytes. Payload decoders are exact: a
-// payload with missing or trailing bytes is malformed.
+// payload with missing or trailing bytes is malformed, and whatever parses
+// is the very payload its encoder writes for what was decoded (one
+// encoding per message; FuzzFrame checks it).
 package ipc
 
 import (
@@ -209,6 +211,9 @@ type Request struct {
 // and its session's slot on it with ATTACH_OK (docs/protocol.md).
 const AttachCompute = 1
 
+// AttachFlags are the ATTACH flags this side knows.
+const AttachFlags = AttachCompute
+
 // NoComputeSlot is ATTACH_OK's compute slot when the session has none.
 const NoComputeSlot = 0xFFFFFFFF
 
@@ -227,8 +232,15 @@ func ParseRequest(t Type, p []byte) (Request, error) {
 		// Empty: the daemon decides the session from the peer's pid.
 		r.Session = d.str("session", 0, MaxSession)
 		r.Token = d.str("token", 0, MaxToken)
+		// Optional: clients before the compute page send none. A client
+		// sends the word only with a flag set, and a daemon refuses flags
+		// it does not know (code 1), so a newer client learns to ask again
+		// without them: a zero word or an unknown bit is malformed.
 		if d.err == nil && len(d.b) > 0 {
-			r.Flags = d.u32() // optional: clients before the compute page send none
+			r.Flags = d.u32()
+			if d.err == nil && (r.Flags == 0 || r.Flags&^AttachFlags != 0) {
+				return r, fmt.Errorf("%w: attach flags %#x", ErrMalformed, r.Flags)
+			}
 		}
 	case TypeDetach:
 		r.Slot = d.u32()
