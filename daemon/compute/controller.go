@@ -275,7 +275,7 @@ func (c *Controller) Pass(now time.Time) (sharing bool) {
 				c.Log.Debug("compute share", "gpu", g, "session", id, "held", es[i].Held,
 					"used_ms", es[i].Used/1e6, "lag_ms", es[i].Lag/1e6, "cap_lag_ms", es[i].CapLag/1e6)
 			}
-			if was[i] && span(busy, g) > 0 && es[i].Used > 0.1*span(busy, g) {
+			if was[i] && span(busy, g) > 0 && es[i].Used > Allowance(es, i)*span(busy, g) {
 				offenders[id] = append(offenders[id], users[g][id]...)
 			}
 			*st[id] = es[i]

@@ -155,3 +155,30 @@ func divide(es []Entry, demand []float64, total float64) []float64 {
 }
 
 func clamp(v, lo, hi float64) float64 { return max(lo, min(v, hi)) }
+
+// Allowance is the fraction of a pass's span that es[i], held throughout
+// the pass, may be seen using without counting as using the GPU past the
+// gate (the controller freezes a session that keeps doing so): its own
+// part of the GPU, its weight among the active sessions' or its cap when
+// lower, and never more than a tenth. A session held at the gate only
+// finishes the kernels it had queued, in the first passes of its hold
+// (FreezeAfter is well beyond them), then uses nothing; one that goes on
+// taking more than its own part takes it from the others. A fixed tenth
+// let a job of a small share, pacing its launches past the gate just
+// under a tenth of the GPU, keep several times its share unfrozen.
+func Allowance(es []Entry, i int) float64 {
+	var sum float64
+	for _, e := range es {
+		if e.Active && e.Weight > 0 {
+			sum += e.Weight
+		}
+	}
+	part := 1.0
+	if w := es[i].Weight; w > 0 && sum > w {
+		part = w / sum
+	}
+	if c := es[i].Cap; c > 0 {
+		part = min(part, c)
+	}
+	return min(part, 0.1)
+}

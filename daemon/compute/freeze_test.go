@@ -255,3 +255,63 @@ func TestCgroupFreezerKernel(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// A job of weight 2 beside one of 98 that launches past the gate but
+// paces itself just under a tenth of the GPU (8 %: four times its share)
+// is frozen as one taking the whole GPU is: what a held session may be
+// seen using is its own part, not a tenth of the GPU whatever its share.
+// The same job launching through the gate, held for long while it pays
+// back what it took, finishes its queued kernels and is never frozen.
+func TestControllerFreezesPacedBypassOfSmallShare(t *testing.T) {
+	run := func(t *testing.T, cheatUse func(held bool, pass int) float64) (frozenAt int) {
+		page := testPage(t)
+		ss := &fakeSessions{list: []Session{
+			{ID: "small", GPUs: []int{0}, Limits: []uint64{1}, Spec: pct(2), Pids: []uint32{10}},
+			{ID: "big", GPUs: []int{0}, Limits: []uint64{1}, Spec: pct(98), Pids: []uint32{20}},
+		}}
+		leaf := map[uint32][2]string{10: {"small", "/cg/small/task_0"}, 20: {"big", "/cg/big/task_0"}}
+		fr := &recFreezer{frozen: map[string]bool{}}
+		src := &fakeBusy{}
+		c := &Controller{Page: page, Source: src, Sessions: ss, Physical: []uint64{80}, Interval: 100 * time.Millisecond,
+			Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Freezer: fr, FreezeAfter: 2 * time.Second,
+			Leaf: func(pid uint32) (string, string) { return leaf[pid][0], leaf[pid][1] }}
+		page.Assign("small")
+		page.Assign("big")
+		now := time.Unix(1000, 0)
+		for i := 0; i < 100; i++ {
+			u := cheatUse(page.Throttle("small") != 0, i)
+			src.next = map[int]Window{0: pass100(map[uint32]float64{10: u, 20: 100e6 - u})}
+			c.Pass(now)
+			now = now.Add(100 * time.Millisecond)
+			if fr.frozen["/cg/big/task_0"] {
+				t.Fatalf("pass %d: the job launching through the gate at weight 98 was frozen", i)
+			}
+			if fr.frozen["/cg/small/task_0"] {
+				return i
+			}
+		}
+		return 0
+	}
+	t.Run("paced past the gate", func(t *testing.T) {
+		if at := run(t, func(bool, int) float64 { return 8e6 }); at == 0 {
+			t.Fatal("a job of weight 2 taking 8 % of the GPU past the gate was never frozen")
+		}
+	})
+	t.Run("through the gate", func(t *testing.T) {
+		drain := 0
+		at := run(t, func(held bool, i int) float64 {
+			if !held {
+				drain = 0
+				return 50e6 // round robin with the other job's process
+			}
+			drain++
+			if drain <= 2 {
+				return 30e6 // its queued kernels finish
+			}
+			return 0
+		})
+		if at != 0 {
+			t.Fatalf("pass %d: a job of weight 2 held at the gate, finishing its queued kernels, was frozen", at)
+		}
+	})
+}

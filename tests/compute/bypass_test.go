@@ -128,6 +128,48 @@ func TestBypassingTheGateIsFrozen(t *testing.T) {
 	}
 }
 
+// A job of a small share (weight 1 to 5 beside the rest of 100) that
+// launches past the gate but paces itself (a 2 ms kernel every 22 ms:
+// about 9 % of the GPU) was held and never frozen: a held session
+// counted as using the GPU only past a tenth of it, whatever its share
+// (weight 2: 8.3 % over 15 s, measured). What a held session may use is
+// now its own part: it is frozen, and over the window gets its share and
+// what it takes in one freezeAfter (2 s at its pace: one or two points of
+// 20 s), within its share and 5 points however it paces itself.
+func TestPacedBypassOfSmallShareIsFrozen(t *testing.T) {
+	for _, tc := range []struct {
+		weight int
+		pace   string // ms slept after each 2 ms kernel
+	}{
+		{2, "20"}, // about 9 %
+		{1, "10"}, // about 17 %
+		{5, "12"}, // about 14 %
+	} {
+		t.Run(fmt.Sprintf("weight %d, a kernel every %s ms", tc.weight, tc.pace), func(t *testing.T) {
+			d := startDaemon(t)
+			session(t, d, "cheat", 8<<30, percent(tc.weight, 0))
+			session(t, d, "fair", 8<<30, percent(100-tc.weight, 0))
+			dir, fd := jobCgroup(t, "cheat")
+			cheat := start(t, d, how{session: "cheat", cgroup: fd, env: []string{"FC_LAUNCH_DIRECT=1", "FC_LAUNCH_PACE_MS=" + tc.pace}})
+			fair := launch(t, d, "fair")
+			probe.Eventually(t, 15*time.Second, "the paced bypassing job frozen", func() (bool, string) {
+				return strings.Contains(d.Log(), "compute share: froze") && frozen(dir), grepLog(d, "compute share")
+			})
+			busy, win := measure(t, d, bypassWindow)
+			got := shares(busy, cheat, fair)
+			t.Logf("share %d, paced past the gate: got %.1f%% over %.0f ms (freezes: %d)", tc.weight, got[0], win,
+				strings.Count(d.Log(), "compute share: froze"))
+			if got[0] > float64(tc.weight+5) {
+				t.Errorf("a job of share %d pacing its launches past the gate got %.1f%% of the GPU over %s s; want at most 5 points more",
+					tc.weight, got[0], bypassWindow)
+			}
+			if strings.Contains(grepLog(d, "compute share: froze"), "session=fair") {
+				t.Errorf("the neighbour launching through the gate was frozen:\n%s", grepLog(d, "froze"))
+			}
+		})
+	}
+}
+
 // Nothing stays frozen: not when the session ends, not when gpusliced
 // stops, not when it is killed (the next one thaws at start).
 func TestFrozenJobIsThawed(t *testing.T) {

@@ -12,6 +12,9 @@
  * FC_LAUNCH_DIRECT=1: launch through the driver's own cuLaunchKernel,
  * found by its address in the loaded libcuda.so.1 past any interceptor
  * (a job that goes around the launch gate).
+ *
+ * FC_LAUNCH_PACE_MS=P: sleep P ms after each launch (a job that paces
+ * itself to a part of the GPU).
  */
 #include "common.h"
 #include "drvctx.h"
@@ -57,6 +60,10 @@ int main(int argc, char **argv)
 		}
 		memcpy(&launch, &own, sizeof(launch));
 	}
+	const char *pace_env = getenv("FC_LAUNCH_PACE_MS");
+	double pace_ms = pace_env != NULL ? atof(pace_env) : 0;
+	long long pace_ns = (long long)(pace_ms * 1e6);
+	struct timespec pace = {(time_t)(pace_ns / 1000000000LL), (long)(pace_ns % 1000000000LL)};
 	CUevent ev[MAX_DEPTH];
 	for (int i = 0; i < depth; i++)
 		cuEventCreate(&ev[i], CU_EVENT_DISABLE_TIMING);
@@ -77,7 +84,9 @@ int main(int argc, char **argv)
 			return 1;
 		}
 		cuEventRecord(e, NULL);
-		if (n + 1 == (unsigned)depth)
+		if (n + 1 == (unsigned)depth || (pace_ms > 0 && n == 0))
 			printf("event=ready pid=%d\n", (int)getpid());
+		if (pace_ms > 0)
+			nanosleep(&pace, NULL);
 	}
 }
