@@ -39,7 +39,7 @@ type computeShare struct {
 }
 
 // openComputePage maps the compute page beside the IPC socket
-// (docs/daemon.md, "Compute share"), and thaws what a gpusliced that died
+// (docs/compute-share.md), and thaws what a gpusliced that died
 // left frozen.
 func openComputePage(cfg config.Config, log *slog.Logger) *computeShare {
 	root := filepath.Join("/sys/fs/cgroup", identity.V2Dir("/sys/fs/cgroup"))

@@ -23,7 +23,7 @@ import (
 // driverLimits puts each Slurm job's quota, as the driver's own hard
 // memory limit (NVML's nvmlDeviceSetMemoryLimits_v1, R615+), on the job's
 // cgroup v2 directory, on the GPUs whose driver has such limits
-// (docs/daemon.md "The driver's own memory limit"). The directory is
+// (docs/compute-share.md "The driver's own memory limit"). The directory is
 // <slurm_cgroup_root>/<SLUID> for a session the Prolog created with a
 // SLUID (Slurm 26.05), else <slurm_cgroup_root>/job_<id>: both from the
 // configuration and from what the root Prolog gave, nothing a job writes.

@@ -1,5 +1,5 @@
 /* --gpu-compute / --gpu-compute-max: the share of GPU time a job asks for
- * on each of its GPUs (docs/daemon.md, "Compute share"). Checked for form
+ * on each of its GPUs (docs/compute-share.md). Checked for form
  * here, passed as GPU_COMPUTE and GPU_COMPUTE_MAX (percents) in the job
  * control environment: a request, which job_submit.lua checks against the
  * site's settings at submit and gpusliced against its own when the Prolog

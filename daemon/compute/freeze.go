@@ -1,7 +1,6 @@
 package compute
 
-// Freezing: the share enforced from outside the job (docs/daemon.md,
-// "Compute share").
+// Freezing: the share enforced from outside the job (docs/compute-share.md).
 //
 // The launch gate lives in the job's own processes, so it is a request: a
 // process that calls the driver's launch by its address, runs without the

@@ -1,5 +1,5 @@
 // Package compute shares GPU time between the sessions on each GPU
-// (docs/daemon.md, "Compute share"): it measures each session's GPU time
+// (docs/compute-share.md): it measures each session's GPU time
 // from the driver (NVML per-process utilisation), decides which sessions
 // are ahead of their share, and publishes the decision on the compute page
 // that the interceptor's launch gate reads.

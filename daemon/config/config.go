@@ -57,7 +57,7 @@ type Config struct {
 	// a SLUID.
 	SlurmCgroupJobIDPaths bool `mapstructure:"slurm_cgroup_job_id_paths" yaml:"slurm_cgroup_job_id_paths"`
 	// The compute policy: the GPU time share of the sessions the Prolog
-	// creates (ComputePolicy; docs/daemon.md "Compute share").
+	// creates (ComputePolicy; docs/compute-share.md).
 	ComputeDefault   string `mapstructure:"compute_default" yaml:"compute_default"`
 	ComputeUserShare bool   `mapstructure:"compute_user_share" yaml:"compute_user_share"`
 	ComputeMax       string `mapstructure:"compute_max" yaml:"compute_max"`

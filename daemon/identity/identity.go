@@ -4,7 +4,7 @@
 // .../job_<id>/ directory, or from Slurm 26.05 on cgroup v2 a directory
 // named by the job's SLUID), else its ancestry up to the root-owned
 // slurmstepd of its step (whose title is "slurmstepd: [<jobid>.<step>]").
-// docs/daemon.md "Who a process belongs to" says what escapes each method.
+// docs/audit.md "Who a process belongs to" says what escapes each method.
 package identity
 
 import (

@@ -3,7 +3,7 @@ package ipcserver
 // SHORT (ipc.TypeShort): the driver refused a process an allocation its
 // quota allowed, or a reservation near the limit waits for the driver's
 // figure; gpusliced audits out of turn (docs/protocol.md "SHORT",
-// docs/daemon.md "Audit"). A pass costs the daemon in proportion to the
+// docs/audit.md "Audit"). A pass costs the daemon in proportion to the
 // processes on the GPUs, so who may ask for one, and how often, is bounded
 // here:
 //   - only a process attached to a session is heard: the peer pid

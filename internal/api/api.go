@@ -191,7 +191,7 @@ type GPU struct {
 	Enforcement string `json:"enforcement"`
 }
 
-// How a GPU's quotas are enforced (GPU.Enforcement; docs/daemon.md
+// How a GPU's quotas are enforced (GPU.Enforcement; docs/compute-share.md
 // "The driver's own memory limit").
 const (
 	// EnforcementDriver: the driver holds each job's cgroup to its quota

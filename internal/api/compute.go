@@ -8,7 +8,7 @@ import (
 )
 
 // Compute is a session's share of GPU time on each of its GPUs
-// (docs/daemon.md, "Compute share"). Mode "proportional": the share is the
+// (docs/compute-share.md). Mode "proportional": the share is the
 // session's quota over the GPU's memory; "percent": Percent of the GPU;
 // "off" (or no Compute at all): launches are never gated. Shares are
 // work-conserving weights; MaxPercent (0: none) makes the share also a

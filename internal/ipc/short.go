@@ -5,7 +5,7 @@ package ipc
 // payload names (its UUID): the GPU is short of memory the scheduler
 // promised, most likely because something holds more than its quota
 // without going through the interceptor. gpusliced audits the node's GPUs
-// out of turn instead of at its next pass (docs/protocol.md, docs/daemon.md
+// out of turn instead of at its next pass (docs/protocol.md, docs/audit.md
 // "Audit"). It decides nothing else: the audit acts only on what the driver
 // reports. Only a process attached to a session is heard (anyone else is
 // answered CodeNotAttached); the passes its uid asks for are rate-limited

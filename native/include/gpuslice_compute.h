@@ -1,8 +1,8 @@
 /*
  * gpuslice's compute page: <runtime_dir>/compute, written by gpusliced
  * (daemon/compute), mapped read-only by every attached process (the
- * interceptor's launch gate, native/interceptor/gate.c). docs/daemon.md,
- * "Compute share", says what the words mean; daemon/compute/page.go holds
+ * interceptor's launch gate, native/interceptor/gate.c). docs/compute-share.md
+ * says what the words mean; daemon/compute/page.go holds
  * the same layout.
  *
  *   header            64 bytes

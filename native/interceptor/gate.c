@@ -3,7 +3,7 @@
  * gpuslice_compute.h) and waiting while gpusliced throttles the session.
  *
  * gpusliced decides from what the driver measures (NVML's per-process
- * utilisation, docs/daemon.md "Compute share"); the page only carries its
+ * utilisation, docs/compute-share.md); the page only carries its
  * decision, read-only to jobs, and is handed over at ATTACH with the
  * session's slot: a job never finds it through a path its environment
  * names. A throttled launch sleeps in 200 us steps

@@ -43,7 +43,7 @@ func TestJobCgroupLayout(t *testing.T) {
 // setsid, reparented to init) and drops the interceptor: under
 // proctrack/cgroup it is still in its job's cgroup, so gpusliced's audit
 // finds its job and stops it over the quota while the job runs. Under
-// proctrack/linuxproc (docs/daemon.md "What escapes") nothing finds it:
+// proctrack/linuxproc (docs/audit.md "What escapes") nothing finds it:
 // Slurm does not end it with the job and gpusliced cannot tell its job,
 // and this test shows that limit so the documentation stays true.
 func TestDoubleForkEscape(t *testing.T) {
@@ -119,7 +119,7 @@ func TestDoubleForkEscape(t *testing.T) {
 		t.Fatal(err)
 	}
 	if syscall.Kill(pid, 0) != nil {
-		t.Fatalf("under linuxproc the escaped process %d ended with its job; docs/daemon.md says it survives", pid)
+		t.Fatalf("under linuxproc the escaped process %d ended with its job; docs/audit.md says it survives", pid)
 	}
 }
 

@@ -1,6 +1,6 @@
 package main
 
-// The allocation figures (docs/daemon.md "Benchmarks"): alloc_bench with
+// The allocation figures (docs/benchmarks.md): alloc_bench with
 // and without the interceptor in paired rounds (allocBench), the same
 // ratio with every thread on one core, where no cache line moves between
 // cores so what is left is the instructions themselves, and the

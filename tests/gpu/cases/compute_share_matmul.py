@@ -5,7 +5,7 @@ their throughputs give the share each got. Then the 30 % session runs
 alone: shares are work-conserving, so alone it gets (nearly) the whole
 GPU, the throughput the pair had together without shares. The share is
 enforced by the interceptor's launch gate from gpusliced's NVML
-per-process utilisation readings (docs/daemon.md, "Compute share")."""
+per-process utilisation readings (docs/compute-share.md)."""
 
 import os
 import sys
