@@ -439,15 +439,21 @@ func TestWholeGPUBesideShares(t *testing.T) {
 		t.Skipf("the cluster has no node of four GPUs (%s): GPUSLICE_SLURM_QUAD=1 (make test-slurm, test-slurm-24.11 and test-slurm-26.05 run it so)", quadNode)
 	}
 	alice, bob := c.users["gsltest1"], c.users["gsltest2"]
-	// Each job allocates 1 GiB and holds it until told to end (its go file).
+	// Each job allocates 1 GiB and holds it until told to end (its go
+	// file). The signal waits for the hold: a job started once its go file
+	// was there signalled target_app before its handler was set (exit 138).
 	job := func(u *testUser, name string, args ...string) string {
 		script := fmt.Sprintf(`#!/bin/sh
 #SBATCH --output=%[1]s/%[2]s-%%j.out
-%[3]s --step 1G --count 1 --hold 600 &
+out=%[1]s/%[2]s-$SLURM_JOB_ID.app
+%[3]s --step 1G --count 1 --hold 600 >$out &
 pid=$!
-until [ -e %[1]s/%[2]s.go ]; do sleep 0.2; done
+until [ -e %[1]s/%[2]s.go ] && grep -q event=hold $out; do sleep 0.2; done
 kill -USR1 $pid
 wait $pid
+rc=$?
+cat $out
+exit $rc
 `, u.dir, name, c.bin("target_app"))
 		return c.sbatch(t, u, name, script, append([]string{"-p", "quad"}, args...)...)
 	}
