@@ -11,7 +11,7 @@
 # archive's SHA-256, the configure options, the script's LAYOUT and the
 # distribution: a fresh clone, at any path, unpacks it in seconds. A first
 # build takes about 2 minutes a release on 2 cores, 11 for the five; from the
-# cache all five take about 11 s (docs/slurm.md). Without a
+# cache all five take about 11 s (docs/developer.md). Without a
 # source the target still succeeds but writes build/slurm/RELEASE/UNAVAILABLE
 # (and tries again next time); what needs the release skips with it.
 #
@@ -63,7 +63,7 @@ test-slurm-src: spank-releases ## build every Slurm release and its plugin, and 
 # unit tests on Lua 5.4, which that release's job_submit/lua links: the
 # full suite on 26.05, then its cluster with a node of four GPUs
 # (SLURM_QUAD_TESTS, mk/spank.mk), the core subset on the others (the rest
-# skip; see docs/slurm.md, "Supported Slurm versions"). Each release has its own
+# skip; see docs/slurm-releases.md). Each release has its own
 # bridge, subnet, lock and /tmp prefix, so they may run at once and beside
 # the runs on 22.05 and 24.11. run-slurm-core runs the core subsets one
 # after the other (make test-slurm-all runs it beside the full suites).

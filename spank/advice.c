@@ -1,5 +1,5 @@
 /*
- * What to ask next time, from what a job used (docs/slurm.md "For users"):
+ * What to ask next time, from what a job used (docs/user-guide.md):
  * the same rule as internal/advice (Go: gpuslice seff), checked against it
  * by spank/spanktest.
  *

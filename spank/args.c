@@ -33,7 +33,7 @@ static int parse_size_arg(const char *key, const char *val, uint64_t *dst, char 
 	return 0;
 }
 
-/* notice=: what users are told (docs/slurm.md "For users"). */
+/* notice=: what users are told (docs/user-guide.md). */
 static int parse_notice(const char *val, int *dst)
 {
 	static const struct {

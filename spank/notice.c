@@ -1,5 +1,5 @@
 /*
- * What users are told (docs/slurm.md "For users"): the interceptor's line
+ * What users are told (docs/user-guide.md): the interceptor's line
  * when the quota refuses an allocation, and at the end of each step with a
  * session, on the step's own stderr (srun's terminal, the batch job's
  * output file), what the job used and what to ask next time.

@@ -16,7 +16,7 @@ import (
 const containerStateDir = "/var/lib/fakecuda-state"
 
 // How a node gets the interceptor into Apptainer containers: one of the
-// two ways docs/slurm.md gives (Apptainer refuses the two at once).
+// two ways docs/containers.md gives (Apptainer refuses the two at once).
 type bindMode string
 
 const (
@@ -195,7 +195,7 @@ func TestApptainerContainWithConfAudited(t *testing.T) {
 	p := a.exec(t, job, []string{"--contain"}, probeInImage, "dev:0", "meminfo", "alloc:512M", "pause")
 	p.Expect("paused")
 	if m := p.Result().Find(t, "meminfo", 0); m.Uint(t, "total") == 256*MiB {
-		t.Fatalf("--contain kept apptainer.conf's binds (docs/slurm.md says it does not): %s", m.Line)
+		t.Fatalf("--contain kept apptainer.conf's binds (docs/containers.md says it does not): %s", m.Line)
 	}
 	expectStopped(t, d, p, good)
 	endJob(t, d, job, good, 576*MiB)

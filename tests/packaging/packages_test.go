@@ -306,9 +306,12 @@ func gpusliceFiles(format string, releases []string) []entry {
 	)
 }
 
-// docPages are the pages of docs/ (every one is shipped).
+// docPages are the pages of docs/ and the pictures they show (every one
+// is shipped).
 func docPages() []string {
 	paths, _ := filepath.Glob(filepath.Join("..", "..", "docs", "*.md"))
+	svgs, _ := filepath.Glob(filepath.Join("..", "..", "docs", "*.svg"))
+	paths = append(paths, svgs...)
 	pages := make([]string, 0, len(paths))
 	for _, p := range paths {
 		pages = append(pages, filepath.Base(p))

@@ -14,7 +14,7 @@ import (
 	"github.com/gpuslice/gpuslice/internal/client"
 )
 
-// gpusliced down when a job starts (docs/slurm.md, "Failures"):
+// gpusliced down when a job starts (docs/flow.md, "Failures and what they do"):
 //   - back within the Prolog's retry window: the job runs normally;
 //   - down for longer: an unhealthy node, by Slurm's convention: the
 //     Prolog fails with the reason in slurmd's log, the node is drained

@@ -1,6 +1,6 @@
 package slurm
 
-// What a user is told without asking (docs/slurm.md "For users"): the
+// What a user is told without asking (docs/user-guide.md): the
 // interceptor's line when the quota refuses an allocation, and at the end
 // of each step, on srun's terminal and in the batch job's output file,
 // what the job used and what to ask next time. Off for a job

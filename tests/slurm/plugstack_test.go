@@ -131,7 +131,7 @@ func TestPlugstackArguments(t *testing.T) {
 }
 
 // The plugin built for another Slurm release does not load: each release
-// needs its own build (docs/slurm.md, Supported Slurm versions). On 24.11,
+// needs its own build (docs/slurm-releases.md). On 24.11,
 // with the plugin built for 22.05 in plugstack.conf ("required"), srun
 // refuses to run, says the plugin is incompatible, and no job is created;
 // the same srun with 24.11's own plugin runs.

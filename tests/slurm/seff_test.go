@@ -1,6 +1,6 @@
 package slurm
 
-// gpuslice seff (docs/slurm.md "For users"): a finished job's GPU memory
+// gpuslice seff (docs/user-guide.md): a finished job's GPU memory
 // efficiency from Slurm's accounting, run by the job's user on the submit
 // host (no gpusliced there): what the nodes' gpusliced recorded (the job's
 // summary: quota, highest peak and where, nodes reported), for one job, a
