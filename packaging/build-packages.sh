@@ -1,12 +1,18 @@
 #!/bin/sh
-# Build the gpuslice and gpuslice-fakecuda packages (.deb and .rpm) with nfpm
-# from the programs already built into the build directory.
+# Build the gpuslice and gpuslice-fakecuda packages from the programs
+# already built into the build directory: the .deb with nfpm
+# (packaging/nfpm), the .rpm with rpmbuild and packaging/gpuslice.spec,
+# which also builds them from the release tarball (rpmbuild -ta,
+# docs/build-packages.md).
 #
 # Usage: packaging/build-packages.sh VERSION OUTDIR [FORMAT...]
 #   VERSION  package version, already valid for dpkg and rpm (packaging/version.sh)
 #   OUTDIR   where the packages go (created; older gpuslice packages removed)
 #   FORMAT   deb and/or rpm (default: deb rpm): one package per distribution
-#            family, for every supported Slurm release
+#            family, for every supported Slurm release; or stage alone:
+#            OUTDIR gets what the packages are made of (stage/: the programs
+#            and libraries stripped, spank-releases/RELEASE/gpuslice.so;
+#            man/, third-party-licenses.txt), which the spec installs
 # gpuslice carries the SPANK plugin built for each Slurm release, in
 # /usr/lib/gpuslice/spank/RELEASE/gpuslice.so: build/spank (22.05, Debian 12's),
 # build/spank-24.11 (Debian 13's) and build/spank/RELEASE (SchedMD's, make
@@ -15,8 +21,7 @@
 # Slurm and enables its plugstack.conf line (docs/install.md), when the
 # package is installed and after every Slurm upgrade: a dpkg trigger on
 # Debian's Slurm plugin directory, and %triggerin/%triggerpostun on the slurm
-# and slurm-ohpc RPMs, which nfpm cannot write and packaging/rpmtrigger adds
-# to the built .rpm.
+# and slurm-ohpc RPMs (the spec's).
 # Environment:
 #   BUILD                    build directory (default: <repo>/build)
 #   GO                       go command (default: go)
@@ -24,10 +29,17 @@
 #                            "22.05 23.11 24.05 24.11 25.05 25.11 26.05" (make
 #                            packages passes every one it could build); a
 #                            missing plugin fails. Default: every plugin
-#                            directory of BUILD (22.05's at least).
+#                            directory found (22.05's at least, unless
+#                            GPUSLICE_PLUGIN_DIRS is set).
+#   GPUSLICE_PLUGIN_DIRS     the plugin directories (each gpuslice.so and
+#                            slurm-version), instead of those of BUILD; of
+#                            two for one release the later one is taken (the
+#                            release tarball: its shipped plugins, then the
+#                            one built against the host's Slurm headers)
 #   GPUSLICE_PKG_MAINTAINER  Maintainer field
 #   SOURCE_DATE_EPOCH        timestamps (default: time of the HEAD commit)
-# nfpm is pinned in tools/go.mod and run as `go tool -modfile=tools/go.mod nfpm`.
+# nfpm is pinned in tools/go.mod (vendored in the release tarball) and run
+# as `go tool nfpm` from tools/.
 set -eu
 
 usage() {
@@ -47,7 +59,8 @@ GO=${GO:-go}
 for f in $formats; do
 	case $f in
 	deb | rpm) ;;
-	*) echo "build-packages: unknown package format '$f' (want deb or rpm)" >&2; exit 2 ;;
+	stage) [ "$formats" = stage ] || { echo "build-packages: stage goes alone" >&2; exit 2; } ;;
+	*) echo "build-packages: unknown package format '$f' (want deb, rpm or stage)" >&2; exit 2 ;;
 	esac
 done
 if ! printf '%s\n' "$version" | grep -Eq '^[0-9][0-9A-Za-z.+~]*$'; then
@@ -76,28 +89,39 @@ $build/examples/"
 # its slurm-version (the SLURM_VERSION_NUMBER of the headers it was built
 # against: a plugin loads only into that major.minor release).
 release_of() {
-	n=$(cat "$build/$1/slurm-version")
+	n=$(cat "$1/slurm-version")
 	case $n in
 	0x[0-9a-fA-F]*) ;;
-	*) echo "build-packages: $build/$1/slurm-version: '$n' is not a SLURM_VERSION_NUMBER" >&2; exit 1 ;;
+	*) echo "build-packages: $1/slurm-version: '$n' is not a SLURM_VERSION_NUMBER" >&2; exit 1 ;;
 	esac
 	printf '%d.%02d\n' $(( (n >> 16) & 255 )) $(( (n >> 8) & 255 ))
 }
 
-# The plugin directories of the build, as "RELEASE DIR" lines.
+# The plugin directories, as "RELEASE DIR" lines; a later directory of a
+# release replaces an earlier one.
+dirs=${GPUSLICE_PLUGIN_DIRS-}
+if [ -z "$dirs" ]; then
+	dirs="$build/spank $build/spank-24.11 $(cd "$build" && ls -d spank/[0-9]*.[0-9]* 2>/dev/null | sed "s|^|$build/|")"
+fi
 plugin_dirs=
-for d in spank spank-24.11 $(cd "$build" && ls -d spank/[0-9]*.[0-9]* 2>/dev/null); do
-	if [ -f "$build/$d/gpuslice.so" ] && [ -f "$build/$d/slurm-version" ]; then
-		plugin_dirs="$plugin_dirs
-$(release_of "$d") $d"
+for d in $dirs; do
+	if [ -f "$d/gpuslice.so" ] && [ -f "$d/slurm-version" ]; then
+		r=$(release_of "$d")
+		plugin_dirs="$(echo "$plugin_dirs" | awk -v r="$r" 'NF && $1 != r')
+$r $d"
 	fi
 done
-releases=${GPUSLICE_SLURM_RELEASES:-$(echo "$plugin_dirs" | awk 'NF { print $1 }')}
-case " $(echo $releases) " in
-*" 22.05 "*) ;;
-*) missing="$missing
+releases=${GPUSLICE_SLURM_RELEASES:-$(echo "$plugin_dirs" | awk 'NF { print $1 }' | sort -V)}
+if [ -z "${GPUSLICE_PLUGIN_DIRS-}" ]; then
+	case " $(echo $releases) " in
+	*" 22.05 "*) ;;
+	*) missing="$missing
 $build/spank/gpuslice.so (Slurm 22.05: make spank)" ;;
-esac
+	esac
+elif [ -z "$releases" ]; then
+	missing="$missing
+a SPANK plugin (none in $dirs)"
+fi
 for r in $releases; do
 	if ! echo "$plugin_dirs" | awk -v r="$r" '$1 == r { found = 1 } END { exit !found }'; then
 		case $r in
@@ -114,8 +138,14 @@ if [ -n "$missing" ]; then
 	exit 1
 fi
 
-work=$(mktemp -d "${TMPDIR:-/tmp}/gpuslice-pkg.XXXXXX")
-trap 'rm -rf "$work"' EXIT INT TERM
+if [ "$formats" = stage ]; then
+	mkdir -p "$outdir"
+	work=$(cd "$outdir" && pwd)
+	rm -rf "$work/stage" "$work/man"
+else
+	work=$(mktemp -d "${TMPDIR:-/tmp}/gpuslice-pkg.XXXXXX")
+	trap 'rm -rf "$work"' EXIT INT TERM
+fi
 
 : "${SOURCE_DATE_EPOCH:=$(git -C "$root" log -1 --format=%ct 2>/dev/null || date +%s)}"
 export SOURCE_DATE_EPOCH
@@ -156,6 +186,10 @@ manpages() {
 third_party_licenses() {
 	out=$work/third-party-licenses.txt
 	modcache=$("$GO" env GOMODCACHE)
+	# The release tarball's modules are in vendor/ (go mod vendor keeps
+	# their license files).
+	vendor=
+	[ -f "$root/vendor/modules.txt" ] && vendor=$root/vendor
 	{
 		echo "Licenses of the Go code statically linked into gpusliced, gpuslice,"
 		echo "gpuslice-prolog and gpuslice-epilog."
@@ -172,7 +206,8 @@ third_party_licenses() {
 		ver=${mv##*@}
 		enc=$(printf '%s' "$mod" | sed 's/[A-Z]/!&/g' | tr 'A-Z' 'a-z')
 		dir=$modcache/$enc@$ver
-		if [ ! -d "$dir" ]; then
+		[ -z "$vendor" ] || dir=$vendor/$mod
+		if [ ! -d "$dir" ] && [ -z "$vendor" ]; then
 			"$GO" mod download "$mod@$ver" >/dev/null 2>&1 || true
 		fi
 		files=$(find "$dir" -maxdepth 1 -type f \( -iname 'LICENSE*' -o -iname 'LICENCE*' \
@@ -224,8 +259,10 @@ if [ -z "$example_elf" ]; then
 	echo "build-packages: no example programs in $build/examples" >&2
 	exit 1
 fi
-changelog gpuslice gpuslice 1
-changelog gpuslice-fakecuda gpuslice-fakecuda 1
+if [ "$formats" != stage ]; then
+	changelog gpuslice gpuslice 1
+	changelog gpuslice-fakecuda gpuslice-fakecuda 1
+fi
 manpages
 third_party_licenses
 stage $gpuslice_elf $fakecuda_elf $example_elf
@@ -235,56 +272,77 @@ stage $gpuslice_elf $fakecuda_elf $example_elf
 for r in $releases; do
 	d=$(echo "$plugin_dirs" | awk -v r="$r" '$1 == r { print $2; exit }')
 	mkdir -p "$stage/spank-releases/$r"
-	cp "$build/$d/gpuslice.so" "$stage/spank-releases/$r/gpuslice.so"
+	cp "$d/gpuslice.so" "$stage/spank-releases/$r/gpuslice.so"
 	strip --remove-section=.comment --remove-section=.note --strip-unneeded "$stage/spank-releases/$r/gpuslice.so"
 done
 chmod 0755 "$stage/spank-releases" "$stage/spank-releases"/*
 chmod 0644 "$stage/spank-releases"/*/gpuslice.so
 find "$stage/spank-releases" -exec touch -h -d "@$SOURCE_DATE_EPOCH" {} +
 
-# packaging/rpmtrigger, which adds the Slurm triggers to the .rpm.
-case " $formats " in
-*" rpm "*) (cd "$root" && "$GO" build -o "$work/rpmtrigger" ./packaging/rpmtrigger) ;;
-esac
+[ "$formats" != stage ] || exit 0
 
 # nfpm expands the environment in file sources, not in the deb triggers:
 # the configuration is written out with the multiarch directory in place.
-for pkg in gpuslice gpuslice-fakecuda; do
-	sed "s|\${GPUSLICE_DEB_MULTIARCH}|$GPUSLICE_DEB_MULTIARCH|g" "$root/packaging/nfpm/$pkg.yaml" >"$work/$pkg.yaml"
-done
+case " $formats " in
+*" deb "*)
+	for pkg in gpuslice gpuslice-fakecuda; do
+		sed "s|\${GPUSLICE_DEB_MULTIARCH}|$GPUSLICE_DEB_MULTIARCH|g" "$root/packaging/nfpm/$pkg.yaml" >"$work/$pkg.yaml"
+	done
+	nfpm=$(cd "$root/tools" && "$GO" tool -n nfpm) || {
+		echo "build-packages: cannot build nfpm (tools/go.mod)" >&2
+		exit 1
+	}
+	;;
+esac
 
 mkdir -p "$outdir"
 outdir=$(cd "$outdir" && pwd)
 cd "$root"
-for pkg in gpuslice gpuslice-fakecuda; do
-	case $pkg in
-	gpuslice) elf=$gpuslice_elf ;;
-	*) elf="$fakecuda_elf $example_elf" ;;
-	esac
-	for fmt in $formats; do
-		GPUSLICE_BUILD=$stage
-		GPUSLICE_PKG_RELEASE=1
-		GPUSLICE_DEB_CHANGELOG=$work/$pkg/changelog.Debian.gz
-		# The floor of the C library: what the programs and the
-		# interceptor need. Each Slurm release's plugin needs its own
-		# build's, which gpuslice slurm-plugin checks on the host.
-		GPUSLICE_GLIBC_MIN=$(glibc_min $elf)
-		case $fmt in
-		deb) rm -f "$outdir/${pkg}_"*.deb ;;
-		rpm) rm -f "$outdir/$pkg-"[0-9]*.rpm ;;
-		esac
-		export GPUSLICE_BUILD GPUSLICE_PKG_RELEASE GPUSLICE_DEB_CHANGELOG GPUSLICE_GLIBC_MIN
-		"$GO" tool -modfile="$root/tools/go.mod" nfpm package --config "$work/$pkg.yaml" \
-			--packager "$fmt" --target "$outdir/" >"$work/nfpm.log" 2>&1 || {
-			cat "$work/nfpm.log" >&2
-			echo "build-packages: nfpm failed for $pkg ($fmt)" >&2
+for fmt in $formats; do
+	case $fmt in
+	deb)
+		for pkg in gpuslice gpuslice-fakecuda; do
+			case $pkg in
+			gpuslice) elf=$gpuslice_elf ;;
+			*) elf="$fakecuda_elf $example_elf" ;;
+			esac
+			GPUSLICE_BUILD=$stage
+			GPUSLICE_PKG_RELEASE=1
+			GPUSLICE_DEB_CHANGELOG=$work/$pkg/changelog.Debian.gz
+			# The floor of the C library: what the programs and the
+			# interceptor need. Each Slurm release's plugin needs its own
+			# build's, which gpuslice slurm-plugin checks on the host.
+			GPUSLICE_GLIBC_MIN=$(glibc_min $elf)
+			rm -f "$outdir/${pkg}_"*.deb
+			export GPUSLICE_BUILD GPUSLICE_PKG_RELEASE GPUSLICE_DEB_CHANGELOG GPUSLICE_GLIBC_MIN
+			"$nfpm" package --config "$work/$pkg.yaml" \
+				--packager deb --target "$outdir/" >"$work/nfpm.log" 2>&1 || {
+				cat "$work/nfpm.log" >&2
+				echo "build-packages: nfpm failed for $pkg (deb)" >&2
+				exit 1
+			}
+		done
+		;;
+	rpm)
+		# The spec of the release tarball, with %prep and %build skipped:
+		# it installs the staged tree and the checkout's files. Its
+		# BuildRequires (Go, gcc, slurm-devel) are not RPMs here.
+		rm -f "$outdir/gpuslice-"[0-9]*.rpm "$outdir/gpuslice-fakecuda-"[0-9]*.rpm
+		rpmbuild -bb --nodeps --quiet \
+			--define "_topdir $work/rpmbuild" \
+			--define "gpuslice_version $version" \
+			--define "gpuslice_work $work" \
+			--define "gpuslice_src $root" \
+			--define "glibc_min $(glibc_min $gpuslice_elf)" \
+			--define "fakecuda_glibc_min $(glibc_min $fakecuda_elf $example_elf)" \
+			--define "_buildhost gpuslice" \
+			"$root/packaging/gpuslice.spec" >"$work/rpmbuild.log" 2>&1 || {
+			cat "$work/rpmbuild.log" >&2
+			echo "build-packages: rpmbuild failed" >&2
 			exit 1
 		}
-		if [ "$pkg.$fmt" = gpuslice.rpm ]; then
-			s=packaging/scripts/rpm/slurm-trigger
-			"$work/rpmtrigger" "$outdir/gpuslice-$version-1.$(rpm_arch).rpm" \
-				"in:slurm,slurm-ohpc:$s" "postun:slurm,slurm-ohpc:$s"
-		fi
-	done
+		mv "$work/rpmbuild/RPMS/$(rpm_arch)/"*.rpm "$outdir/"
+		;;
+	esac
 done
 ls -1 "$outdir"/gpuslice*_"$version"-1_*.deb "$outdir"/gpuslice*-"$version"-1.*.rpm 2>/dev/null || true
