@@ -92,6 +92,11 @@ type Manager struct {
 	releasedMu     sync.Mutex
 	releasedDenied []uint64
 
+	// unwritten are the reports of released sessions the database could
+	// not take (its filesystem full), by id, under mu: Sweep writes them
+	// once there is room (unwritten.go).
+	unwritten map[string]api.Report
+
 	lastPrune time.Time // touched by Sweep only (one goroutine)
 	// what the last audit pass found each session holding per inventory
 	// GPU (ObserveAudit's sums, never written after), for Unused
@@ -163,6 +168,7 @@ func (m *Manager) GPUs() []gpu.GPU { return m.gpus }
 
 // Close unmaps every ledger (files stay for the next start).
 func (m *Manager) Close() {
+	m.writeUnwritten()
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	for _, s := range m.sessions {

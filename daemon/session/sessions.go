@@ -70,7 +70,8 @@ func (m *Manager) Create(req api.SessionRequest) (api.Session, bool, error) {
 		led.Remove()
 		return api.Session{}, false, fmt.Errorf("persist session: %w", err)
 	}
-	led.FreezeIfIdle() // no page of an idle session stays in the daemon
+	delete(m.unwritten, rec.ID) // an older session of the id: its record is this one's now
+	led.FreezeIfIdle()          // no page of an idle session stays in the daemon
 	s := &Session{rec: rec, uid: rec.UID, led: led, gidx: idx, images: map[int]uint64{}, auditPeak: make([]uint64, len(idx)), seenPeak: make([]uint64, len(idx)), fig: newFigures(len(idx))}
 	m.sessions[rec.ID] = s
 	if sluid != "" {
@@ -349,8 +350,10 @@ func (m *Manager) releaseIf(id, reason string, cond func(*Session) bool) (api.Re
 			Denied: s.deniedOf(g, m.opt.Now()), ReclaimedBytes: s.reclaimedOf(g), AuditPeakBytes: s.auditPeak[g]})
 	}
 	if err := m.st.Release(id, rep); err != nil {
-		m.mu.Unlock()
-		return api.Report{}, fmt.Errorf("persist release: %w", err)
+		// The job has ended all the same: its memory is given back and
+		// its report returned now; the database gets them when it has
+		// room (unwritten.go).
+		m.keepUnwrittenLocked(id, rep, err)
 	}
 	delete(m.sessions, id)
 	if s.rec.SLUID != "" && m.bySLUID[s.rec.SLUID] == id {
@@ -385,6 +388,9 @@ func (m *Manager) releaseIf(id, reason string, cond func(*Session) bool) (api.Re
 func (m *Manager) History(id string) (api.Report, error) {
 	if !api.ValidSessionID(id) {
 		return api.Report{}, fmt.Errorf("%w: session %q", api.ErrNotFound, id)
+	}
+	if rep, ok := m.unwrittenReport(id); ok {
+		return rep, nil
 	}
 	return m.st.History(id)
 }

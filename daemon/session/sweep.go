@@ -65,6 +65,7 @@ func (m *Manager) Sweep() {
 	if err := m.st.PutSessions(dirty); err != nil {
 		m.opt.Log.Warn("persist peaks and expiry", "err", err)
 	}
+	m.writeUnwritten()
 	for _, id := range deleted {
 		m.releaseDeleting(id)
 	}
