@@ -1,5 +1,6 @@
-# packaging: `make install`, the .deb and .rpm packages (nfpm, pinned in
-# tools/go.mod) and their tests.
+# packaging: `make install`, the .deb (nfpm, pinned in tools/go.mod) and
+# .rpm (rpmbuild, packaging/gpuslice.spec) packages, the release tarball
+# (make dist) and their tests.
 
 # ---- Version ----------------------------------------------------------------
 # dpkg and rpm need a version that sorts; packaging/version.sh turns the git
@@ -108,7 +109,7 @@ define install-recipe
 	$(call install-conf,etc/plugstack.conf.d/gpuslice.conf,$(SLURM_SYSCONFDIR)/plugstack.conf.d/gpuslice.conf)
 endef
 
-.PHONY: install packages test-packages
+.PHONY: install packages dist test-packages
 
 ifeq ($(VERSION),$(PKG_VERSION))
 install: build ## install under PREFIX (/usr/local) into DESTDIR: daemon, CLI, interceptor, SPANK plugin, Prolog/Epilog, unit, configs
@@ -116,22 +117,65 @@ install: build ## install under PREFIX (/usr/local) into DESTDIR: daemon, CLI, i
 
 packages: build spank-releases ## build the .deb and .rpm packages (gpuslice, gpuslice-fakecuda) into dist/, with the plugin of every Slurm release
 	$(check-pkg-version)
-	@releases=; for r in $(PKG_SLURM_RELEASES); do \
+	@$(pkg-releases); \
+	echo "BUILD='$(BUILD)' GPUSLICE_SLURM_RELEASES='$${releases# }' packaging/build-packages.sh '$(PKG_VERSION)' '$(DIST)' $(PKG_FORMATS)"; \
+	BUILD='$(BUILD)' GO='$(GO)' GPUSLICE_SLURM_RELEASES="$${releases# }" \
+	  $(ROOT)/packaging/build-packages.sh '$(PKG_VERSION)' '$(DIST)' $(PKG_FORMATS)
+
+dist: spank-releases ## write the release tarball dist/gpuslice-VERSION.tar.gz: sources, vendored Go modules, gpuslice.spec, the plugin of every Slurm release (docs/build-packages.md)
+	$(check-pkg-version)
+	@$(pkg-releases); \
+	BUILD='$(BUILD)' GO='$(GO)' GPUSLICE_SLURM_RELEASES="$${releases# }" \
+	  $(ROOT)/packaging/dist.sh '$(PKG_VERSION)' '$(DIST)'
+else
+install packages dist:
+	$(check-pkg-version)
+	$(MAKE) --no-print-directory $@ VERSION='$(PKG_VERSION)'
+endif
+
+# pkg-releases: a recipe's shell sets releases to the releases of
+# PKG_SLURM_RELEASES whose plugin was built, with a line for each left out.
+define pkg-releases
+releases=; for r in $(PKG_SLURM_RELEASES); do \
 	  case $$r in \
 	  22.05) why= ;; \
 	  24.11) why=$$(cat '$(TRIXIE)/UNREACHABLE' 2>/dev/null) ;; \
 	  *) why=$$(cat '$(SLURM_SRC)/'"$$r"/UNAVAILABLE 2>/dev/null) ;; \
 	  esac; \
 	  if [ -n "$$why" ]; then echo "packages: no plugin for Slurm $$r: $$why" >&2; else releases="$$releases $$r"; fi; \
-	done; \
-	echo "BUILD='$(BUILD)' GPUSLICE_SLURM_RELEASES='$${releases# }' packaging/build-packages.sh '$(PKG_VERSION)' '$(DIST)' $(PKG_FORMATS)"; \
-	BUILD='$(BUILD)' GO='$(GO)' GPUSLICE_SLURM_RELEASES="$${releases# }" \
-	  $(ROOT)/packaging/build-packages.sh '$(PKG_VERSION)' '$(DIST)' $(PKG_FORMATS)
-else
-install packages:
-	$(check-pkg-version)
-	$(MAKE) --no-print-directory $@ VERSION='$(PKG_VERSION)'
-endif
+	done
+endef
+
+# ---- Building from the release tarball -----------------------------------------
+# What gpuslice.spec's %build runs in the unpacked tarball, and `make
+# release-deb` there (docs/build-packages.md): the programs, built with the
+# host's compiler and C library, and the SPANK plugin against the host's
+# Slurm headers, SLURM_INCLUDEDIR/slurm/spank.h, when there are some
+# (SLURM_INCLUDEDIR= builds none). The packages carry it for the host's
+# release and the tarball's spank/prebuilt/RELEASE plugins for the others.
+SLURM_INCLUDEDIR ?= /usr/include
+SPANK_HOST_DIR   := $(BUILD)/spank-host
+PKG_WORK         ?= $(BUILD)/pkgwork
+RELEASE_PLUGIN_DIRS = $(wildcard $(ROOT)/spank/prebuilt/*) $(wildcard $(SPANK_HOST_DIR))
+
+.PHONY: release-build release-stage release-deb
+release-build: fakecuda-libs fakecuda-examples interceptor ctxprobe go-build $(PROLOG_BINS) ## build what the packages hold, the plugin against SLURM_INCLUDEDIR's Slurm headers (/usr/include) if any (the release tarball's build)
+	@rm -rf '$(SPANK_HOST_DIR)'
+	@if [ -n '$(SLURM_INCLUDEDIR)' ] && [ -f '$(SLURM_INCLUDEDIR)/slurm/spank.h' ]; then \
+	  mkdir -p '$(SPANK_HOST_DIR)' && \
+	  echo "$(CC) $(SPANK_CFLAGS) -I$(SLURM_INCLUDEDIR) $(SPANK_LDFLAGS) -o $(SPANK_HOST_DIR)/gpuslice.so $(SPANK_SRCS)" && \
+	  $(CC) $(SPANK_CFLAGS) -I'$(SLURM_INCLUDEDIR)' $(SPANK_LDFLAGS) -o '$(SPANK_HOST_DIR)/gpuslice.so' $(SPANK_SRCS) && \
+	  $(SLURM_VERSION_CMD) '$(SLURM_INCLUDEDIR)/slurm/slurm_version.h' >'$(SPANK_HOST_DIR)/slurm-version' && \
+	  echo "release-build: SPANK plugin built against $(SLURM_INCLUDEDIR)/slurm/spank.h ($$(cat '$(SPANK_HOST_DIR)/slurm-version'))"; \
+	else echo "release-build: no $(SLURM_INCLUDEDIR)/slurm/spank.h: the packages carry the shipped plugins only"; fi
+
+release-stage:
+	BUILD='$(BUILD)' GO='$(GO)' GPUSLICE_PLUGIN_DIRS='$(RELEASE_PLUGIN_DIRS)' \
+	  $(ROOT)/packaging/build-packages.sh '$(PKG_VERSION)' '$(PKG_WORK)' stage
+
+release-deb: release-build ## in the release tarball: the .deb packages into dist/, the plugin built against the host's Slurm (libslurm-dev)
+	BUILD='$(BUILD)' GO='$(GO)' GPUSLICE_PLUGIN_DIRS='$(RELEASE_PLUGIN_DIRS)' \
+	  $(ROOT)/packaging/build-packages.sh '$(PKG_VERSION)' '$(DIST)' deb
 
 # The suite installs the packages into this machine with dpkg (root) and
 # purges them afterwards; it builds its own older/newer pair for the upgrade.

@@ -6,10 +6,14 @@
 #   1.2.3-4-gabc1234      -> 1.2.3+git4.abc1234     (after 1.2.3, before 1.2.4)
 #   abc1234 (no tag)      -> 0.0.0~git<UTC commit time>.abc1234
 #   ...-dirty             -> ...+dirty (or .dirty after a +)
-# Usage: version.sh [DESCRIBE]   (default: git describe of this repository)
+# Usage: version.sh [DESCRIBE]   (default: git describe of this repository,
+# or in a release tarball its packaging/VERSION, written by make dist)
 set -eu
 here=$(dirname "$0")
 v=${1-}
+if [ -z "$v" ] && [ -f "$here/VERSION" ]; then
+	v=$(cat "$here/VERSION")
+fi
 if [ -z "$v" ]; then
 	v=$(git -C "$here/.." describe --tags --always --dirty 2>/dev/null || echo 0.0.0)
 fi
