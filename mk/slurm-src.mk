@@ -66,7 +66,8 @@ test-slurm-src: spank-releases ## build every Slurm release and its plugin, and 
 # skip; see docs/slurm-releases.md). Each release has its own
 # bridge, subnet, lock and /tmp prefix, so they may run at once and beside
 # the runs on 22.05 and 24.11. run-slurm-core runs the core subsets one
-# after the other (make test-slurm-all runs it beside the full suites).
+# after the other (make test-slurm-all runs each after a full suite, in
+# the lanes of mk/trixie.mk).
 SLURM_E2E_FULL := 26.05
 SLURM_E2E_CORE := $(filter-out $(SLURM_E2E_FULL),$(SLURM_SRC_RELEASES))
 
@@ -84,13 +85,6 @@ $(foreach r,$(SLURM_SRC_RELEASES),$(eval $(call slurm_e2e_release,$(r))))
 .PHONY: test-slurm-core run-slurm-core
 test-slurm-core: $(SLURM_E2E_CORE:%=spank-%) $(SLURM_TEST_DEPS) ## the e2e core subset on SchedMD's 23.11, 24.05, 25.05, 25.11, one after the other (make test-slurm-RELEASE: one release; 26.05 runs the full suite) (root)
 	@$(MAKE) --no-print-directory run-slurm-core
-# The full suite on SchedMD's releases that get it, then the core subsets:
-# one lane of make test-slurm-all.
-.PHONY: run-slurm-sources
-run-slurm-sources:
-	@rc=0; for t in $(SLURM_E2E_FULL:%=run-slurm-%) run-slurm-core; do \
-	  $(MAKE) --no-print-directory $$t || rc=1; done; exit $$rc
-
 run-slurm-core:
 	@rc=0; for r in $(SLURM_E2E_CORE); do \
 	  start=$$(date +%s); $(MAKE) --no-print-directory run-slurm-$$r || rc=1; \

@@ -54,18 +54,28 @@ run-slurm-24.11:
 	GPUSLICE_SLURM_QUAD=1 GPUSLICE_SLURM_RELEASE=24.11 GPUSLICE_BUILD_DIR=$(BUILD) $(GO) test -count=1 -timeout 10m \
 		-run '$(SLURM_QUAD_TESTS)' ./tests/slurm/
 
-# Every release (what `make test` runs), in three lanes at once: the full
-# suite on 22.05; on 24.11; and on SchedMD's builds, the full suite on
-# 26.05 then the core subsets of 23.11 to 25.11 one after the other
-# (run-slurm-sources, mk/slurm-src.mk). Each run has its own hosts,
-# bridge, subnet, lock and /tmp prefix, and the suites mostly wait on
-# Slurm. With a fourth lane (26.05 apart), slurmctld on 24.11 answered an
-# RPC too late now and then on 2 cores ("Socket timed out on send/recv
-# operation"). Each run's output goes to build/test-logs/ and is printed
-# whole when that run ends.
+# Every release (what `make test` runs), in three lanes at once, each a
+# full suite then core subsets, balanced by what each takes (the suites
+# mostly wait on Slurm): 22.05's full suite, then 24.05's and 25.05's core
+# subsets; 24.11's, then 23.11's; 26.05's, then 25.11's (the full suite on
+# 26.05, the core subsets on the others: mk/slurm-src.mk). Each run has
+# its own hosts, bridge, subnet, lock and /tmp prefix. With a fourth Slurm
+# lane (26.05 apart), slurmctld on 24.11 answered an RPC too late now and
+# then on 2 cores ("Socket timed out on send/recv operation"). Each lane's
+# output goes to build/test-logs/ and is printed whole when it ends.
+SLURM_LANES := run-lane-22.05 run-lane-24.11 run-lane-26.05
+LANE_22.05 := 22.05 24.05 25.05
+LANE_24.11 := 24.11 23.11
+LANE_26.05 := 26.05 25.11
+.PHONY: $(SLURM_LANES)
+$(SLURM_LANES): run-lane-%:
+	@rc=0; for r in $(LANE_$*); do start=$$(date +%s); \
+	  $(MAKE) --no-print-directory run-slurm-$$r || rc=1; \
+	  echo "$@: Slurm $$r: $$(( $$(date +%s) - start )) s"; done; exit $$rc
+
 .PHONY: test-slurm-all
 test-slurm-all: trixie-root spank-releases $(SLURM_TEST_DEPS) ## the end-to-end suite on every Slurm release, three lanes at once (root)
-	@MAKE='$(MAKE)' bash scripts/run-together.sh $(BUILD)/test-logs run-slurm-22.05 run-slurm-24.11 run-slurm-sources
+	@MAKE='$(MAKE)' bash scripts/run-together.sh $(BUILD)/test-logs $(SLURM_LANES)
 
 # What make test runs: the three lanes of test-slurm-all and the GPU time
 # share (test-compute, mk/go.mk) as a fourth: its cases wait on modelled
@@ -73,4 +83,4 @@ test-slurm-all: trixie-root spank-releases $(SLURM_TEST_DEPS) ## the end-to-end 
 # about 5.5 minutes to make test.
 .PHONY: test-long
 test-long: trixie-root spank-releases $(SLURM_TEST_DEPS) go-build fakecuda interceptor ## test-slurm-all and test-compute at once, four lanes (what make test runs; root)
-	@MAKE='$(MAKE)' bash scripts/run-together.sh $(BUILD)/test-logs run-slurm-22.05 run-slurm-24.11 run-slurm-sources run-compute
+	@MAKE='$(MAKE)' bash scripts/run-together.sh $(BUILD)/test-logs $(SLURM_LANES) run-compute

@@ -105,7 +105,7 @@ var coreTests = map[string]bool{
 // release the suite runs on.
 var onceTests = map[string]string{
 	"TestAccounting256Nodes": "24.11",
-	"TestUsageAtJobEnd":      "24.11",
+	"TestUsageAtJobEnd":      "26.05",
 }
 
 // slurm2205 is Debian 12's Slurm 22.05 on this machine, with
