@@ -9,7 +9,7 @@ import (
 // What a context costs on each GPU, as gpusliced measured it itself
 // (daemon/ctxprobe). A new session's ledger starts with the figure, so its
 // first process charges its contexts without loading NVML to measure them
-// (docs/interceptor.md "What a context costs"). The figure comes from the
+// (docs/charging.md "What a context costs"). The figure comes from the
 // daemon's own probe, never from a job: a job can overwrite it in its own
 // ledger, which changes only what that job's contexts are charged.
 

@@ -1,7 +1,7 @@
 /*
  * gpuslice-ctxprobe: what a CUDA context costs on each named GPU, measured
  * once per node by gpusliced so that a job's first process does not have to
- * load and start NVML to find out (docs/interceptor.md "What a context
+ * load and start NVML to find out (docs/charging.md "What a context
  * costs").
  *
  *   gpuslice-ctxprobe [--cuda LIB] [--nvml LIB] UUID...

@@ -1,7 +1,7 @@
 /*
  * fakecuda's model of GPU time: what a program (or test) may pass to a
  * launch to say how long the kernel runs on the modelled GPU. See
- * docs/fakecuda.md, "GPU time".
+ * docs/fakecuda-apis.md, "GPU time".
  *
  * A launch through cuLaunchKernel's `extra` array may carry
  *     { FAKECUDA_LAUNCH_PARAM_NS, &ns, CU_LAUNCH_PARAM_END }

@@ -1,5 +1,5 @@
 /*
- * The pointer table's per-thread front (docs/interceptor.md "Tables"): a
+ * The pointer table's per-thread front (docs/charging.md "Tables"): a
  * small direct-mapped array of (device pointer, charge) owned by one thread,
  * written by it with plain stores. An allocation is recorded in its
  * thread's front when its place there is free, else in the shared table; a

@@ -115,7 +115,7 @@ static __attribute__((noinline)) GS_RELEASE_AS(free_general, cuMemFree_v2, (CUde
 
 /*
  * cuMemAlloc_v2 and cuMemFree_v2, the calls caching allocators make by the
- * million: the common case spelled out (docs/interceptor.md "Cost"). An
+ * million: the common case spelled out (docs/interceptor-internals.md "Cost"). An
  * attached thread with its own ledger stripe and front, whose credit
  * covers the allocation, pays plain loads and stores on lines only it
  * writes; anything else goes to the general hooks above before changing

@@ -1,5 +1,5 @@
 /*
- * What stream-ordered pools keep (docs/interceptor.md "Pools"). A pool's
+ * What stream-ordered pools keep (docs/charging.md "Pools"). A pool's
  * free does not give its bytes back to the GPU: the pool keeps them (up to
  * its release threshold after a synchronisation, all of them with the
  * threshold "max" that PyTorch's and RMM's pools set) and the driver's

@@ -1,6 +1,6 @@
 // Package compute proves the GPU time share end to end: the real gpusliced,
 // the interceptor's launch gate and fakecuda's time-sliced GPU
-// (docs/fakecuda.md, "GPU time"; docs/compute-share.md). Jobs
+// (docs/fakecuda-apis.md, "GPU time"; docs/compute-share.md). Jobs
 // launch kernels back to back; what each got is what NVML reports per
 // process over a window, as an admin would read it. Shares are measured
 // in the model's GPU time, so they do not depend on how busy the CPUs are.

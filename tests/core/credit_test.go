@@ -94,7 +94,7 @@ func TestIdleThreadCreditNeverDenies(t *testing.T) {
 }
 
 // Pointers a thread allocated sit in its own front of the pointer table
-// (docs/interceptor.md "Tables"). Another thread frees them while that
+// (docs/charging.md "Tables"). Another thread frees them while that
 // thread goes on allocating and freeing: every release is found and given
 // back (the fronts are flushed for it), nothing is denied, and the ledger
 // and cuMemGetInfo come back to exactly nothing allocated.
@@ -185,7 +185,7 @@ func TestReleasesRaceCreditTakers(t *testing.T) {
 }
 
 // cuMemAlloc_v2's common path remembers the thread's last device and its
-// ledger GPU (docs/interceptor.md "Cost"). A thread that moves between two
+// ledger GPU (docs/interceptor-internals.md "Cost"). A thread that moves between two
 // GPUs is charged on the one it allocates on, also when the other GPU's
 // credit would cover the request.
 func TestThreadMovingBetweenGPUsChargedOnEach(t *testing.T) {

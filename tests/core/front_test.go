@@ -9,7 +9,7 @@ import (
 )
 
 // A thread fills its front of the pointer table with plain stores, without
-// the handshake a flusher waits for (docs/interceptor.md "Tables"): the
+// the handshake a flusher waits for (docs/charging.md "Tables"): the
 // owner only fills empty entries, a flusher only empties entries it found
 // filled. Here one thread allocates without pause and hands every other
 // pointer to the main thread, whose releases flush that thread's front

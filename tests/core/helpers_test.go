@@ -144,7 +144,7 @@ func twoGPUNode(t *testing.T) (*testenv.Daemon, []client.GPU) {
 }
 
 // holdFirstAlloc runs target_app in env until it holds one 2 MiB
-// allocation (a whole granule: docs/interceptor.md "Charging"), and
+// allocation (a whole granule: docs/charging.md), and
 // returns it with whether it has NVML mapped.
 func holdFirstAlloc(t *testing.T, env []string, dev int) (*probe.Proc, bool) {
 	t.Helper()

@@ -1,5 +1,5 @@
 /*
- * fc_timeline: the modelled GPU time (docs/fakecuda.md, "GPU time").
+ * fc_timeline: the modelled GPU time (docs/fakecuda-apis.md, "GPU time").
  *
  *   fc_timeline checks          one process: event=check lines, event=summary
  *   fc_timeline load MS N       queues N kernels of MS ms at once, prints

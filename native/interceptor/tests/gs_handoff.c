@@ -3,7 +3,7 @@
  * (cuMemAlloc_v2) for MS milliseconds; it frees every other block itself
  * right away and hands the others to the main thread, which frees them.
  * The handed pointers sit in the producer's front of the pointer table
- * (docs/interceptor.md "Tables"), so the main thread's releases flush that
+ * (docs/charging.md "Tables"), so the main thread's releases flush that
  * front again and again while the producer goes on filling it.
  *
  *   gs_handoff MS SIZE

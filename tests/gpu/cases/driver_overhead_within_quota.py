@@ -11,7 +11,7 @@ beyond the charge in each pattern, and (without the interceptor) how much
 the driver's figure grows per block of each size. (fakecuda rounds as an
 H100 with driver 580 was seen to, docs/fakecuda.md; its pools keep what is
 freed as the driver's do, which the interceptor charges:
-docs/interceptor.md "What a pool keeps".)
+docs/charging.md "What a pool keeps".)
 
 Each pattern runs in a fresh process: with the interceptor in a session of
 context + 512 MiB, filling until refused; then without the interceptor,
