@@ -92,7 +92,7 @@ define install-recipe
 	sed $(INSTALL_SED) etc/systemd/gpusliced.service >'$(DESTDIR)$(SYSTEMDUNITDIR)/gpusliced.service'
 	chmod 0644 '$(DESTDIR)$(SYSTEMDUNITDIR)/gpusliced.service'
 	sed $(INSTALL_SED) etc/slurm/slurm.conf.fragment >'$(DESTDIR)$(DOCDIR)/slurm.conf.fragment'
-	install -m 0644 docs/*.md '$(DESTDIR)$(DOCDIR)/'
+	install -m 0644 docs/*.md docs/*.svg '$(DESTDIR)$(DOCDIR)/'
 	install -m 0644 etc/monitoring/gpuslice-alerts.yml etc/monitoring/gpuslice-dashboard.json \
 	  '$(DESTDIR)$(DATADIR)/gpuslice/monitoring/'
 	install -m 0644 etc/slurm/job_submit.lua '$(DESTDIR)$(DATADIR)/gpuslice/job_submit.lua'
