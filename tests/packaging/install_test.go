@@ -61,7 +61,8 @@ func TestMakeInstall(t *testing.T) {
 		"/usr/local/share/man/man8/gpusliced.8":                        0o644,
 	}
 	pages, _ := filepath.Glob(filepath.Join("..", "..", "docs", "*.md"))
-	for _, p := range pages {
+	pictures, _ := filepath.Glob(filepath.Join("..", "..", "docs", "*.svg"))
+	for _, p := range append(pages, pictures...) {
 		want["/usr/local/share/doc/gpuslice/"+filepath.Base(p)] = 0o644
 	}
 	got := map[string]os.FileMode{}
