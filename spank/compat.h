@@ -10,7 +10,7 @@
  * this file.
  *
  * Built and loaded here: 22.05 (Debian 12), 23.11, 24.05, 24.11 (Debian 13),
- * 25.05, 25.11 and 26.05; see docs/slurm.md, "Supported Slurm versions".
+ * 25.05, 25.11 and 26.05; see docs/slurm-releases.md.
  */
 #ifndef GPUSLICE_SPANK_COMPAT_H
 #define GPUSLICE_SPANK_COMPAT_H

@@ -1,6 +1,6 @@
 package slurm
 
-// A job's usage at its end (docs/monitoring.md, "Usage and fair-share"):
+// A job's usage at its end (docs/billing.md, "Usage and fair-share"):
 // slurmctld's priority/multifactor adds each running job's billing times
 // the seconds since its last pass at every pass (PriorityCalcPeriod). At a
 // job's end it adds the seconds since the last pass only through
