@@ -6,7 +6,8 @@
 # platform's numbered path names only what the package installs, make
 # targets that exist, gpuslice commands the CLI accepts and the shipped
 # slurm.conf lines, and its slurm-config steps run; every message in the
-# code is on docs/troubleshooting.md; docs/flow.dot renders
+# code is on docs/troubleshooting.md; README's first screen shows the
+# two commands and the product's own refusal and step-end lines; docs/flow.dot renders
 # and docs/flow.svg is its current rendering.
 .PHONY: test-docs docs-flow
 
