@@ -68,6 +68,7 @@ include mk/builddeps.mk
 include mk/docs.mk
 include mk/gpu.mk
 include mk/containers.mk
+include mk/fuzz.mk
 
 .PHONY: help build native test test-clean demo bench clean cache-clean fmt vet
 
@@ -79,7 +80,7 @@ build: fakecuda interceptor ctxprobe go-build spank ## build everything into bui
 # Every suite CI runs, in order.
 # test-long is test-slurm-all (every Slurm release) and test-compute (the
 # GPU time share end to end, mk/go.mk) at once (mk/trixie.mk).
-TEST_SUITES := test-go test-fakecuda test-interceptor test-core test-security \
+TEST_SUITES := test-go test-fakecuda test-interceptor test-fuzz test-core test-security \
                test-long test-slurm-src test-packages \
                test-nvidia-runtime test-nvidia-tools test-monitoring test-docs test-gpu \
                test-containers

@@ -87,6 +87,14 @@ func FuzzSummary(f *testing.F) {
 	f.Add(`{"gpus":[{"index":0,"limit_bytes":8589934592,"peak_bytes":5000000000,"denied":0}]}`)
 	f.Add(`{"gpus":[{"name":"a\"}]","index":1}],"x":[{"y":"]"}]}`)
 	f.Add(`{"gpus":[{"index":0},{"index":1},{"index":2},{"index":3},{"index":4},{"index":5},{"index":6},{"index":7},{"index":8},{"index":9},{"index":10},{"index":11},{"index":12},{"index":13},{"index":14},{"index":15},{"index":16}]}`)
+	// gpusliced's whole session object (escapes, nested objects and lists
+	// around the GPUs), quotas at and past the peak, numbers past 2^64,
+	// and the malformed answers TestSummaryLines refuses.
+	f.Add(`{"id":"42","uid":1000,"created":"2026-11-29T08:00:00Z","gpus":[{"uuid":"GPU-0fb77ae2","index":0,"name":"NVIDIA \"H100\" {80GB}, \\o/","physical_bytes":85899345920,"limit_bytes":1073741824,"used_bytes":0,"peak_bytes":943718400,"denied":1,"enforcement":"ledger"},{"index":3,"limit_bytes":8589934592,"peak_bytes":8589934592,"denied":4}],"processes":[{"pid":1,"slot":0,"used_bytes":{"GPU-x":1}}],"usage_source":"ledger"}`)
+	f.Add(`{ "gpus" : [ { "index" : 18446744073709551616 , "limit_bytes" : 99999999999999999999999 , "peak_bytes" : 18446744073709551615 , "denied" : 18446744073709551615 } , { "denied" : 1 } ] }`)
+	for _, bad := range []string{"", "{", `{"gpus":{}}`, `{"gpus":[]}`, `{"gpus":[{"index":0,`, `[1,2]`, `{"id":"42"}`, `{"gpus":[1]}`} {
+		f.Add(bad)
+	}
 	f.Fuzz(func(t *testing.T, s string) {
 		got := Summary(s, "42", "step 0", "tn1", 512)
 		if len(got) >= 512 || (got != "" && !strings.HasSuffix(got, "\n")) {
