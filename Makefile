@@ -69,6 +69,7 @@ include mk/docs.mk
 include mk/gpu.mk
 include mk/containers.mk
 include mk/fuzz.mk
+include mk/soak.mk
 
 .PHONY: help build native test test-clean demo bench clean cache-clean fmt vet
 

@@ -16,10 +16,12 @@ import (
 	"testing"
 )
 
-// Test user names. Two, so that one can be another user's neighbour.
+// Test user names. Two, so that one can be another user's neighbour; a
+// third plays the hostile user of the soak (tests/slurm/soak_test.go).
 const (
 	TestUser1 = "gsltest1"
 	TestUser2 = "gsltest2"
+	TestUser3 = "gsltest3"
 )
 
 // UserComment marks the accounts made here (their GECOS field), for
@@ -36,7 +38,7 @@ type Account struct {
 	UID, GID uint32
 }
 
-// User returns the test account name (TestUser1 or TestUser2), making it
+// User returns the test account name (TestUser1, 2 or 3), making it
 // when this machine does not have it. Making one needs root: without root
 // the test is skipped when the account is missing.
 func User(t testing.TB, name string) Account {
@@ -53,8 +55,8 @@ func User(t testing.TB, name string) Account {
 
 // EnsureUser is User for code without a testing.TB (a suite's TestMain).
 func EnsureUser(name string) (Account, error) {
-	if name != TestUser1 && name != TestUser2 {
-		return Account{}, fmt.Errorf("%q is not a test user (%s, %s)", name, TestUser1, TestUser2)
+	if name != TestUser1 && name != TestUser2 && name != TestUser3 {
+		return Account{}, fmt.Errorf("%q is not a test user (%s, %s, %s)", name, TestUser1, TestUser2, TestUser3)
 	}
 	if a, err := lookupAccount(name); err == nil {
 		return a, nil

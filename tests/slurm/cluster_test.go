@@ -71,6 +71,10 @@ type ClusterOptions struct {
 	// with slurmdbd; "" leaves it out (Slurm enforces nothing). slurmctld
 	// reads it when it starts only (setAccountingStorageEnforce).
 	AccountingStorageEnforce string
+	// StateTmpfs, when set, is the size of a tmpfs mounted on each node's
+	// gpusliced state directory in the node's mount namespace (the soak
+	// fills it).
+	StateTmpfs string
 }
 
 // defaultOptions is the suite's cluster: two hosts, the first with smaller

@@ -51,6 +51,9 @@ var (
 
 func TestMain(m *testing.M) {
 	flag.Parse()
+	if code, ok := soakRole(); ok {
+		os.Exit(code)
+	}
 	name := os.Getenv("GPUSLICE_SLURM_RELEASE")
 	if name == "" {
 		name = slurm2205.name
@@ -67,6 +70,13 @@ func TestMain(m *testing.M) {
 	}
 	slurm = rel
 	useNet(slurm.net)
+	opts := defaultOptions
+	if soakWanted() {
+		// The soak's own cluster and network (soak_test.go), so that it
+		// runs beside the suite on any release.
+		useNet(soakNet)
+		opts = soakOptions
+	}
 	if slurm.tree != "" {
 		if skipWhy = useTree(); skipWhy != "" {
 			fmt.Fprintln(os.Stderr, "slurm suite: SKIP: "+skipWhy)
@@ -88,7 +98,7 @@ func TestMain(m *testing.M) {
 	}
 	start := time.Now()
 	cl = &cluster{}
-	setupErr = startCluster(cl, defaultOptions())
+	setupErr = startCluster(cl, opts())
 	if setupErr != nil {
 		fmt.Fprintf(os.Stderr, "slurm suite: cluster setup failed: %v\n", setupErr)
 		cl.dumpLogs(os.Stderr)
@@ -140,7 +150,8 @@ func runInRoot(m *testing.M) int {
 	}
 	defer lock.Close()
 	env := []string{"GPUSLICE_SLURM_RELEASE=" + slurm.name}
-	for _, k := range []string{"GPUSLICE_SLURM_ACCOUNTING", "GPUSLICE_KEEP_TEST_DIR", "GPUSLICE_SLURM_TRACKING", "GPUSLICE_SLURM_QUAD"} {
+	for _, k := range []string{"GPUSLICE_SLURM_ACCOUNTING", "GPUSLICE_KEEP_TEST_DIR", "GPUSLICE_SLURM_TRACKING", "GPUSLICE_SLURM_QUAD",
+		"GPUSLICE_SOAK_DURATION", "GPUSLICE_SOAK_SEED", "GPUSLICE_SOAK_REPORT"} {
 		if v := os.Getenv(k); v != "" && !strings.ContainsAny(v, " \t\n") {
 			env = append(env, k+"="+v)
 		}

@@ -115,7 +115,7 @@ func (n *node) setup() error {
 		}
 	}
 	ready := filepath.Join(n.dir, "ready")
-	munge := ""
+	mounts := "" // the node's own: its munge directory, the soak's state tmpfs
 	if nodeMunge() {
 		if err := os.MkdirAll(n.mungeDir(), 0o755); err != nil {
 			return err
@@ -123,10 +123,13 @@ func (n *node) setup() error {
 		if err := chownMunge(n.mungeDir()); err != nil {
 			return err
 		}
-		munge = fmt.Sprintf("mount --bind %s %s && ", n.mungeDir(), c.path("munge"))
+		mounts = fmt.Sprintf("mount --bind %s %s && ", n.mungeDir(), c.path("munge"))
+	}
+	if sz := c.opts.StateTmpfs; sz != "" {
+		mounts += fmt.Sprintf("mount -t tmpfs -o mode=0755,size=%s tmpfs %s && ", sz, filepath.Join(n.dir, "state"))
 	}
 	script := fmt.Sprintf("hostname %s && mount --bind %s %s && %smount -t tmpfs -o mode=1777,size=64m tmpfs /dev/shm && touch %s && exec sleep 86400",
-		n.Name, filepath.Join(n.dir, "run"), c.path("gpuslice", "run"), munge, ready)
+		n.Name, filepath.Join(n.dir, "run"), c.path("gpuslice", "run"), mounts, ready)
 	// The node's mounts must not reach the machine: private. In the Debian
 	// 13 root, / is no mount point (chroot) so it cannot be made private,
 	// but there every mount already is (scripts/trixie-root.sh).

@@ -4,6 +4,8 @@
  * (percent of a sample period: 100 ms, or FAKECUDA_NVML_SAMPLE_NS as the
  * timeline was made with) per pid.
  *
+ * FC_UTILWATCH_GPU=N watches GPU N (NVML's index) instead.
+ *
  *   fc_utilwatch SECONDS     prints event=busy pid=P ms=M per process,
  *                            then event=window ms=<the samples' span>
  *                            samples=<sample periods seen>
@@ -35,7 +37,9 @@ int main(int argc, char **argv)
 		(nvmlReturn_t(*)(nvmlDevice_t, nvmlProcessUtilizationSample_t *, unsigned *,
 				 unsigned long long))dlsym(h, "nvmlDeviceGetProcessUtilization");
 	nvmlDevice_t d;
-	if (!init || !get || !procs || init() != NVML_SUCCESS || get(0, &d) != NVML_SUCCESS)
+	const char *gi = getenv("FC_UTILWATCH_GPU");
+	unsigned gpu = gi ? (unsigned)atoi(gi) : 0;
+	if (!init || !get || !procs || init() != NVML_SUCCESS || get(gpu, &d) != NVML_SUCCESS)
 		return 2;
 	/* start after the samples that exist now */
 	unsigned long long seen = 0;
