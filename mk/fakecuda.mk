@@ -117,7 +117,7 @@ FC_EXLIBS_static_runtime      := -Wl,-Bstatic -lcudart_static -Wl,-Bdynamic -ldl
 FC_EXLIBS_dlopen_driver       := -ldl
 FC_EXLIBS_async_pool          := -lcuda
 FC_EXLIBS_nvml_query          := -lnvidia-ml
-FC_EXLIBS_alloc_bench         := -lcudart -lcuda
+FC_EXLIBS_alloc_bench         := -lcudart -lcuda -ldl
 
 $(EXAMPLES)/%: $(FC_EXDIR)/%.c $(FC_EXHDRS) | $(FC_LIBS)
 	@mkdir -p $(@D)

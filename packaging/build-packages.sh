@@ -151,9 +151,10 @@ fi
 export SOURCE_DATE_EPOCH
 
 # Newest GLIBC_x.y symbol version the given ELF files need: the floor of the
-# C library dependency.
+# C library dependency. Only the symbols they import count: the interceptor
+# defines dlsym@GLIBC_2.34 itself, whatever C library it was built with.
 glibc_min() {
-	v=$(for f in "$@"; do objdump -T "$build/$f"; done | grep -o 'GLIBC_[0-9][0-9.]*' |
+	v=$(for f in "$@"; do objdump -T "$build/$f"; done | grep '[*]UND[*]' | grep -o 'GLIBC_[0-9][0-9.]*' |
 		sed 's/^GLIBC_//' | sort -u -V | tail -n 1)
 	echo "${v:-2.17}"
 }
