@@ -6,11 +6,13 @@ package packaging
 // Slurm built from that Slurm's headers (docs/build-packages.md).
 
 import (
+	"debug/elf"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -92,7 +94,9 @@ func without(list []string, names ...string) []string {
 // make packages' 0.1.0 and with a stand-in Slurm as on an EL node, its
 // scriptlets and triggers run by rpm: Slurm upgraded to the newest
 // release enables the plugin rpmbuild built, which that release's srun
-// loads.
+// loads. The .deb is built as on a host whose C library is older than
+// the packages' glibc 2.34 (EL 8 has 2.28): against Debian 11's 2.31,
+// whose ld.so then runs its programs.
 func TestReleaseTarball(t *testing.T) {
 	need(t, "rpmbuild", "rpm", "dpkg-deb", "git")
 	repo := testenv.RepoRoot(t)
@@ -241,16 +245,33 @@ func TestReleaseTarball(t *testing.T) {
 		}
 	})
 
-	t.Run("make release-deb", func(t *testing.T) {
+	// A host with an older C library than this machine's: Debian 11's
+	// glibc 2.31 (make old-glibc) as the compiler's sysroot, and Debian
+	// 12's Slurm headers alone (libslurm-dev, 22.05).
+	t.Run("make release-deb on glibc 2.31", func(t *testing.T) {
+		old := filepath.Join(build, "glibc-2.31", "root")
+		lib := filepath.Join(old, "lib", "x86_64-linux-gnu")
+		if _, err := os.Stat(filepath.Join(lib, "ld-2.31.so")); err != nil {
+			t.Fatalf("glibc 2.31: %v (make old-glibc)", err)
+		}
+		inc := filepath.Join(dir, "include")
+		if err := os.MkdirAll(inc, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Symlink("/usr/include/slurm", filepath.Join(inc, "slurm")); err != nil {
+			t.Fatal(err)
+		}
+		cc := "gcc " + strings.Join(oldGlibcFlags(t, old, filepath.Join(dir, "oldlibs")), " ")
 		out := filepath.Join(dir, "debs")
-		cmd := exec.Command("make", "-C", src, "-j2", "release-deb", "BUILD="+filepath.Join(src, "build"), "DIST="+out)
-		cmd.Env = offline
+		cmd := exec.Command("make", "-C", src, "-j2", "release-deb", "BUILD="+filepath.Join(src, "build"), "DIST="+out,
+			"CC="+cc, "SLURM_INCLUDEDIR="+inc)
+		cmd.Env = append(offline, "CC="+cc)
 		log, err := cmd.CombinedOutput()
 		if err != nil {
 			t.Fatalf("make release-deb: %v\n%s", err, log)
 		}
-		if !strings.Contains(string(log), "SPANK plugin built against /usr/include/slurm/spank.h") {
-			t.Errorf("make release-deb did not build the plugin against /usr/include:\n%s", log)
+		if !strings.Contains(string(log), "SPANK plugin built against "+inc+"/slurm/spank.h") {
+			t.Errorf("make release-deb did not build the plugin against %s:\n%s", inc, log)
 		}
 		deb := filepath.Join(out, "gpuslice_"+releaseVersion+"-1_"+debArch+".deb")
 		fake := filepath.Join(out, "gpuslice-fakecuda_"+releaseVersion+"-1_"+debArch+".deb")
@@ -259,8 +280,108 @@ func TestReleaseTarball(t *testing.T) {
 		compareContents(t, "gpuslice-fakecuda.deb", debContents(t, fake), fakecudaFiles("deb", progs))
 		root := t.TempDir()
 		run(t, nil, "dpkg-deb", "-x", deb, root)
+		run(t, nil, "dpkg-deb", "-x", fake, root)
 		if got := packagedReleases(t, root); !slices.Equal(got, carried) {
 			t.Errorf("plugins for %v, want %v", got, carried)
 		}
+
+		// Everything built here needs glibc 2.31 at most (the shipped
+		// plugins are this machine's), the packages say so, and the
+		// programs run on it.
+		for _, p := range []string{deb, fake} {
+			dep := debField(t, p, "Depends")
+			v, ok := strings.CutPrefix(dep, "libc6 (>= ")
+			if !ok || glibcVersion("GLIBC_"+strings.TrimSuffix(v, ")")) > 2031 {
+				t.Errorf("%s: Depends %q, want libc6 (>= 2.31 or older)", filepath.Base(p), dep)
+			}
+		}
+		elfs := []string{"usr/sbin/gpusliced", "usr/bin/gpuslice", "usr/libexec/gpuslice/gpuslice-prolog",
+			"usr/libexec/gpuslice/gpuslice-epilog", "usr/libexec/gpuslice/gpuslice-ctxprobe",
+			"usr/lib/gpuslice/libgpuslice.so", "usr/lib/gpuslice/spank/22.05/gpuslice.so",
+			"usr/lib/gpuslice/fakecuda/libcuda.so.1", "usr/lib/gpuslice/fakecuda/libcudart.so.12",
+			"usr/lib/gpuslice/fakecuda/libnvidia-ml.so.1"}
+		for _, p := range progs {
+			elfs = append(elfs, "usr/libexec/gpuslice/examples/"+p)
+		}
+		for _, f := range elfs {
+			if v := glibcNeeded(t, filepath.Join(root, f)); v > 2031 {
+				t.Errorf("/%s needs glibc 2.%d", f, v-2000)
+			}
+		}
+		for _, p := range []string{"usr/bin/gpuslice", "usr/sbin/gpusliced"} {
+			out := run(t, nil, filepath.Join(lib, "ld-2.31.so"), "--library-path", lib, filepath.Join(root, p), "--version")
+			if !strings.Contains(out, " "+releaseVersion+" ") {
+				t.Errorf("/%s --version on glibc 2.31: %q", p, out)
+			}
+		}
+		// What make packages built on this machine does not run there.
+		if out, err := exec.Command(filepath.Join(lib, "ld-2.31.so"), "--library-path", lib,
+			filepath.Join(build, "bin", "gpuslice"), "--version").CombinedOutput(); err == nil ||
+			!strings.Contains(string(out), "GLIBC_2.3") {
+			t.Logf("this machine's gpuslice on glibc 2.31: %v\n%s", err, out)
+		}
 	})
+}
+
+// oldGlibcFlags are the compiler flags that build against the glibc unpacked
+// under root (make old-glibc): its headers and libraries as the sysroot.
+// Its development links (libdl.so, ...) name absolute paths, which would
+// lead out of it: links into it replace them, in dir.
+func oldGlibcFlags(t *testing.T, root, dir string) []string {
+	t.Helper()
+	usr := filepath.Join(root, "usr", "lib", "x86_64-linux-gnu")
+	lib := filepath.Join(root, "lib", "x86_64-linux-gnu")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	links, _ := filepath.Glob(filepath.Join(usr, "*.so"))
+	for _, l := range links {
+		target, err := os.Readlink(l)
+		if err != nil || !filepath.IsAbs(target) {
+			continue
+		}
+		if err := os.Symlink(filepath.Join(root, target), filepath.Join(dir, filepath.Base(l))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return []string{"--sysroot=" + root, "-B" + usr + "/", "-L" + dir, "-L" + usr, "-L" + lib,
+		"-isystem", filepath.Join(root, "usr", "include"), "-Wl,-rpath-link," + lib}
+}
+
+// glibcVersion turns "GLIBC_2.17" into 2017 (major*1000 + minor); 0 when
+// the name is not a glibc version.
+func glibcVersion(v string) int {
+	rest, ok := strings.CutPrefix(v, "GLIBC_")
+	if !ok {
+		return 0
+	}
+	maj, min, _ := strings.Cut(rest, ".")
+	a, err1 := strconv.Atoi(maj)
+	b, err2 := strconv.Atoi(strings.SplitN(min, ".", 2)[0])
+	if err1 != nil || err2 != nil {
+		return 0
+	}
+	return a*1000 + b
+}
+
+// glibcNeeded is the newest glibc symbol version an ELF file imports.
+func glibcNeeded(t *testing.T, path string) int {
+	t.Helper()
+	f, err := elf.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	syms, err := f.ImportedSymbols()
+	if err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+	newest := 0
+	for _, s := range syms {
+		newest = max(newest, glibcVersion(s.Version))
+	}
+	if newest == 0 {
+		t.Fatalf("%s imports no glibc symbol version", path)
+	}
+	return newest
 }
