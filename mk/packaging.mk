@@ -178,7 +178,10 @@ release-deb: release-build ## in the release tarball: the .deb packages into dis
 	  $(ROOT)/packaging/build-packages.sh '$(PKG_VERSION)' '$(DIST)' deb
 
 # The suite installs the packages into this machine with dpkg (root) and
-# purges them afterwards; it builds its own older/newer pair for the upgrade.
-test-packages: packages ## package tests: contents, lintian, rpm -K, systemd-analyze, install, run, upgrade (root)
+# purges them afterwards; it builds its own older/newer pair for the upgrade,
+# and builds the packages from make dist's tarball with rpmbuild -ta (against
+# 26.05's headers) and make release-deb (against glibc 2.31: old-glibc),
+# about 2 of its minutes (TestReleaseTarball).
+test-packages: packages old-glibc ## package tests: contents, lintian, rpm -K, systemd-analyze, install, run, upgrade, the release tarball's rpmbuild -ta (root)
 	GPUSLICE_BUILD_DIR='$(BUILD)' GPUSLICE_DIST_DIR='$(DIST)' GPUSLICE_PKG_VERSION='$(PKG_VERSION)' \
 	  $(GO) test -count=1 -timeout 20m ./tests/packaging/...
