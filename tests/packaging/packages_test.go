@@ -1,8 +1,10 @@
 // Package packaging tests the .deb and .rpm packages built by
-// `make packages` (packaging/build-packages.sh with nfpm): their contents and
-// metadata, lintian, rpm -K, the maintainer scripts, and — as root, with
-// dpkg on this machine — install, run, upgrade and purge. `make install` is
-// tested into a scratch DESTDIR.
+// `make packages` (packaging/build-packages.sh: nfpm for the .deb, rpmbuild
+// and packaging/gpuslice.spec for the .rpm): their contents and metadata,
+// lintian, rpm -K, the maintainer scripts, and — as root, with dpkg on this
+// machine — install, run, upgrade and purge; and the release tarball of
+// `make dist` built with rpmbuild -ta and make release-deb. `make install`
+// is tested into a scratch DESTDIR.
 //
 // Environment (set by `make test-packages`):
 //

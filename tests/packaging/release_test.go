@@ -154,8 +154,18 @@ func TestReleaseTarball(t *testing.T) {
 	src = filepath.Join(src, "gpuslice-"+releaseVersion)
 	progs := examples(t)
 
-	// Offline: no module proxy, the vendored modules.
-	offline := append(os.Environ(), "GOPROXY=off", "GOFLAGS=-mod=vendor", "GOTOOLCHAIN=local")
+	// Offline: no module proxy, the vendored modules. Nothing of the make
+	// that runs this suite (its VERSION, BUILD, flags) reaches the
+	// tarball's: the version is its own.
+	var offline []string
+	for _, kv := range os.Environ() {
+		switch k, _, _ := strings.Cut(kv, "="); k {
+		case "VERSION", "BUILD", "DIST", "MAKEFLAGS", "MFLAGS", "MAKELEVEL", "MAKEOVERRIDES":
+		default:
+			offline = append(offline, kv)
+		}
+	}
+	offline = append(offline, "GOPROXY=off", "GOFLAGS=-mod=vendor", "GOTOOLCHAIN=local")
 
 	t.Run("rpmbuild -ta", func(t *testing.T) {
 		top := filepath.Join(dir, "rpmbuild")
