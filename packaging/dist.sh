@@ -40,6 +40,9 @@ mkdir -p "$top"
 # The sources: the committed tree (git archive HEAD); what is not
 # committed is not released.
 git -C "$root" archive --format=tar HEAD | tar -xf - -C "$top"
+if [ -n "$(git -C "$root" status --porcelain --untracked-files=no)" ]; then
+	echo "dist: the working tree has uncommitted changes; the tarball holds HEAD without them" >&2
+fi
 
 # The Go modules: the programs' and nfpm's.
 (cd "$root" && GOFLAGS=-mod=mod "$GO" mod vendor -o "$top/vendor")
