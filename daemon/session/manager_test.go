@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/gpuslice/gpuslice/daemon/gpu"
+	"github.com/gpuslice/gpuslice/daemon/reclaim"
 	"github.com/gpuslice/gpuslice/daemon/store"
 	"github.com/gpuslice/gpuslice/internal/api"
 	"github.com/gpuslice/gpuslice/internal/ledger"
@@ -351,9 +352,13 @@ func TestAttachAgain(t *testing.T) {
 	}
 
 	in.Write([]byte("go\n"))
+	// The exec is done once the new image's stack is placed: its exe link
+	// changes before (an attach then reads no image, 0, and keeps the
+	// slot as it is); a job's process attaches from its new image's
+	// constructors, well after.
 	for i := 0; ; i++ {
 		exe, _ := os.Readlink(fmt.Sprintf("/proc/%d/exe", pid))
-		if strings.HasSuffix(exe, "/sleep") {
+		if strings.HasSuffix(exe, "/sleep") && reclaim.ImageToken(pid) != 0 {
 			break
 		}
 		if i > 500 {
