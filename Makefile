@@ -79,10 +79,11 @@ help: ## list targets
 build: fakecuda interceptor ctxprobe go-build spank ## build everything into build/
 
 # Every suite CI runs, in order.
-# test-long is test-slurm-all (every Slurm release) and test-compute (the
-# GPU time share end to end, mk/go.mk) at once (mk/trixie.mk).
+# test-long is test-slurm-all (every Slurm release), test-compute (the
+# GPU time share end to end, mk/go.mk) and test-packages at once
+# (mk/trixie.mk).
 TEST_SUITES := test-go test-fakecuda test-interceptor test-fuzz test-core test-security \
-               test-long test-slurm-src test-packages \
+               test-long test-slurm-src \
                test-nvidia-runtime test-nvidia-tools test-monitoring test-docs test-gpu \
                test-containers
 test: deps build $(TEST_SUITES) ## run every test suite (what CI runs)

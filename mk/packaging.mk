@@ -183,5 +183,10 @@ release-deb: release-build ## in the release tarball: the .deb packages into dis
 # 26.05's headers) and make release-deb (against glibc 2.31: old-glibc),
 # about 2 of its minutes (TestReleaseTarball).
 test-packages: packages old-glibc ## package tests: contents, lintian, rpm -K, systemd-analyze, install, run, upgrade, the release tarball's rpmbuild -ta (root)
+	@$(MAKE) --no-print-directory run-packages
+# The tests alone, once the packages are built (a lane of make test-long,
+# mk/trixie.mk).
+.PHONY: run-packages
+run-packages:
 	GPUSLICE_BUILD_DIR='$(BUILD)' GPUSLICE_DIST_DIR='$(DIST)' GPUSLICE_PKG_VERSION='$(PKG_VERSION)' \
 	  $(GO) test -count=1 -timeout 20m ./tests/packaging/...

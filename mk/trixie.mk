@@ -77,10 +77,12 @@ $(SLURM_LANES): run-lane-%:
 test-slurm-all: trixie-root spank-releases $(SLURM_TEST_DEPS) ## the end-to-end suite on every Slurm release, three lanes at once (root)
 	@MAKE='$(MAKE)' bash scripts/run-together.sh $(BUILD)/test-logs $(SLURM_LANES)
 
-# What make test runs: the three lanes of test-slurm-all and the GPU time
-# share (test-compute, mk/go.mk) as a fourth: its cases wait on modelled
-# GPU time and load the CPUs little, and alone after the lanes they added
-# about 5.5 minutes to make test.
+# What make test runs: the three lanes of test-slurm-all, the GPU time
+# share (test-compute, mk/go.mk) and the packages (test-packages,
+# mk/packaging.mk) at once. The compute cases wait on modelled GPU time and
+# load the CPUs little; the package tests build and install for about 2.5
+# minutes, while the Slurm lanes mostly wait. Each alone after the lanes
+# added about 5.5 and 3 minutes to make test.
 .PHONY: test-long
-test-long: trixie-root spank-releases $(SLURM_TEST_DEPS) go-build fakecuda interceptor ## test-slurm-all and test-compute at once, four lanes (what make test runs; root)
-	@MAKE='$(MAKE)' bash scripts/run-together.sh $(BUILD)/test-logs $(SLURM_LANES) run-compute
+test-long: trixie-root spank-releases $(SLURM_TEST_DEPS) go-build fakecuda interceptor packages old-glibc ## test-slurm-all, test-compute and test-packages at once, five lanes (what make test runs; root)
+	@MAKE='$(MAKE)' bash scripts/run-together.sh $(BUILD)/test-logs $(SLURM_LANES) run-compute run-packages
