@@ -4,30 +4,12 @@ import (
 	"debug/elf"
 	"os/exec"
 	"path/filepath"
-	"strconv"
-	"strings"
 	"testing"
 
 	"github.com/gpuslice/gpuslice/internal/client"
 	"github.com/gpuslice/gpuslice/internal/testenv"
 	"github.com/gpuslice/gpuslice/tests/interceptor/probe"
 )
-
-// glibcVersion turns "GLIBC_2.17" into 2017 (major*1000 + minor); 0 when
-// the name is not a glibc version.
-func glibcVersion(v string) int {
-	rest, ok := strings.CutPrefix(v, "GLIBC_")
-	if !ok {
-		return 0
-	}
-	maj, min, _ := strings.Cut(rest, ".")
-	a, err1 := strconv.Atoi(maj)
-	b, err2 := strconv.Atoi(strings.SplitN(min, ".", 2)[0])
-	if err1 != nil || err2 != nil {
-		return 0
-	}
-	return a*1000 + b
-}
 
 // The interceptor is preloaded into every task of a job, whatever glibc the
 // job runs on (a container image may be years older than the node). It must
@@ -46,7 +28,7 @@ func TestInterceptorGlibcRequirements(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, s := range syms {
-		if v := glibcVersion(s.Version); v > 2017 {
+		if v := testenv.GlibcVersion(s.Version); v > 2017 {
 			t.Errorf("imports %s@%s: needs glibc newer than 2.17", s.Name, s.Version)
 		}
 	}

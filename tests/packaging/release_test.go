@@ -12,7 +12,6 @@ import (
 	"path/filepath"
 	"slices"
 	"sort"
-	"strconv"
 	"strings"
 	"testing"
 
@@ -207,17 +206,7 @@ func TestReleaseTarball(t *testing.T) {
 			t.Errorf("gpuslice --version: %q, want %s", v, releaseVersion)
 		}
 
-		var schedmd []string
-		for _, r := range all {
-			if r != "22.05" && r != "24.11" {
-				schedmd = append(schedmd, r)
-			}
-		}
-		rels := slurmReleases(t, schedmd)
-		if len(rels) < 2 || rels[len(rels)-1].name != newest {
-			t.Skipf("needs two SchedMD releases built, the newest (%s) among them; have %d", newest, len(rels))
-		}
-		older, newer := rels[len(rels)-2], rels[len(rels)-1]
+		older, newer := newestSchedMDPair(t, all)
 		oldPkgs, _ := upgradePair(t)
 		slurmOld, slurmNew := fakeSlurmRPM(t, dir, older), fakeSlurmRPM(t, dir, newer)
 		root := minimalRoot(t)
@@ -301,7 +290,7 @@ func TestReleaseTarball(t *testing.T) {
 		for _, p := range []string{deb, fake} {
 			dep := debField(t, p, "Depends")
 			v, ok := strings.CutPrefix(dep, "libc6 (>= ")
-			if !ok || glibcVersion("GLIBC_"+strings.TrimSuffix(v, ")")) > 2031 {
+			if !ok || testenv.GlibcVersion("GLIBC_"+strings.TrimSuffix(v, ")")) > 2031 {
 				t.Errorf("%s: Depends %q, want libc6 (>= 2.31 or older)", filepath.Base(p), dep)
 			}
 		}
@@ -358,22 +347,6 @@ func oldGlibcFlags(t *testing.T, root, dir string) []string {
 		"-isystem", filepath.Join(root, "usr", "include"), "-Wl,-rpath-link," + lib}
 }
 
-// glibcVersion turns "GLIBC_2.17" into 2017 (major*1000 + minor); 0 when
-// the name is not a glibc version.
-func glibcVersion(v string) int {
-	rest, ok := strings.CutPrefix(v, "GLIBC_")
-	if !ok {
-		return 0
-	}
-	maj, min, _ := strings.Cut(rest, ".")
-	a, err1 := strconv.Atoi(maj)
-	b, err2 := strconv.Atoi(strings.SplitN(min, ".", 2)[0])
-	if err1 != nil || err2 != nil {
-		return 0
-	}
-	return a*1000 + b
-}
-
 // glibcNeeded is the newest glibc symbol version an ELF file imports.
 func glibcNeeded(t *testing.T, path string) int {
 	t.Helper()
@@ -388,7 +361,7 @@ func glibcNeeded(t *testing.T, path string) int {
 	}
 	newest := 0
 	for _, s := range syms {
-		newest = max(newest, glibcVersion(s.Version))
+		newest = max(newest, testenv.GlibcVersion(s.Version))
 	}
 	if newest == 0 {
 		t.Fatalf("%s imports no glibc symbol version", path)

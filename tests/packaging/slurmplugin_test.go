@@ -272,19 +272,7 @@ func TestRPMSlurmTriggers(t *testing.T) {
 			t.Fatalf("gpuslice.rpm has no %%trigger%s on slurm, slurm-ohpc:\n%s", s, run(t, nil, "rpm", "-qp", "--triggers", newPkgs.RPM))
 		}
 	}
-	all := buildReleases(t)
-	newest := all[len(all)-1]
-	var schedmd []string
-	for _, r := range all {
-		if r != "22.05" && r != "24.11" {
-			schedmd = append(schedmd, r)
-		}
-	}
-	rels := slurmReleases(t, schedmd)
-	if len(rels) < 2 || rels[len(rels)-1].name != newest {
-		t.Skipf("needs two SchedMD releases built, the newest (%s) among them; have %d", newest, len(rels))
-	}
-	older, newer := rels[len(rels)-2], rels[len(rels)-1]
+	older, newer := newestSchedMDPair(t, buildReleases(t))
 	dir := t.TempDir()
 	slurmOld, slurmNew := fakeSlurmRPM(t, dir, older), fakeSlurmRPM(t, dir, newer)
 

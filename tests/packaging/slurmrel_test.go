@@ -217,3 +217,23 @@ func checkWorksWithout(t *testing.T, r slurmRel, root, pluginDir string) {
 			r.name, err, strings.Contains(out, "--gpu-mem"), out)
 	}
 }
+
+// newestSchedMDPair is the two newest of SchedMD's releases among all (the
+// build's, oldest first; Debian's 22.05 and 24.11 left out), built here,
+// for a stand-in Slurm upgrade from the older to the newer; the test
+// skips when fewer are built or the newest is not.
+func newestSchedMDPair(t *testing.T, all []string) (older, newer slurmRel) {
+	t.Helper()
+	newest := all[len(all)-1]
+	var schedmd []string
+	for _, r := range all {
+		if r != "22.05" && r != "24.11" {
+			schedmd = append(schedmd, r)
+		}
+	}
+	rels := slurmReleases(t, schedmd)
+	if len(rels) < 2 || rels[len(rels)-1].name != newest {
+		t.Skipf("needs two SchedMD releases built, the newest (%s) among them; have %d", newest, len(rels))
+	}
+	return rels[len(rels)-2], rels[len(rels)-1]
+}
