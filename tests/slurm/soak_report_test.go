@@ -16,8 +16,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-
-	"github.com/gpuslice/gpuslice/internal/hostlist"
 )
 
 // gpusliceReasons are the drain reasons gpuslice can be the cause of.
@@ -228,88 +226,6 @@ func (iv *invariants) final() {
 		iv.check("gpusliced-flat", rss > 16*float64(MiB) || fds > 10 || gor > 10, fig)
 	}
 	iv.checkAccounting()
-}
-
-// checkAccounting: every job that started has its figures (gpuslice's
-// part of AdminComment, every node reported) within figuresBound of the
-// end.
-func (iv *invariants) checkAccounting() {
-	s := iv.s
-	since := s.start.Add(-time.Minute).Format("2006-01-02T15:04:05")
-	var missing []string
-	var expected int
-	_ = waitFor(figuresBound+time.Minute, func() error {
-		out, err := s.c.cmd(nil, "sacct", "-a", "-X", "-n", "-P", "-S", since, "-o", "JobIDRaw,State,NodeList,Start,AdminComment").Output()
-		if err != nil {
-			return err
-		}
-		missing, expected = nil, 0
-		for _, l := range strings.Split(strings.TrimSpace(string(out)), "\n") {
-			f := strings.SplitN(l, "|", 5)
-			if len(f) != 5 || f[3] == "Unknown" || f[3] == "None" || f[2] == "None assigned" || f[2] == "" {
-				continue
-			}
-			expected++
-			if why := figuresWhole(f[2], f[4]); why != "" {
-				missing = append(missing, fmt.Sprintf("job %s (%s on %s): %s", f[0], f[1], f[2], why))
-			}
-		}
-		if len(missing) > 0 {
-			return fmt.Errorf("%d jobs without their figures", len(missing))
-		}
-		return nil
-	})
-	for i := 0; i < expected; i++ {
-		bad := i < len(missing)
-		why := ""
-		if bad {
-			why = missing[i]
-		}
-		iv.check("figures-in-accounting", bad, why)
-	}
-	out, err := s.c.cmd(nil, "sacct", "-a", "-n", "-P", "-S", since, "-o", "JobID").CombinedOutput()
-	if err != nil {
-		s.logf("sacct of the steps: %v: %s", err, out)
-	}
-	for _, l := range strings.Fields(string(out)) {
-		if strings.Contains(l, ".") {
-			iv.steps++
-		}
-	}
-}
-
-var reNodesField = regexp.MustCompile(`(?:^|;)nodes=(\d+)`)
-var reReported = regexp.MustCompile(`(?:^|;)reported=([0-9,-]*)`)
-
-// figuresWhole says what gpuslice's AdminComment lacks ("" when whole):
-// the record, and every one of the job's nodes reported.
-func figuresWhole(nodeList, comment string) string {
-	if !strings.Contains(comment, "gpuslice:") {
-		return fmt.Sprintf("no gpuslice figures (AdminComment %q)", comment)
-	}
-	names, _ := hostlist.Expand(nodeList)
-	m := reNodesField.FindStringSubmatch(comment)
-	r := reReported.FindStringSubmatch(comment)
-	if m == nil || r == nil {
-		return fmt.Sprintf("AdminComment %q", comment)
-	}
-	want, _ := strconv.Atoi(m[1])
-	got := 0
-	for _, part := range strings.Split(r[1], ",") {
-		a, b, isRange := strings.Cut(part, "-")
-		x, _ := strconv.Atoi(a)
-		y := x
-		if isRange {
-			y, _ = strconv.Atoi(b)
-		}
-		if part != "" {
-			got += y - x + 1
-		}
-	}
-	if want != len(names) || got != want {
-		return fmt.Sprintf("%d of %d nodes reported (AdminComment %q)", got, len(names), comment)
-	}
-	return ""
 }
 
 // report is the run's report: what ran, what broke, every invariant.
