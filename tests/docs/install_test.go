@@ -37,91 +37,13 @@ import (
 
 	"github.com/gpuslice/gpuslice/daemon/config"
 	"github.com/gpuslice/gpuslice/internal/api"
+	"github.com/gpuslice/gpuslice/internal/installdoc"
 	"github.com/gpuslice/gpuslice/internal/size"
 	"github.com/gpuslice/gpuslice/internal/testenv"
 	"go.yaml.in/yaml/v3"
 )
 
 const installPage = "docs/install.md"
-
-// mdBlock is a fenced code block of a Markdown page.
-type mdBlock struct {
-	Info string // the fence's info string ("sh", "ini", "")
-	Body string
-	Line int // line number of the opening fence in the page
-}
-
-// mdSection returns the fenced blocks under the heading whose text is
-// title, up to the next heading (a sub-section is a section of its own).
-func mdSection(md, title string) ([]mdBlock, error) {
-	var out []mdBlock
-	level, fence := 0, false
-	var cur *mdBlock
-	var body []string
-	for i, line := range strings.Split(md, "\n") {
-		if strings.HasPrefix(strings.TrimSpace(line), "```") {
-			if !fence {
-				fence = true
-				if level > 0 {
-					cur = &mdBlock{Info: strings.TrimSpace(strings.TrimLeft(strings.TrimSpace(line), "`")), Line: i + 1}
-					body = nil
-				}
-				continue
-			}
-			fence = false
-			if cur != nil {
-				cur.Body = strings.Join(body, "\n")
-				out = append(out, *cur)
-				cur = nil
-			}
-			continue
-		}
-		if fence {
-			if cur != nil {
-				body = append(body, line)
-			}
-			continue
-		}
-		if !strings.HasPrefix(line, "#") {
-			continue
-		}
-		l := len(line) - len(strings.TrimLeft(line, "#"))
-		text := strings.TrimSpace(line[l:])
-		switch {
-		case level == 0 && text == title:
-			level = l
-		case level > 0:
-			return out, nil
-		}
-	}
-	if level == 0 {
-		return nil, fmt.Errorf("no heading %q", title)
-	}
-	return out, nil
-}
-
-// expected returns a block's documented output: its whole-line comments,
-// with their line numbers in the page.
-func (b mdBlock) expected() (lines []string, at []int) {
-	for i, l := range strings.Split(b.Body, "\n") {
-		if t := strings.TrimSpace(l); strings.HasPrefix(t, "#") {
-			lines = append(lines, strings.TrimSpace(strings.TrimPrefix(t, "#")))
-			at = append(at, b.Line+1+i)
-		}
-	}
-	return lines, at
-}
-
-// commands returns a block's command lines (not comments, not blank).
-func (b mdBlock) commands() []string {
-	var out []string
-	for _, l := range strings.Split(b.Body, "\n") {
-		if t := strings.TrimSpace(l); t != "" && !strings.HasPrefix(t, "#") {
-			out = append(out, t)
-		}
-	}
-	return out
-}
 
 // clusterCommands are programs that need a Slurm cluster or systemd: a
 // block or step that runs one is not run here.
@@ -299,8 +221,8 @@ func (m *pathMap) rewrite(text string) (string, []string) {
 type docNode struct {
 	root, build string
 	paths       *pathMap
-	blocks      []mdBlock
-	dropin      mdBlock
+	blocks      []installdoc.Block
+	dropin      installdoc.Block
 	daemon      *testenv.Daemon
 	config      string // the packaged gpusliced.yaml (repository file)
 	devices     string // the drop-in's FAKECUDA_DEVICES
@@ -327,24 +249,11 @@ func requireArtifacts(t *testing.T) string {
 
 // dropinConfig reads the systemd drop-in: the environment and the command
 // line of its last ExecStart.
-func dropinConfig(t *testing.T, b mdBlock) (env []string, argv []string) {
+func dropinConfig(t *testing.T, b installdoc.Block) (env []string, argv []string) {
 	t.Helper()
-	for _, l := range strings.Split(b.Body, "\n") {
-		k, v, ok := strings.Cut(strings.TrimSpace(l), "=")
-		if !ok {
-			continue
-		}
-		switch k {
-		case "Environment":
-			for _, kv := range strings.Fields(v) {
-				env = append(env, strings.Trim(kv, `"'`))
-			}
-		case "ExecStart":
-			argv = strings.Fields(v) // an empty ExecStart= resets
-		}
-	}
-	if len(argv) == 0 {
-		t.Fatalf("%s:%d: the drop-in has no ExecStart", installPage, b.Line)
+	env, argv, err := b.Dropin()
+	if err != nil {
+		t.Fatalf("%s: %v", installPage, err)
 	}
 	return env, argv
 }
@@ -354,12 +263,12 @@ func startDocNode(t *testing.T) *docNode {
 	build := requireArtifacts(t)
 	root := testenv.RepoRoot(t)
 	n := &docNode{root: root, build: build, paths: loadPathMap(t, root, build)}
-	blocks, err := mdSection(read(t, root, installPage), "Without a GPU")
+	blocks, err := installdoc.Section(read(t, root, installPage), "Without a GPU")
 	if err != nil {
 		t.Fatalf("%s: %v", installPage, err)
 	}
 	n.blocks = blocks
-	var dropins []mdBlock
+	var dropins []installdoc.Block
 	for _, b := range blocks {
 		if b.Info == "ini" && strings.Contains(b.Body, "[Service]") {
 			dropins = append(dropins, b)
@@ -474,7 +383,7 @@ var reFakecudaState = regexp.MustCompile(`FAKECUDA_STATE=\S+`)
 
 // script is a block's commands with installed paths mapped and the node's
 // fakecuda state private.
-func (n *docNode) script(t *testing.T, b mdBlock, body string) string {
+func (n *docNode) script(t *testing.T, b installdoc.Block, body string) string {
 	t.Helper()
 	s, bad := n.paths.rewrite(body)
 	if len(bad) > 0 {
@@ -534,7 +443,7 @@ func TestInstallWithoutGPU(t *testing.T) {
 		if b.Info != "sh" {
 			continue
 		}
-		cmds := b.commands()
+		cmds := b.Commands()
 		// Every program on the node sees the daemon's devices.
 		for _, c := range cmds {
 			for _, m := range regexp.MustCompile(`FAKECUDA_DEVICES=(\S+)`).FindAllStringSubmatch(c, -1) {
@@ -567,7 +476,7 @@ func TestInstallWithoutGPU(t *testing.T) {
 			}
 			out, err := n.run(t, script, n.shellEnv())
 			// The documented lines name the paths the commands use here.
-			want, at := mdBlock{Body: script, Line: b.Line}.expected()
+			want, at := installdoc.Block{Body: script, Line: b.Line}.Expected()
 			errs := matchOutput(out, want, at)
 			if err != nil {
 				errs = append([]string{fmt.Sprintf("the commands failed: %v", err)}, errs...)
@@ -599,15 +508,15 @@ func nvidiaSMI(build string) string {
 // job's report) need systemd or a Slurm cluster and are only logged.
 func TestInstallVerifyNoCluster(t *testing.T) {
 	n := startDocNode(t)
-	blocks, err := mdSection(read(t, n.root, installPage), "Verify")
+	blocks, err := installdoc.Section(read(t, n.root, installPage), "Verify")
 	if err != nil || len(blocks) == 0 {
 		t.Fatalf("%s: no \"Verify\" block: %v", installPage, err)
 	}
 	// The "Without a GPU" shell: its first runnable block's exports.
 	var exports []string
 	for _, b := range n.blocks {
-		if b.Info == "sh" && needsCluster(b.commands()) == "" {
-			for _, c := range b.commands() {
+		if b.Info == "sh" && needsCluster(b.Commands()) == "" {
+			for _, c := range b.Commands() {
 				if strings.HasPrefix(c, "export ") {
 					exports = append(exports, n.script(t, b, c))
 				}

@@ -12,7 +12,6 @@ package docs
 // step says (a private file here).
 
 import (
-	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -20,65 +19,12 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/gpuslice/gpuslice/internal/installdoc"
 	"github.com/gpuslice/gpuslice/internal/testenv"
 )
 
 // platformPaths are install.md's headings of the platforms' paths.
 var platformPaths = []string{"Debian and Ubuntu", "RHEL 9, Rocky, AlmaLinux", "Slurm built from source"}
-
-// step is one item of a numbered list.
-type step struct {
-	n    int
-	line int
-	text string // the item, continuation lines joined
-}
-
-var reStep = regexp.MustCompile(`^(\d+)\. (.*)$`)
-
-// numberedSteps returns the numbered list under heading title (the
-// section's text up to the next heading of any level).
-func numberedSteps(md, title string) ([]step, error) {
-	var out []step
-	in := false
-	for i, line := range strings.Split(md, "\n") {
-		if strings.HasPrefix(line, "#") {
-			t := strings.TrimSpace(strings.TrimLeft(line, "#"))
-			if in {
-				break
-			}
-			in = t == title
-			continue
-		}
-		if !in {
-			continue
-		}
-		if m := reStep.FindStringSubmatch(line); m != nil {
-			var n int
-			fmt.Sscan(m[1], &n)
-			out = append(out, step{n: n, line: i + 1, text: m[2]})
-			continue
-		}
-		if len(out) > 0 && strings.HasPrefix(line, "   ") && strings.TrimSpace(line) != "" {
-			out[len(out)-1].text += " " + strings.TrimSpace(line)
-		} else if len(out) > 0 && strings.TrimSpace(line) != "" {
-			break // the list has ended
-		}
-	}
-	if !in && len(out) == 0 {
-		return nil, fmt.Errorf("no heading %q", title)
-	}
-	return out, nil
-}
-
-// codeSpans returns the inline code of a text.
-func codeSpans(s string) []string {
-	parts := strings.Split(s, "`")
-	var out []string
-	for i := 1; i < len(parts)-1; i += 2 {
-		out = append(out, parts[i])
-	}
-	return out
-}
 
 // slurmOwned are the places of Slurm's own files (and the site's), which a
 // step may name though no gpuslice package installs them.
@@ -131,7 +77,7 @@ func TestInstallPathsPerPlatform(t *testing.T) {
 	}
 	for _, title := range platformPaths {
 		t.Run(strings.Fields(title)[0], func(t *testing.T) {
-			steps, err := numberedSteps(page, title)
+			steps, err := installdoc.NumberedSteps(page, title)
 			if err != nil {
 				t.Fatalf("%s: %v", installPage, err)
 			}
@@ -139,16 +85,16 @@ func TestInstallPathsPerPlatform(t *testing.T) {
 				t.Fatalf("%s %q: %d numbered steps; a platform's path is a numbered list of at least 5", installPage, title, len(steps))
 			}
 			for i, s := range steps {
-				if s.n != i+1 {
-					t.Errorf("%s:%d: step numbered %d, want %d", installPage, s.line, s.n, i+1)
+				if s.N != i+1 {
+					t.Errorf("%s:%d: step numbered %d, want %d", installPage, s.Line, s.N, i+1)
 				}
 			}
-			if last := steps[len(steps)-1]; !strings.Contains(last.text, "(#verify)") {
-				t.Errorf("%s:%d: the last step is not Verify", installPage, last.line)
+			if last := steps[len(steps)-1]; !strings.Contains(last.Text, "(#verify)") {
+				t.Errorf("%s:%d: the last step is not Verify", installPage, last.Line)
 			}
 			var conf []string
 			for _, s := range steps {
-				for _, c := range codeSpans(s.text) {
+				for _, c := range installdoc.CodeSpans(s.Text) {
 					// Installed paths: the package's, or Slurm's own places.
 					for _, m := range reInstalledPath.FindAllStringSubmatch(" "+c, -1) {
 						p := strings.TrimRight(m[1], ".,")
@@ -156,27 +102,27 @@ func TestInstallPathsPerPlatform(t *testing.T) {
 							continue
 						}
 						if l, ok := paths.local(p); !ok {
-							t.Errorf("%s:%d: %q names %s, which no package installs", installPage, s.line, c, p)
+							t.Errorf("%s:%d: %q names %s, which no package installs", installPage, s.Line, c, p)
 						} else if _, err := os.Stat(l); err != nil && !strings.Contains(l, "*") {
-							t.Errorf("%s:%d: %q names %s, which the package would install from %s: %v", installPage, s.line, c, p, l, err)
+							t.Errorf("%s:%d: %q names %s, which the package would install from %s: %v", installPage, s.Line, c, p, l, err)
 						}
 					}
 					if m := reMakeCmd.FindStringSubmatch(c); m != nil && !targets[m[1]] {
-						t.Errorf("%s:%d: %q: `make help` lists no target %s", installPage, s.line, c, m[1])
+						t.Errorf("%s:%d: %q: `make help` lists no target %s", installPage, s.Line, c, m[1])
 					}
 					if m := reConfLine.FindStringSubmatch(c); m != nil {
 						conf = append(conf, c)
 					}
 					if m := reEnabled.FindStringSubmatch(c); m != nil && m[1] != m[3] {
-						t.Errorf("%s:%d: %q: the plugin enabled is another release's", installPage, s.line, c)
+						t.Errorf("%s:%d: %q: the plugin enabled is another release's", installPage, s.Line, c)
 					}
 					if strings.Contains(c, "SPANK plugin") && !reEnabled.MatchString(c) {
-						t.Errorf("%s:%d: %q is not the line gpuslice slurm-plugin prints", installPage, s.line, c)
+						t.Errorf("%s:%d: %q is not the line gpuslice slurm-plugin prints", installPage, s.Line, c)
 					}
 					if m := reGpuslice.FindStringSubmatch(c); m != nil {
 						args := append(strings.Fields(m[1]), "--help")
 						if out, err := exec.Command(cli, args...).CombinedOutput(); err != nil {
-							t.Errorf("%s:%d: %q: the CLI refuses `gpuslice %s`: %v\n%s", installPage, s.line, c, m[1], err, out)
+							t.Errorf("%s:%d: %q: the CLI refuses `gpuslice %s`: %v\n%s", installPage, s.Line, c, m[1], err, out)
 						}
 					}
 				}
@@ -187,10 +133,10 @@ func TestInstallPathsPerPlatform(t *testing.T) {
 		})
 	}
 	// The Debian path names the slurm.conf lines one by one.
-	steps, _ := numberedSteps(page, platformPaths[0])
+	steps, _ := installdoc.NumberedSteps(page, platformPaths[0])
 	n := 0
 	for _, s := range steps {
-		for _, c := range codeSpans(s.text) {
+		for _, c := range installdoc.CodeSpans(s.Text) {
 			if reConfLine.MatchString(c) {
 				n++
 			}
@@ -209,12 +155,12 @@ func TestInstallPathsSlurmConfigRuns(t *testing.T) {
 	page := read(t, n.root, installPage)
 	ran := 0
 	for _, title := range platformPaths {
-		steps, err := numberedSteps(page, title)
+		steps, err := installdoc.NumberedSteps(page, title)
 		if err != nil {
 			t.Fatal(err)
 		}
 		for _, s := range steps {
-			for _, c := range codeSpans(s.text) {
+			for _, c := range installdoc.CodeSpans(s.Text) {
 				if !strings.HasPrefix(c, "gpuslice slurm-config") {
 					continue
 				}
@@ -228,17 +174,17 @@ func TestInstallPathsSlurmConfigRuns(t *testing.T) {
 				}
 				out, err := n.run(t, cmd, n.shellEnv())
 				if err != nil {
-					t.Errorf("%s:%d: %q on the fakecuda node: %v\n%s", installPage, s.line, c, err, out)
+					t.Errorf("%s:%d: %q on the fakecuda node: %v\n%s", installPage, s.Line, c, err, out)
 					continue
 				}
 				if file != "" {
 					b, _ := os.ReadFile(file)
 					if !strings.Contains(string(b), "Name=shard") {
-						t.Errorf("%s:%d: %q wrote no shard line to %s:\n%s", installPage, s.line, c, file, b)
+						t.Errorf("%s:%d: %q wrote no shard line to %s:\n%s", installPage, s.Line, c, file, b)
 					}
 				}
 				if strings.Contains(c, "--print node") && !strings.Contains(out, "Gres=gpu:") {
-					t.Errorf("%s:%d: %q prints no Gres=:\n%s", installPage, s.line, c, out)
+					t.Errorf("%s:%d: %q prints no Gres=:\n%s", installPage, s.Line, c, out)
 				}
 			}
 		}

@@ -81,11 +81,14 @@ func TestSlurmReleases(t *testing.T) {
 	}
 }
 
-// The admin's steps of docs/install.md in the Debian 13 root: dpkg
-// --install, the slurm.conf lines, daemons started as their units would,
-// srun --help lists --gpu-mem, a job is held to its quota and a bad
-// --gpu-mem refused at submit, then dpkg --purge. The root is seen through an
-// overlay: it stays as built. The GPU is fakecuda's.
+// docs/install.md's path for Debian and Ubuntu, as written, in the Debian
+// 13 root (installpath_test.go; the node: testdata/install-node.sh): the
+// package installed with apt, which enables the plugin for Slurm 24.11;
+// the GPUs declared, the slurm.conf lines, job_submit.lua, the daemons
+// restarted; every line of Verify; then a job of "Without a GPU" held to
+// its quota as another user, a bad --gpu-mem refused at submit, and
+// Remove's purge. The root is seen through an overlay: it stays as built.
+// The GPU is fakecuda's.
 func TestDebian13Install(t *testing.T) {
 	p := packages(t)
 	build := testenv.BuildDir(t)
@@ -97,6 +100,19 @@ func TestDebian13Install(t *testing.T) {
 	}
 	if !slices.Contains(buildReleases(t), "24.11") {
 		t.Fatal("the packages carry no plugin for Slurm 24.11 (make spank-24.11)")
+	}
+	repo := testenv.RepoRoot(t)
+	page, err := os.ReadFile(filepath.Join(repo, installPage))
+	if err != nil {
+		t.Fatal(err)
+	}
+	script, err := debianPathScript(string(page), p.Version)
+	if err != nil {
+		t.Fatal(err)
+	}
+	scripts := t.TempDir()
+	if err := os.WriteFile(filepath.Join(scripts, "path.sh"), []byte(script), 0o755); err != nil {
+		t.Fatal(err)
 	}
 	ov, err := os.MkdirTemp(filepath.Join(build, "trixie"), "pkgtest-")
 	if err != nil {
@@ -118,68 +134,30 @@ func TestDebian13Install(t *testing.T) {
 	}
 	node, _, _ := strings.Cut(host, ".")
 	dist := filepath.Dir(p.Deb)
-	repo := testenv.RepoRoot(t)
+	binds := dist + ":/mnt/gpuslice-dist:ro " + filepath.Join(repo, "tests", "packaging", "testdata") + ":/mnt/gpuslice-test:ro " +
+		scripts + ":/mnt/gpuslice-path:ro"
+	smi := ""
+	if d := whereDebianNVIDIA(build); d != "" {
+		binds += " " + d + ":/usr/lib/nvidia/current:ro"
+		smi = "/usr/lib/nvidia/current"
+	} else {
+		t.Fatalf("no nvidia-smi from Debian's package in %s (make nvidia-debs): Verify runs it", build)
+	}
 	cmd := exec.Command(filepath.Join(repo, "scripts", "trixie-root.sh"), "run", debroot.Root(build),
-		"/mnt/gpuslice-test/debian13-install.sh")
+		"/bin/bash", "/mnt/gpuslice-path/path.sh")
 	cmd.Env = append(testenv.BaseEnv(),
 		"TRIXIE_OVERLAY="+ov,
-		"TRIXIE_BINDS="+dist+":/mnt/gpuslice-dist:ro "+filepath.Join(repo, "tests", "packaging", "testdata")+":/mnt/gpuslice-test:ro",
+		"TRIXIE_BINDS="+binds,
 		"TRIXIE_ENV="+strings.Join([]string{
-			"DEB=/mnt/gpuslice-dist/" + filepath.Base(p.Deb),
 			"FAKEDEB=/mnt/gpuslice-dist/" + filepath.Base(p.FakeDeb),
 			"NODE=" + node, "CTLD_PORT=" + ports[0], "SLURMD_PORT=" + ports[1],
+			"NVIDIA_SMI_DIR=" + smi,
 		}, " "))
+	cmd.Dir = "/"
 	out, err := cmd.CombinedOutput()
-	t.Logf("in the Debian 13 root:\n%s", out)
+	t.Logf("install.md's Debian path in the Debian 13 root:\n%s", out)
 	if err != nil {
-		t.Fatalf("install steps failed: %v", err)
+		t.Fatalf("the path failed: %v", err)
 	}
-	got := map[string]string{}
-	var allowed, denied int
-	var total string
-	for _, l := range lines(string(out)) {
-		low := strings.ToLower(l)
-		if strings.Contains(low, "warning") || strings.HasPrefix(low, "dpkg: error") {
-			t.Errorf("in the root: %s", l)
-		}
-		ev := map[string]string{}
-		for _, f := range strings.Fields(l) {
-			if k, v, ok := strings.Cut(f, "="); ok {
-				ev[k] = v
-			}
-		}
-		switch {
-		case ev["event"] == "meminfo" && ev["when"] == "before":
-			total = ev["total"]
-		case ev["event"] == "alloc" && ev["status"] == "allowed":
-			allowed++
-		case ev["event"] == "alloc" && ev["status"] == "denied":
-			denied++
-		case ev["event"] == "":
-			if k, v, ok := strings.Cut(l, "="); ok {
-				got[k] = v
-			}
-		}
-	}
-	if want := p.Version + "-1"; got["installed"] != want {
-		t.Errorf("installed version %q, want %q", got["installed"], want)
-	}
-	if want := "../../gpuslice/spank/24.11/gpuslice.so"; got["plugin"] != want {
-		t.Errorf("the plugin link in Debian 13's PluginDir points to %q, want %q (the plugin for 24.11)", got["plugin"], want)
-	}
-	if want := "gpuslice: Slurm 24.11 (" + debPluginDir + "): SPANK plugin for 24.11 enabled"; !strings.Contains(string(out), want) {
-		t.Errorf("dpkg --install did not say %q", want)
-	}
-	if got["srun_help"] != "gpu-mem" {
-		t.Errorf("Debian 13's srun --help did not list --gpu-mem")
-	}
-	if total != strconv.Itoa(64<<20) || allowed != 4 || denied != 1 {
-		t.Errorf("srun --gpu-mem=64M target_app: total %q allowed %d denied %d, want 64 MiB, 4 and 1", total, allowed, denied)
-	}
-	if got["bad_gpu_mem"] != "invalid --gpu-mem '8X'" {
-		t.Errorf("srun --gpu-mem=8X: %q, want the plugin's refusal", got["bad_gpu_mem"])
-	}
-	if got["purged"] != "yes" {
-		t.Errorf("dpkg --purge did not complete")
-	}
+	checkDebianPath(t, string(out), p.Version)
 }

@@ -287,7 +287,7 @@ func gpusliceFiles(format string, releases []string) []entry {
 	}
 	if format == "deb" {
 		return append(files,
-			entry{"/lib/systemd/system/gpusliced.service", 0o644},
+			entry{"/usr/lib/systemd/system/gpusliced.service", 0o644},
 			entry{"/usr/share/doc/gpuslice/copyright", 0o644},
 			entry{"/usr/share/doc/gpuslice/changelog.Debian.gz", 0o644},
 		)

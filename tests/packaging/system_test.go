@@ -29,7 +29,7 @@ const (
 	installedConf        = "/etc/gpuslice/gpusliced.yaml"
 	installedNVML        = "/usr/lib/gpuslice/fakecuda/libnvidia-ml.so.1"
 	installedCLI         = "/usr/bin/gpuslice"
-	installedUnit        = "/lib/systemd/system/gpusliced.service"
+	installedUnit        = "/usr/lib/systemd/system/gpusliced.service"
 	installedInterceptor = "/usr/lib/gpuslice/libgpuslice.so"
 	fakecudaDir          = "/usr/lib/gpuslice/fakecuda"
 	exampleApp           = "/usr/libexec/gpuslice/examples/target_app"
@@ -340,9 +340,14 @@ func TestInstalledPackage(t *testing.T) {
 	t.Run("unit enabled for the next boot", func(t *testing.T) {
 		// deb-systemd-helper records the enablement even without a running
 		// systemd (image builds); nothing was started.
+		// Debian 12's deb-systemd-helper names the unit by its /lib path,
+		// one directory with /usr/lib on a merged /usr.
 		link := "/etc/systemd/system/multi-user.target.wants/gpusliced.service"
-		if target, err := os.Readlink(link); err != nil || target != installedUnit {
-			t.Errorf("%s -> %q (%v), want %s", link, target, err, installedUnit)
+		target, err := os.Readlink(link)
+		got, _ := filepath.EvalSymlinks(link)
+		want, _ := filepath.EvalSymlinks(installedUnit)
+		if err != nil || got == "" || got != want {
+			t.Errorf("%s -> %q (%v), resolving to %q, want the installed unit %s", link, target, err, got, installedUnit)
 		}
 	})
 
