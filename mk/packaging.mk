@@ -182,7 +182,7 @@ release-deb: release-build ## in the release tarball: the .deb packages into dis
 # and builds the packages from make dist's tarball with rpmbuild -ta (against
 # 26.05's headers) and make release-deb (against glibc 2.31: old-glibc),
 # about 2 of its minutes (TestReleaseTarball).
-test-packages: packages old-glibc ## package tests: contents, lintian, rpm -K, systemd-analyze, install, run, upgrade, the release tarball's rpmbuild -ta (root)
+test-packages: packages old-glibc trixie-root bookworm-root nvidia-debs ## package tests: contents, lintian, rpm -K, systemd-analyze, install, run, upgrade, the release tarball's rpmbuild -ta (root)
 	@$(MAKE) --no-print-directory run-packages
 # The tests alone, once the packages are built (a lane of make test-long,
 # mk/trixie.mk).

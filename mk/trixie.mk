@@ -37,6 +37,27 @@ $(TRIXIE_STAMP): mk/trixie.mk scripts/trixie-root.sh $(TREE_CACHE) $(DEBOOTSTRAP
 trixie-clean: ## remove the Debian 13 root (the cache in TRIXIE_CACHE stays)
 	rm -rf $(TRIXIE)
 
+# bookworm: a Debian 12 root (build/bookworm/root) with Debian 12's Slurm
+# 22.05 and munge, made the same way, in which the package tests follow
+# docs/install.md's Debian path as written (tests/packaging/installpath_test.go),
+# as they do in the Debian 13 root: this machine's own /etc/slurm is left
+# alone. Cached in BOOKWORM_CACHE; skipped, with the reason, when the
+# archive cannot be reached.
+BOOKWORM       := $(BUILD)/bookworm
+BOOKWORM_ROOT  := $(BOOKWORM)/root
+BOOKWORM_CACHE ?= $(GPUSLICE_CACHE)/bookworm
+BOOKWORM_STAMP := $(BOOKWORM)/.stamp
+BOOKWORM_PKGS  := slurmctld slurmd slurm-client slurm-wlm-basic-plugins munge lua5.1 procps
+
+.PHONY: bookworm-root
+bookworm-root: $(BOOKWORM_STAMP) ## Debian 12 root with Slurm 22.05 in build/bookworm/root (debootstrap; cached in BOOKWORM_CACHE)
+
+$(BOOKWORM_STAMP): mk/trixie.mk scripts/trixie-root.sh $(TREE_CACHE) $(DEBOOTSTRAP)
+	@rm -f $@ $(BOOKWORM)/UNREACHABLE
+	@mkdir -p $(BOOKWORM)
+	$(call unless_unreachable,TRIXIE_SUITE=bookworm $(ROOT)/scripts/trixie-root.sh build $(BOOKWORM_ROOT) $(BOOKWORM_CACHE) $(BOOKWORM_PKGS),bookworm-root: archive unreachable; the Debian 12 root's tests will skip)
+	@[ -e $(BOOKWORM)/UNREACHABLE ] || touch $@
+
 # The end-to-end suite (tests/slurm: two slurmd hosts in network namespaces,
 # every scenario of make test-slurm) on Slurm 24.11: the test binary runs
 # itself in the root with the plugin built for 24.11 (the one built for
@@ -84,5 +105,5 @@ test-slurm-all: trixie-root spank-releases $(SLURM_TEST_DEPS) ## the end-to-end 
 # minutes, while the Slurm lanes mostly wait. Each alone after the lanes
 # added about 5.5 and 3 minutes to make test.
 .PHONY: test-long
-test-long: trixie-root spank-releases $(SLURM_TEST_DEPS) go-build fakecuda interceptor packages old-glibc ## test-slurm-all, test-compute and test-packages at once, five lanes (what make test runs; root)
+test-long: trixie-root bookworm-root nvidia-debs spank-releases $(SLURM_TEST_DEPS) go-build fakecuda interceptor packages old-glibc ## test-slurm-all, test-compute and test-packages at once, five lanes (what make test runs; root)
 	@MAKE='$(MAKE)' bash scripts/run-together.sh $(BUILD)/test-logs $(SLURM_LANES) run-compute run-packages

@@ -101,7 +101,7 @@ build() {
 	local here top tarball work
 	here=$(dirname "$0")
 	top=$(dirname "$root")
-	tarball=$cache/trixie-root-$(cache_key "${pkgs[@]}").tar.zst
+	tarball=$cache/$SUITE-root-$(cache_key "${pkgs[@]}").tar.zst
 	rm -f "$top/UNREACHABLE"
 	mkdir -p "$top"
 
@@ -135,7 +135,7 @@ build() {
 	rm -rf "$work"/var/lib/apt/lists/* "$work"/var/cache/apt/*.bin "$work"/var/log/*.log "$work"/var/log/apt/*
 
 	log "saving $tarball"
-	"$here/tree-cache.sh" save "$tarball" "$work" 'trixie-root-*.tar.zst'
+	"$here/tree-cache.sh" save "$tarball" "$work" "$SUITE-root-*.tar.zst"
 	rm -rf "$root" && mv "$work" "$root"
 }
 

@@ -1,7 +1,8 @@
 package packaging
 
 // docs/install.md's path for Debian and Ubuntu, followed as written in
-// the Debian 13 root (Slurm 24.11): every command of every numbered step
+// the Debian 13 root (Slurm 24.11) and the Debian 12 root (Slurm 22.05,
+// make bookworm-root): every command of every numbered step
 // runs as the page gives it, with its placeholders filled, then every
 // line of Verify, then Remove's purge. What the page takes as given (the
 // GPUs, a running cluster, systemd) is the node of
@@ -10,9 +11,12 @@ package packaging
 
 import (
 	"fmt"
+	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -265,7 +269,7 @@ func debianPathScript(page, version string) (string, error) {
 }
 
 // checkDebianPath holds the run's output to what the page says it shows.
-func checkDebianPath(t *testing.T, out, version string) {
+func checkDebianPath(t *testing.T, out, version, release string) {
 	t.Helper()
 	got := map[string]string{}
 	var allowed, denied int
@@ -303,11 +307,11 @@ func checkDebianPath(t *testing.T, out, version string) {
 	if want := version + "-1"; got["installed"] != want {
 		t.Errorf("installed version %q, want %q", got["installed"], want)
 	}
-	if want := "../../gpuslice/spank/24.11/gpuslice.so"; got["plugin"] != want {
-		t.Errorf("the plugin link in Debian 13's PluginDir points to %q, want %q (the plugin for 24.11)", got["plugin"], want)
+	if want := "../../gpuslice/spank/" + release + "/gpuslice.so"; got["plugin"] != want {
+		t.Errorf("the plugin link in Debian's PluginDir points to %q, want %q (the plugin for %s)", got["plugin"], want, release)
 	}
 	for _, want := range []string{
-		"gpuslice: Slurm 24.11 (" + debPluginDir + "): SPANK plugin for 24.11 enabled", // step 2
+		"gpuslice: Slurm " + release + " (" + debPluginDir + "): SPANK plugin for " + release + " enabled", // step 2
 		"gpusliced: active (running)",   // Verify: systemctl status
 		"--gpu-mem",                     // srun --help
 		"Gres=gpu:2,shard:160K",         // scontrol show node: two 80 GiB GPUs
@@ -327,6 +331,95 @@ func checkDebianPath(t *testing.T, out, version string) {
 	}
 	if got["bad_gpu_mem"] != "invalid --gpu-mem '8X'" {
 		t.Errorf("srun --gpu-mem=8X: %q, want the plugin's refusal", got["bad_gpu_mem"])
+	}
+}
+
+// debianRoots are the Debian roots the build makes, with their Slurm.
+var debianRoots = []struct{ name, dir, release, make string }{
+	{"Debian 13", "trixie", "24.11", "make trixie-root"},
+	{"Debian 12", "bookworm", "22.05", "make bookworm-root"},
+}
+
+// The Debian path as written, in each root: the package installed with
+// apt, which enables the plugin for the root's Slurm; the GPUs declared,
+// the slurm.conf lines, job_submit.lua, the daemons restarted; every line
+// of Verify; then a job of "Without a GPU" held to its quota as another
+// user, a bad --gpu-mem refused at submit, and Remove's purge. A root is
+// seen through an overlay: it stays as built. The GPUs are fakecuda's.
+func TestDebianPathAsWritten(t *testing.T) {
+	p := packages(t)
+	build := testenv.BuildDir(t)
+	repo := testenv.RepoRoot(t)
+	page, err := os.ReadFile(filepath.Join(repo, installPage))
+	if err != nil {
+		t.Fatal(err)
+	}
+	script, err := debianPathScript(string(page), p.Version)
+	if err != nil {
+		t.Fatal(err)
+	}
+	scripts := t.TempDir()
+	if err := os.WriteFile(filepath.Join(scripts, "path.sh"), []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	smi := whereDebianNVIDIA(build)
+	if smi == "" {
+		t.Fatalf("no nvidia-smi from Debian's package in %s (make nvidia-debs): Verify runs it", build)
+	}
+	host, err := os.Hostname()
+	if err != nil {
+		t.Fatal(err)
+	}
+	node, _, _ := strings.Cut(host, ".")
+	for _, r := range debianRoots {
+		t.Run(r.name, func(t *testing.T) {
+			dir := filepath.Join(build, r.dir)
+			if os.Geteuid() != 0 {
+				t.Skip("running in the root needs root (chroot, mounts)")
+			}
+			if b, err := os.ReadFile(filepath.Join(dir, "UNREACHABLE")); err == nil {
+				t.Skipf("no %s root: %s", r.name, strings.TrimSpace(string(b)))
+			}
+			if _, err := os.Stat(filepath.Join(dir, ".stamp")); err != nil {
+				t.Fatalf("no %s root in %s (%s)", r.name, dir, r.make)
+			}
+			if !slices.Contains(buildReleases(t), r.release) {
+				t.Fatalf("the packages carry no plugin for Slurm %s (make spank-releases)", r.release)
+			}
+			ov, err := os.MkdirTemp(dir, "pkgtest-")
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { os.RemoveAll(ov) })
+			var ports []string
+			for len(ports) < 2 {
+				l, err := net.Listen("tcp", "127.0.0.1:0")
+				if err != nil {
+					t.Fatal(err)
+				}
+				ports = append(ports, strconv.Itoa(l.Addr().(*net.TCPAddr).Port))
+				l.Close()
+			}
+			binds := filepath.Dir(p.Deb) + ":/mnt/gpuslice-dist:ro " + filepath.Join(repo, "tests", "packaging", "testdata") +
+				":/mnt/gpuslice-test:ro " + scripts + ":/mnt/gpuslice-path:ro " + smi + ":/usr/lib/nvidia/current:ro"
+			cmd := exec.Command(filepath.Join(repo, "scripts", "trixie-root.sh"), "run", filepath.Join(dir, "root"),
+				"/bin/bash", "/mnt/gpuslice-path/path.sh")
+			cmd.Env = append(testenv.BaseEnv(),
+				"TRIXIE_OVERLAY="+ov,
+				"TRIXIE_BINDS="+binds,
+				"TRIXIE_ENV="+strings.Join([]string{
+					"FAKEDEB=/mnt/gpuslice-dist/" + filepath.Base(p.FakeDeb),
+					"NODE=" + node, "CTLD_PORT=" + ports[0], "SLURMD_PORT=" + ports[1],
+					"NVIDIA_SMI_DIR=/usr/lib/nvidia/current",
+				}, " "))
+			cmd.Dir = "/"
+			out, err := cmd.CombinedOutput()
+			t.Logf("install.md's Debian path in the %s root:\n%s", r.name, out)
+			if err != nil {
+				t.Fatalf("the path failed: %v", err)
+			}
+			checkDebianPath(t, string(out), p.Version, r.release)
+		})
 	}
 }
 

@@ -113,7 +113,7 @@ boot_sync() {
 		svc_start gpusliced
 		local i=0
 		until gpuslice gpus >/dev/null 2>&1; do
-			i=$((i + 1)); [ $i -lt 100 ] || { tail -20 /var/log/gpusliced.log; fail "gpusliced did not answer"; }
+			i=$((i + 1)); [ $i -lt 100 ] || { tail -n 20 /var/log/gpusliced.log; fail "gpusliced did not answer"; }
 			sleep 0.2
 		done
 	fi
@@ -129,7 +129,7 @@ wait_idle() {
 	local i=0
 	until [ "$(sinfo -h -o %T 2>/dev/null)" = idle ]; do
 		i=$((i + 1))
-		[ $i -lt 150 ] || { tail -20 /var/log/slurm/slurmctld.log /var/log/slurm/slurmd.log /var/log/gpusliced.log; fail "node not idle"; }
+		[ $i -lt 150 ] || { tail -n 20 /var/log/slurm/slurmctld.log /var/log/slurm/slurmd.log /var/log/gpusliced.log; fail "node not idle"; }
 		sleep 0.2
 	done
 }
@@ -178,7 +178,18 @@ node_prepare() {
 	NodeName=$NODE NodeAddr=127.0.0.1 CPUs=$(nproc) State=UNKNOWN
 	PartitionName=test Nodes=$NODE Default=YES MaxTime=10 State=UP
 	EOF
-	echo "CgroupPlugin=disabled" >/etc/slurm/cgroup.conf
+	# Without cgroups, slurmd from 23.02 on loads a cgroup plugin unless
+	# told CgroupPlugin=disabled, a value 22.05 does not know. 22.05's
+	# slurmd wants a cgroup filesystem at /sys/fs/cgroup even then, and the
+	# root has none of its own (its /sys is this machine's, without the
+	# mounts below it): an empty tmpfs there, private to this run's mount
+	# namespace, and cgroup/v1, whose controllers proctrack/linuxproc and
+	# task/none never ask for.
+	case $(slurmd -V) in
+	*" 22."*) mount -t tmpfs -o mode=0755,nosuid,nodev,noexec cgroup-none /sys/fs/cgroup
+		echo "CgroupPlugin=cgroup/v1" >/etc/slurm/cgroup.conf ;;
+	*) echo "CgroupPlugin=disabled" >/etc/slurm/cgroup.conf ;;
+	esac
 	dd if=/dev/urandom of=/etc/munge/munge.key bs=1024 count=1 2>/dev/null
 	chown munge:munge /etc/munge/munge.key && chmod 0400 /etc/munge/munge.key
 	svc_start munge
