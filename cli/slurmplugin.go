@@ -109,14 +109,21 @@ func (s *pluginSetup) readSlurmConf() (slurmConfig, error) {
 }
 
 // pluginDirs are the directories to look for Slurm in, in order: --plugin-dir
-// alone, else slurm.conf's PluginDir, then where packaged Slurm keeps its
-// plugins (Debian's multiarch directory, SchedMD's, OpenHPC's and EPEL's
-// RPMs, a source build's default prefix).
+// alone, else slurm.conf's PluginDir, then the PluginDir a Slurm built
+// from source with SchedMD's defaults has when its slurm.conf is
+// PREFIX/etc/slurm.conf (PREFIX/lib/slurm: the Slurm whose slurm.conf is
+// named comes before any other the host also has), then where packaged
+// Slurm keeps its plugins (Debian's multiarch directory, SchedMD's,
+// OpenHPC's and EPEL's RPMs, a source build's default prefix).
 func (s *pluginSetup) pluginDirs(c slurmConfig) []string {
 	if s.pluginDir != "" {
 		return []string{filepath.Clean(s.pluginDir)}
 	}
 	dirs := slices.Clone(c.pluginDirs)
+	if etc := filepath.Dir(filepath.Clean(s.slurmConf)); filepath.Base(etc) == "etc" && filepath.Dir(etc) != "/" {
+		prefix := filepath.Dir(etc)
+		dirs = append(dirs, filepath.Join(prefix, "lib", "slurm"), filepath.Join(prefix, "lib64", "slurm"))
+	}
 	if t := multiarch(s.goarch); t != "" {
 		dirs = append(dirs, "/usr/lib/"+t+"/slurm-wlm")
 	}

@@ -222,6 +222,27 @@ func TestSlurmPluginReadsSlurmConf(t *testing.T) {
 	}
 }
 
+// A Slurm built from source under /usr/local on a host that also has
+// another Slurm's plugins (Debian's, left from before): naming the
+// source build's slurm.conf (SLURM_CONF=/usr/local/etc/slurm.conf, no
+// PluginDir in it, as docs/install.md says) selects the plugin for the
+// source build, in its PluginDir, not the other's.
+func TestSlurmPluginSourceBuildBesideAnother(t *testing.T) {
+	r := newPluginRoot(t)
+	r.slurm("/usr/local/lib/slurm", 0x170b0b)
+	r.slurm("/usr/lib/x86_64-linux-gnu/slurm-wlm", 0x160508)
+	r.write("/usr/local/etc/slurm.conf", "ClusterName=c\n")
+	t.Setenv("SLURM_CONF", "/usr/local/etc/slurm.conf")
+	out, _, code := r.run()
+	oneLine(t, "source build", out, "Slurm 23.11 (/usr/local/lib/slurm): SPANK plugin for 23.11 enabled", "created /usr/local/etc/plugstack.conf")
+	if got := r.link("/usr/local/lib/slurm/gpuslice.so"); code != 0 || got != "../../../lib/gpuslice/spank/23.11/gpuslice.so" {
+		t.Errorf("exit status %d, plugin link -> %q", code, got)
+	}
+	if _, err := os.Lstat(r.path("/usr/lib/x86_64-linux-gnu/slurm-wlm/gpuslice.so")); err == nil {
+		t.Errorf("linked into Debian's plugin directory too")
+	}
+}
+
 // Files the package did not make are left alone: a plugin installed by
 // hand where the link would go (nothing is enabled), the site's own
 // plugstack.conf.d/gpuslice.conf (kept, and said).
