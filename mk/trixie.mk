@@ -40,14 +40,16 @@ trixie-clean: ## remove the Debian 13 root (the cache in TRIXIE_CACHE stays)
 # bookworm: a Debian 12 root (build/bookworm/root) with Debian 12's Slurm
 # 22.05 and munge, made the same way, in which the package tests follow
 # docs/install.md's Debian path as written (tests/packaging/installpath_test.go),
-# as they do in the Debian 13 root: this machine's own /etc/slurm is left
+# as they do in the Debian 13 root, and its path for a Slurm built from
+# source with SchedMD's releases (built on this Debian 12 machine; their
+# job_submit/lua links Lua 5.4): this machine's own /etc/slurm is left
 # alone. Cached in BOOKWORM_CACHE; skipped, with the reason, when the
 # archive cannot be reached.
 BOOKWORM       := $(BUILD)/bookworm
 BOOKWORM_ROOT  := $(BOOKWORM)/root
 BOOKWORM_CACHE ?= $(GPUSLICE_CACHE)/bookworm
 BOOKWORM_STAMP := $(BOOKWORM)/.stamp
-BOOKWORM_PKGS  := slurmctld slurmd slurm-client slurm-wlm-basic-plugins munge lua5.1 procps
+BOOKWORM_PKGS  := slurmctld slurmd slurm-client slurm-wlm-basic-plugins munge lua5.1 liblua5.4-0 procps
 
 .PHONY: bookworm-root
 bookworm-root: $(BOOKWORM_STAMP) ## Debian 12 root with Slurm 22.05 in build/bookworm/root (debootstrap; cached in BOOKWORM_CACHE)

@@ -34,6 +34,12 @@ const installPage = "docs/install.md"
 var programs = map[string]bool{"apt": true, "apt-get": true, "dpkg": true, "dnf": true, "rpm": true,
 	"gpuslice": true, "ln": true, "systemctl": true, "make": true, "mkdir": true, "mknod": true}
 
+// rpmAlternative: the command is dnf's or rpm's.
+func rpmAlternative(span string) bool {
+	f := strings.Fields(span)
+	return len(f) > 0 && (f[0] == "dnf" || f[0] == "rpm")
+}
+
 func isCommand(span string) bool {
 	for _, w := range strings.Fields(span) {
 		if strings.Contains(w, "=") && !strings.HasPrefix(w, "-") {
@@ -52,13 +58,16 @@ var proseSteps = []struct {
 }{
 	{regexp.MustCompile("add the `Gres=` that `gpuslice slurm-config --print node` prints to the node's `NodeName` line in `slurm\\.conf`"),
 		`gres=$(gpuslice slurm-config --print node | grep -o 'Gres=[^ ]*') && echo "$gres" && ` +
-			`sed -i "s|^NodeName=$NODE .*|& $gres|" /etc/slurm/slurm.conf && grep "^NodeName=$NODE " /etc/slurm/slurm.conf`},
+			`sed -i "s|^NodeName=$NODE .*|& $gres|" "$SLURM_CONF_FILE" && grep "^NodeName=$NODE " "$SLURM_CONF_FILE"`},
 	{regexp.MustCompile("In `slurm\\.conf`, the same on every host, the lines of `(/usr/share/doc/gpuslice/slurm\\.conf\\.fragment)`"),
-		`grep -Ev '^[[:space:]]*(#|$)' /usr/share/doc/gpuslice/slurm.conf.fragment | tee -a /etc/slurm/slurm.conf`},
+		`grep -Ev '^[[:space:]]*(#|$)' /usr/share/doc/gpuslice/slurm.conf.fragment | tee -a "$SLURM_CONF_FILE"`},
+	{regexp.MustCompile("Restart `slurmctld` and `slurmd`\\."), `systemctl restart slurmctld && systemctl restart slurmd`},
 	{regexp.MustCompile(`\[Verify\]\(#verify\)`), `verify`},
 }
 
-// skipSpans are commands of a step this node does not run, with why.
+// skipSpans are commands of a step this node does not run, with why; a
+// command of dnf or rpm is the RPM family's alternative, which a Debian
+// root does not run (rpmAlternative).
 var skipSpans = map[string]string{
 	"make packages PKG_FORMATS=deb":     "the test built the packages it installs (make packages)",
 	"systemctl disable --now gpusliced": "for a submit host without GPUs; this node has GPUs",
@@ -133,6 +142,8 @@ func pathScript(page, title string, vars map[string]string) (string, error) {
 			case skipSpans[a.c] != "":
 				fmt.Fprintf(&b, "echo %s\n", shq("not run: `"+a.c+"`: "+skipSpans[a.c]))
 				ran++
+			case rpmAlternative(a.c):
+				fmt.Fprintf(&b, "echo %s\n", shq("not run: `"+a.c+"`: the RPM family's; this root is Debian's"))
 			case strings.Contains(fill(a.c), "<"):
 				return "", fmt.Errorf("%s:%d: `%s`: a placeholder the test cannot fill", installPage, s.Line, a.c)
 			default:
@@ -212,11 +223,11 @@ func sectionText(page, title string) string {
 	return strings.Join(out, " ")
 }
 
-// debianPathScript is the whole run in the root: the node, "Without a
-// GPU"'s drop-in and environment (this node has no GPU), the path of
-// "Debian and Ubuntu" with Verify, a job of "Without a GPU" as a user, a
-// bad --gpu-mem, and Remove's purge.
-func debianPathScript(page, version string) (string, error) {
+// nodeScript is the whole run in a root: the node, "Without a GPU"'s
+// drop-in and environment (this node has no GPU), the platform path of
+// title with Verify, a job of "Without a GPU" as a user, a bad --gpu-mem,
+// and Remove's purge.
+func nodeScript(page, title, version string) (string, error) {
 	blocks, err := installdoc.Section(page, "Without a GPU")
 	if err != nil {
 		return "", err
@@ -244,7 +255,7 @@ func debianPathScript(page, version string) (string, error) {
 	if purge == "" {
 		return "", fmt.Errorf("%s: Remove gives no `apt purge`", installPage)
 	}
-	path, err := pathScript(page, "Debian and Ubuntu", map[string]string{"<version>": version})
+	path, err := pathScript(page, title, map[string]string{"<version>": version})
 	if err != nil {
 		return "", err
 	}
@@ -255,21 +266,21 @@ func debianPathScript(page, version string) (string, error) {
 	b.WriteString(export + "\ncp /mnt/gpuslice-dist/*.deb /root/ && cd /root\n")
 	b.WriteString(path)
 	b.WriteString("echo \"installed=$(dpkg-query -W -f '${Version}' gpuslice)\"\n")
-	b.WriteString("echo \"plugin=$(readlink /usr/lib/x86_64-linux-gnu/slurm-wlm/gpuslice.so)\"\n")
+	b.WriteString("echo \"plugin=$(readlink \"$PLUGIN_DIR/gpuslice.so\")\"\n")
 	b.WriteString("echo step=job\ncd /tmp\nid gsltest1 >/dev/null 2>&1 || useradd --system --no-create-home --user-group gsltest1\n")
 	fmt.Fprintf(&b, "run %s\n", shq("setpriv --reuid=gsltest1 --regid=gsltest1 --init-groups "+job))
 	b.WriteString(`srun --gpu-mem=8X true 2>/tmp/bad.err && fail "srun --gpu-mem=8X was accepted"` + "\n")
 	b.WriteString(`echo "bad_gpu_mem=$(grep -o "invalid --gpu-mem '8X'" /tmp/bad.err)"` + "\n")
 	b.WriteString("echo step=remove\nscancel --full --quiet --partition=test || true\nsystemctl stop gpusliced\n")
 	fmt.Fprintf(&b, "run %s\n", shq(purge+" gpuslice-fakecuda"))
-	b.WriteString(`[ ! -e /usr/lib/x86_64-linux-gnu/slurm-wlm/gpuslice.so ] || fail "plugin left after purge"` + "\n")
-	b.WriteString(`[ ! -e /etc/slurm/plugstack.conf.d/gpuslice.conf ] || fail "plugstack snippet left after purge"` + "\n")
+	b.WriteString(`[ ! -e "$PLUGIN_DIR/gpuslice.so" ] || fail "plugin left after purge"` + "\n")
+	b.WriteString(`[ ! -e "$(dirname "$SLURM_CONF_FILE")/plugstack.conf.d/gpuslice.conf" ] || fail "plugstack snippet left after purge"` + "\n")
 	b.WriteString("echo purged=yes\n")
 	return b.String(), nil
 }
 
-// checkDebianPath holds the run's output to what the page says it shows.
-func checkDebianPath(t *testing.T, out, version, release string) {
+// checkPath holds the run's output to what the page says it shows.
+func checkPath(t *testing.T, out, version, release string) {
 	t.Helper()
 	got := map[string]string{}
 	var allowed, denied int
@@ -307,17 +318,17 @@ func checkDebianPath(t *testing.T, out, version, release string) {
 	if want := version + "-1"; got["installed"] != want {
 		t.Errorf("installed version %q, want %q", got["installed"], want)
 	}
-	if want := "../../gpuslice/spank/" + release + "/gpuslice.so"; got["plugin"] != want {
-		t.Errorf("the plugin link in Debian's PluginDir points to %q, want %q (the plugin for %s)", got["plugin"], want, release)
+	if want := "gpuslice/spank/" + release + "/gpuslice.so"; !strings.HasSuffix(got["plugin"], want) {
+		t.Errorf("the plugin link in Slurm's PluginDir points to %q, want the plugin for %s (%s)", got["plugin"], release, want)
 	}
 	for _, want := range []string{
-		"gpuslice: Slurm " + release + " (" + debPluginDir + "): SPANK plugin for " + release + " enabled", // step 2
-		"gpusliced: active (running)",   // Verify: systemctl status
-		"--gpu-mem",                     // srun --help
-		"Gres=gpu:2,shard:160K",         // scontrol show node: two 80 GiB GPUs
-		"JobSubmitPlugins        = lua", // scontrol show config
-		"2048 MiB",                      // srun --gpu-mem=2G nvidia-smi --query-gpu=memory.total
-		"1024MiB",                       // gpuslice run --gpu-mem 1G -- nvidia-smi
+		"SPANK plugin for " + release + " enabled", // the package's or slurm-plugin's line
+		"gpusliced: active (running)",              // Verify: systemctl status
+		"--gpu-mem",                                // srun --help
+		"Gres=gpu:2,shard:160K",                    // scontrol show node: two 80 GiB GPUs
+		"JobSubmitPlugins        = lua",            // scontrol show config
+		"2048 MiB",                                 // srun --gpu-mem=2G nvidia-smi --query-gpu=memory.total
+		"1024MiB",                                  // gpuslice run --gpu-mem 1G -- nvidia-smi
 		"purged=yes",
 	} {
 		if !strings.Contains(out, want) {
@@ -335,9 +346,9 @@ func checkDebianPath(t *testing.T, out, version, release string) {
 }
 
 // debianRoots are the Debian roots the build makes, with their Slurm.
-var debianRoots = []struct{ name, dir, release, make string }{
-	{"Debian 13", "trixie", "24.11", "make trixie-root"},
-	{"Debian 12", "bookworm", "22.05", "make bookworm-root"},
+var debianRoots = []struct{ name, dir, release string }{
+	{"Debian 13", "trixie", "24.11"},
+	{"Debian 12", "bookworm", "22.05"},
 }
 
 // The Debian path as written, in each root: the package installed with
@@ -348,99 +359,170 @@ var debianRoots = []struct{ name, dir, release, make string }{
 // seen through an overlay: it stays as built. The GPUs are fakecuda's.
 func TestDebianPathAsWritten(t *testing.T) {
 	p := packages(t)
+	page, err := os.ReadFile(filepath.Join(testenv.RepoRoot(t), installPage))
+	if err != nil {
+		t.Fatal(err)
+	}
+	script, err := nodeScript(string(page), "Debian and Ubuntu", p.Version)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range debianRoots {
+		t.Run(r.name, func(t *testing.T) {
+			if !slices.Contains(buildReleases(t), r.release) {
+				t.Fatalf("the packages carry no plugin for Slurm %s (make spank-releases)", r.release)
+			}
+			out := runPathInRoot(t, p, r.dir, script, "")
+			checkPath(t, out, p.Version, r.release)
+			if want := "gpuslice: Slurm " + r.release + " (" + debPluginDir + "): SPANK plugin for " + r.release + " enabled"; !strings.Contains(out, want) {
+				t.Errorf("apt install did not say %q", want)
+			}
+		})
+	}
+}
+
+// runPathInRoot runs script (nodeScript's) in the Debian root build/dir
+// (make trixie-root, make bookworm-root), seen through an overlay so that
+// it stays as built, with the packages, testdata/install-node.sh and
+// Debian's nvidia-smi bound in, bind ("HOST:GUEST:ro", or "") too and env
+// given to the script; it returns what the run printed.
+func runPathInRoot(t *testing.T, p pkgSet, dir, script, bind string, env ...string) string {
+	t.Helper()
 	build := testenv.BuildDir(t)
 	repo := testenv.RepoRoot(t)
-	page, err := os.ReadFile(filepath.Join(repo, installPage))
-	if err != nil {
-		t.Fatal(err)
+	if os.Geteuid() != 0 {
+		t.Skip("running in a root needs root (chroot, mounts)")
 	}
-	script, err := debianPathScript(string(page), p.Version)
-	if err != nil {
-		t.Fatal(err)
+	top := filepath.Join(build, dir)
+	if b, err := os.ReadFile(filepath.Join(top, "UNREACHABLE")); err == nil {
+		t.Skipf("no %s root: %s", dir, strings.TrimSpace(string(b)))
 	}
-	scripts := t.TempDir()
-	if err := os.WriteFile(filepath.Join(scripts, "path.sh"), []byte(script), 0o755); err != nil {
-		t.Fatal(err)
+	if _, err := os.Stat(filepath.Join(top, ".stamp")); err != nil {
+		t.Fatalf("no %s root in %s (make %s-root)", dir, top, dir)
 	}
 	smi := whereDebianNVIDIA(build)
 	if smi == "" {
 		t.Fatalf("no nvidia-smi from Debian's package in %s (make nvidia-debs): Verify runs it", build)
+	}
+	scripts := t.TempDir()
+	if err := os.WriteFile(filepath.Join(scripts, "path.sh"), []byte(script), 0o755); err != nil {
+		t.Fatal(err)
 	}
 	host, err := os.Hostname()
 	if err != nil {
 		t.Fatal(err)
 	}
 	node, _, _ := strings.Cut(host, ".")
-	for _, r := range debianRoots {
-		t.Run(r.name, func(t *testing.T) {
-			dir := filepath.Join(build, r.dir)
-			if os.Geteuid() != 0 {
-				t.Skip("running in the root needs root (chroot, mounts)")
-			}
-			if b, err := os.ReadFile(filepath.Join(dir, "UNREACHABLE")); err == nil {
-				t.Skipf("no %s root: %s", r.name, strings.TrimSpace(string(b)))
-			}
-			if _, err := os.Stat(filepath.Join(dir, ".stamp")); err != nil {
-				t.Fatalf("no %s root in %s (%s)", r.name, dir, r.make)
-			}
-			if !slices.Contains(buildReleases(t), r.release) {
-				t.Fatalf("the packages carry no plugin for Slurm %s (make spank-releases)", r.release)
-			}
-			ov, err := os.MkdirTemp(dir, "pkgtest-")
+	ov, err := os.MkdirTemp(top, "pkgtest-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(ov) })
+	var ports []string
+	for len(ports) < 2 {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		ports = append(ports, strconv.Itoa(l.Addr().(*net.TCPAddr).Port))
+		l.Close()
+	}
+	binds := filepath.Dir(p.Deb) + ":/mnt/gpuslice-dist:ro " + filepath.Join(repo, "tests", "packaging", "testdata") +
+		":/mnt/gpuslice-test:ro " + scripts + ":/mnt/gpuslice-path:ro " + smi + ":/usr/lib/nvidia/current:ro"
+	if bind != "" {
+		binds += " " + bind
+	}
+	cmd := exec.Command(filepath.Join(repo, "scripts", "trixie-root.sh"), "run", filepath.Join(top, "root"),
+		"/bin/bash", "/mnt/gpuslice-path/path.sh")
+	cmd.Env = append(testenv.BaseEnv(),
+		"TRIXIE_OVERLAY="+ov,
+		"TRIXIE_BINDS="+binds,
+		"TRIXIE_ENV="+strings.Join(append([]string{
+			"FAKEDEB=/mnt/gpuslice-dist/" + filepath.Base(p.FakeDeb),
+			"NODE=" + node, "CTLD_PORT=" + ports[0], "SLURMD_PORT=" + ports[1],
+			"NVIDIA_SMI_DIR=/usr/lib/nvidia/current",
+		}, env...), " "))
+	cmd.Dir = "/"
+	out, err := cmd.CombinedOutput()
+	t.Logf("in the %s root:\n%s", dir, out)
+	if err != nil {
+		t.Fatalf("the path failed: %v", err)
+	}
+	return string(out)
+}
+
+// The path for a Slurm built from source, as written, in the Debian 12
+// root, on each of SchedMD's releases the build has (make
+// slurm-releases: those the Slurm suites run), each installed under
+// /usr/local as SchedMD's defaults install it: the package from apt, the
+// plugin selected with gpuslice slurm-plugin, and the rest as on Debian.
+func TestSourcePathAsWritten(t *testing.T) {
+	p := packages(t)
+	build := testenv.BuildDir(t)
+	repo := testenv.RepoRoot(t)
+	page, err := os.ReadFile(filepath.Join(repo, installPage))
+	if err != nil {
+		t.Fatal(err)
+	}
+	script, err := nodeScript(string(page), "Slurm built from source", p.Version)
+	if err != nil {
+		t.Fatal(err)
+	}
+	trees, _ := filepath.Glob(filepath.Join(build, "slurm", "*", "BUILD-INFO"))
+	if len(trees) == 0 {
+		t.Fatalf("no Slurm built from source in %s (make slurm-releases)", filepath.Join(build, "slurm"))
+	}
+	for _, info := range trees {
+		tree := filepath.Dir(info)
+		release := filepath.Base(tree)
+		t.Run(release, func(t *testing.T) {
+			b, err := os.ReadFile(info)
 			if err != nil {
 				t.Fatal(err)
 			}
-			t.Cleanup(func() { os.RemoveAll(ov) })
-			var ports []string
-			for len(ports) < 2 {
-				l, err := net.Listen("tcp", "127.0.0.1:0")
-				if err != nil {
-					t.Fatal(err)
+			var prefix string
+			for _, l := range strings.Split(string(b), "\n") {
+				if v, ok := strings.CutPrefix(l, "prefix "); ok {
+					prefix = v
 				}
-				ports = append(ports, strconv.Itoa(l.Addr().(*net.TCPAddr).Port))
-				l.Close()
 			}
-			binds := filepath.Dir(p.Deb) + ":/mnt/gpuslice-dist:ro " + filepath.Join(repo, "tests", "packaging", "testdata") +
-				":/mnt/gpuslice-test:ro " + scripts + ":/mnt/gpuslice-path:ro " + smi + ":/usr/lib/nvidia/current:ro"
-			cmd := exec.Command(filepath.Join(repo, "scripts", "trixie-root.sh"), "run", filepath.Join(dir, "root"),
-				"/bin/bash", "/mnt/gpuslice-path/path.sh")
-			cmd.Env = append(testenv.BaseEnv(),
-				"TRIXIE_OVERLAY="+ov,
-				"TRIXIE_BINDS="+binds,
-				"TRIXIE_ENV="+strings.Join([]string{
-					"FAKEDEB=/mnt/gpuslice-dist/" + filepath.Base(p.FakeDeb),
-					"NODE=" + node, "CTLD_PORT=" + ports[0], "SLURMD_PORT=" + ports[1],
-					"NVIDIA_SMI_DIR=/usr/lib/nvidia/current",
-				}, " "))
-			cmd.Dir = "/"
-			out, err := cmd.CombinedOutput()
-			t.Logf("install.md's Debian path in the %s root:\n%s", r.name, out)
-			if err != nil {
-				t.Fatalf("the path failed: %v", err)
+			if prefix == "" {
+				t.Fatalf("%s names no prefix", info)
 			}
-			checkDebianPath(t, string(out), p.Version, r.release)
+			out := runPathInRoot(t, p, "bookworm", script, tree+":/mnt/slurm-tree:ro", "SLURM_TREE=/mnt/slurm-tree", "SLURM_PREFIX="+prefix)
+			checkPath(t, out, p.Version, release)
 		})
 	}
 }
 
-// The path as the root runs it, written from the page alone (no root, no
-// packages): every step runs something, every placeholder is filled.
-func TestDebianPathScript(t *testing.T) {
+// The paths as the roots run them, written from the page alone (no root,
+// no packages): every step runs something, every placeholder is filled.
+func TestPathScripts(t *testing.T) {
 	page, err := os.ReadFile(filepath.Join(testenv.RepoRoot(t), installPage))
 	if err != nil {
 		t.Fatal(err)
 	}
-	script, err := debianPathScript(string(page), "1.2.3")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, want := range []string{"run 'apt install ./gpuslice_1.2.3-1_amd64.deb'", "run 'systemctl restart slurmctld'",
-		"run 'ln -s /usr/share/gpuslice/job_submit.lua /etc/slurm/job_submit.lua'", "echo step=verify"} {
-		if !strings.Contains(script, want) {
-			t.Errorf("the script lacks %q:\n%s", want, script)
+	for _, c := range []struct {
+		title string
+		want  []string
+	}{
+		{"Debian and Ubuntu", []string{"run 'apt install ./gpuslice_1.2.3-1_amd64.deb'", "run 'systemctl restart slurmctld'",
+			"run 'ln -s /usr/share/gpuslice/job_submit.lua /etc/slurm/job_submit.lua'", "echo step=verify"}},
+		{"Slurm built from source", []string{"run 'apt install ./gpuslice_1.2.3-1_amd64.deb'",
+			"not run: `dnf install ./gpuslice-<version>-1.x86_64.rpm`", "run 'SLURM_CONF=/usr/local/etc/slurm.conf gpuslice slurm-plugin'",
+			"run 'systemctl restart slurmctld && systemctl restart slurmd'", "echo step=verify"}},
+	} {
+		script, err := nodeScript(string(page), c.title, "1.2.3")
+		if err != nil {
+			t.Fatal(err)
 		}
-	}
-	if testing.Verbose() {
-		t.Logf("%s", script)
+		for _, want := range c.want {
+			if !strings.Contains(script, want) {
+				t.Errorf("%s: the script lacks %q:\n%s", c.title, want, script)
+			}
+		}
+		if testing.Verbose() {
+			t.Logf("%s:\n%s", c.title, script)
+		}
 	}
 }

@@ -18,7 +18,11 @@
 #     unit and drop-ins.
 # Environment: NODE (NodeName), CTLD_PORT, SLURMD_PORT, FAKEDEB (the
 # gpuslice-fakecuda package), NVIDIA_SMI_DIR (Debian's nvidia-smi files,
-# or empty).
+# or empty); for a Slurm built from source, SLURM_TREE (the installed
+# tree of a SchedMD release, read-only) and SLURM_PREFIX (the prefix it
+# was built for): the node's Slurm is then that tree under /usr/local,
+# as a build with SchedMD's defaults installs it, and the root's own
+# Debian Slurm is purged first.
 set -euo pipefail
 export DEBIAN_FRONTEND=noninteractive
 
@@ -155,8 +159,26 @@ node_prepare() {
 		ln -s "$NVIDIA_SMI_DIR/nvidia-smi" /usr/bin/nvidia-smi
 	fi
 	# A cluster of one node, already running, with nothing of gpuslice's.
-	mkdir -p /var/spool/gs-ctld /var/spool/gs-slurmd /var/log/slurm
-	cat >/etc/slurm/slurm.conf <<-EOF
+	SLURM_CONF_FILE=/etc/slurm/slurm.conf
+	PLUGIN_DIR=/usr/lib/x86_64-linux-gnu/slurm-wlm
+	if [ -n "${SLURM_TREE:-}" ]; then
+		# Debian's Slurm goes, with the gpu/nvml plugin the root's build
+		# unpacked outside dpkg (scripts/trixie-root.sh).
+		dpkg --purge slurmctld slurmd slurm-client slurm-wlm-basic-plugins >/tmp/dpkg-slurm.out 2>&1 ||
+			{ cat /tmp/dpkg-slurm.out; fail "dpkg --purge Debian's Slurm"; }
+		rm -rf /usr/lib/x86_64-linux-gnu/slurm-wlm
+		cp -a "$SLURM_TREE"/. /usr/local/
+		# Its compiled-in paths (slurm.conf, PluginDir, slurmstepd) are
+		# under the prefix it was built for: that prefix is /usr/local.
+		mkdir -p "$(dirname "$SLURM_PREFIX")" /usr/local/etc
+		ln -s /usr/local "$SLURM_PREFIX"
+		ldconfig
+		SLURM_CONF_FILE=/usr/local/etc/slurm.conf
+		PLUGIN_DIR=/usr/local/lib/slurm
+		echo "slurm=$(slurmd -V)"
+	fi
+	mkdir -p /var/spool/gs-ctld /var/spool/gs-slurmd /var/log/slurm /etc/slurm
+	cat >"$SLURM_CONF_FILE" <<-EOF
 	ClusterName=gspath
 	SlurmctldHost=$NODE(127.0.0.1)
 	SlurmctldPort=$CTLD_PORT
@@ -178,17 +200,17 @@ node_prepare() {
 	NodeName=$NODE NodeAddr=127.0.0.1 CPUs=$(nproc) State=UNKNOWN
 	PartitionName=test Nodes=$NODE Default=YES MaxTime=10 State=UP
 	EOF
-	# Without cgroups, slurmd from 23.02 on loads a cgroup plugin unless
-	# told CgroupPlugin=disabled, a value 22.05 does not know. 22.05's
-	# slurmd wants a cgroup filesystem at /sys/fs/cgroup even then, and the
-	# root has none of its own (its /sys is this machine's, without the
-	# mounts below it): an empty tmpfs there, private to this run's mount
-	# namespace, and cgroup/v1, whose controllers proctrack/linuxproc and
-	# task/none never ask for.
+	# Without cgroups, slurmd still loads a cgroup plugin unless
+	# cgroup.conf says CgroupPlugin=disabled, which 24.05 and later know.
+	# 22.05's and 23.11's slurmd want a cgroup filesystem at /sys/fs/cgroup,
+	# and the root has none of its own (its /sys is this machine's, without
+	# the mounts below it): an empty tmpfs there, private to this run's
+	# mount namespace, and cgroup/v1, whose controllers proctrack/linuxproc
+	# and task/none never ask for.
 	case $(slurmd -V) in
-	*" 22."*) mount -t tmpfs -o mode=0755,nosuid,nodev,noexec cgroup-none /sys/fs/cgroup
-		echo "CgroupPlugin=cgroup/v1" >/etc/slurm/cgroup.conf ;;
-	*) echo "CgroupPlugin=disabled" >/etc/slurm/cgroup.conf ;;
+	*" 22."*|*" 23."*) mount -t tmpfs -o mode=0755,nosuid,nodev,noexec cgroup-none /sys/fs/cgroup
+		echo "CgroupPlugin=cgroup/v1" >"$(dirname "$SLURM_CONF_FILE")/cgroup.conf" ;;
+	*) echo "CgroupPlugin=disabled" >"$(dirname "$SLURM_CONF_FILE")/cgroup.conf" ;;
 	esac
 	dd if=/dev/urandom of=/etc/munge/munge.key bs=1024 count=1 2>/dev/null
 	chown munge:munge /etc/munge/munge.key && chmod 0400 /etc/munge/munge.key
