@@ -33,7 +33,7 @@ fail() { echo "fail=$*"; exit 1; }
 # /tmp/run.out; the first that fails ends the run. A question it asks
 # (apt's "Continue? [Y/n]") is answered yes, as the admin would.
 run() {
-	echo "+ $1"
+	echo "+ [$(date +%T)] $1"
 	local rc=0
 	eval "$1" >/tmp/run.out 2>&1 <<<y || rc=$?
 	cat /tmp/run.out
