@@ -63,17 +63,22 @@ type invariants struct {
 	idle      map[string]time.Time // node -> idle since
 	frozen    map[string]time.Time // cgroup dir -> seen frozen since
 	metrics   map[string]*procSeries
-	drainSeen map[string]string // node -> reason while it is out
-	hostile   []string          // the paced-bypass measures
-	flat      []string          // gpusliced's figures at the end
-	steps     int               // job steps sacct lists at the end
+	drainSeen map[string]string      // node -> reason while it is out
+	hostile   []string               // the paced-bypass measures
+	flat      []string               // gpusliced's figures at the end
+	steps     int                    // job steps sacct lists at the end
+	running   func(name string) bool // a daemon of the cluster runs (cluster.running)
+	holding   map[string]int         // daemon -> faults in progress that stopped it
 }
 
 func newInvariants(s *soak) *invariants {
 	iv := &invariants{s: s, c: map[string]*invCount{}, state: map[string]string{}, ended: map[string]time.Time{},
 		resolved: map[string]bool{}, sessions: map[string]bool{}, over: map[string]time.Time{}, counted: map[string]bool{},
 		active: map[string]int{}, back: map[string]time.Time{}, idle: map[string]time.Time{}, frozen: map[string]time.Time{},
-		metrics: map[string]*procSeries{}, drainSeen: map[string]string{}}
+		metrics: map[string]*procSeries{}, drainSeen: map[string]string{}, holding: map[string]int{}}
+	if s != nil && s.c != nil {
+		iv.running = s.c.running
+	}
 	for _, n := range invariantNames {
 		iv.c[n.name] = &invCount{}
 	}
@@ -115,37 +120,6 @@ func (iv *invariants) violations() int {
 		n += c.violations
 	}
 	return n
-}
-
-// faultBegin and faultEnd mark a fault on node (cluster-wide faults: "*")
-// in progress: what it breaks there is not held against gpuslice, and the
-// bounds after it count from its end.
-func (iv *invariants) faultBegin(kind, node string) {
-	if kind == "slurmctld-restart" || kind == "slurmdbd-stop" {
-		node = "*"
-	}
-	iv.mu.Lock()
-	iv.active[node]++
-	iv.mu.Unlock()
-}
-
-func (iv *invariants) faultEnd(kind, node string) {
-	if kind == "slurmctld-restart" || kind == "slurmdbd-stop" {
-		node = "*"
-	}
-	iv.mu.Lock()
-	iv.active[node]--
-	iv.back[node] = time.Now()
-	iv.mu.Unlock()
-	iv.check("faults-recovered", !iv.daemonsUp(node), kind+" on "+node+": a daemon is not back")
-}
-
-func (iv *invariants) daemonsUp(node string) bool {
-	c := iv.s.c
-	if node == "*" {
-		return c.running("slurmctld") && c.running("slurmdbd")
-	}
-	return c.running("slurmd-"+node) && c.running("gpusliced-"+node)
 }
 
 // quiet: no fault on node in progress, none ended within d.
