@@ -131,6 +131,9 @@ type item struct {
 	// a node list of one), so no other node writes its comment and the
 	// read-back after a write confirms it: no read Settle later.
 	alone bool
+	// finished: sent or dropped (done); a record kept in memory only is
+	// then no longer written to disk (unsaved.go). Under Recorder.mu.
+	finished bool
 }
 
 // placement is node's index in list, when list holds it and, the job's
@@ -164,6 +167,7 @@ type Recorder struct {
 		said    time.Time
 		dropped int
 	}
+	unsavedSaid time.Time // last said that a record is kept in memory only (unsaved.go)
 }
 
 // New opens the queue kept in st. Records queued before (a restart, a
@@ -290,9 +294,14 @@ func (r *Recorder) Add(rec store.AcctRecord) (Outcome, error) {
 		}
 		return Outcome{Why: fmt.Sprintf("the accounting queue is full (%d records; accounting_queue_max)", r.opt.QueueMax)}, nil
 	}
-	rec, err := r.st.AddAcct(rec)
+	saved, err := r.st.AddAcct(rec)
 	if err != nil {
-		return Outcome{}, err
+		// The state directory's filesystem full, say: the record is
+		// kept in memory and sent all the same, and written to the
+		// queue on disk once there is room (unsaved.go).
+		r.keepUnsavedLocked(rec, err)
+	} else {
+		rec = saved
 	}
 	r.items = append(r.items, r.newItem(rec, time.Now()))
 	select {
@@ -333,7 +342,13 @@ func (r *Recorder) Stats() Stats {
 
 // done removes a record from the queue: sent, or dropped for reason.
 func (r *Recorder) done(it *item, reason string) {
-	if err := r.st.DeleteAcct(it.rec.Seq); err != nil {
+	r.mu.Lock()
+	seq := it.rec.Seq // 0: never written to the disk's queue
+	it.finished = true
+	r.mu.Unlock()
+	if seq == 0 {
+		// never written to disk: nothing to remove there
+	} else if err := r.st.DeleteAcct(seq); err != nil {
 		// It stays on disk and is sent again after a restart (the
 		// comment then holds it: nothing is written twice).
 		r.log.Error("accounting: cannot remove a sent record from the queue", "job", it.rec.JobID, "err", err)

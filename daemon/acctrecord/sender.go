@@ -39,10 +39,14 @@ func (r *Recorder) Run(ctx context.Context) {
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	for {
+		unsaved := r.saveUnsaved()
 		it, due := r.next()
 		wait := time.Hour
 		if it != nil {
 			wait = time.Until(due)
+		}
+		if unsaved && wait > unsavedRetry {
+			wait = unsavedRetry
 		}
 		if wait > 0 {
 			timer.Reset(wait)

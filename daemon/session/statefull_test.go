@@ -3,43 +3,11 @@ package session
 import (
 	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
 	"testing"
 
 	"github.com/gpuslice/gpuslice/internal/api"
-	"golang.org/x/sys/unix"
+	"github.com/gpuslice/gpuslice/internal/testenv"
 )
-
-// fullStateDir mounts a small tmpfs for the fixture's files and returns
-// a function that fills it to the last byte and one that frees it again.
-func fullStateDir(t *testing.T) (dir string, fill, free func()) {
-	t.Helper()
-	if os.Getuid() != 0 {
-		t.Skip("needs root to mount a small tmpfs")
-	}
-	dir = t.TempDir()
-	if err := unix.Mount("tmpfs", dir, "tmpfs", 0, "size=4m,mode=0700"); err != nil {
-		t.Skipf("mount tmpfs: %v", err)
-	}
-	t.Cleanup(func() { _ = unix.Unmount(dir, unix.MNT_DETACH) })
-	filler := filepath.Join(dir, "filler")
-	fill = func() {
-		f, err := os.Create(filler)
-		if err != nil {
-			t.Fatal(err)
-		}
-		buf := make([]byte, 64<<10)
-		for {
-			if _, err := f.Write(buf); err != nil {
-				break
-			}
-		}
-		f.Close()
-	}
-	free = func() { _ = os.Remove(filler) }
-	return dir, fill, free
-}
 
 // The state directory's filesystem full (the soak's state-full fault):
 // the Epilog's delete still releases the session at once (its memory
@@ -49,7 +17,7 @@ func fullStateDir(t *testing.T) (dir string, fill, free func()) {
 // jobs' end for as long as the filesystem stayed full, and their figures
 // never recorded ("persist release: ... no space left on device").
 func TestReleaseWithStateFull(t *testing.T) {
-	dir, fill, free := fullStateDir(t)
+	dir, fill, free := testenv.FullDir(t, "4m")
 	f := newFixture(t, dir)
 	// Sessions enough that their reports need pages the database has
 	// not written yet: the filesystem has none to give.
