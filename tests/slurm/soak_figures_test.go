@@ -31,21 +31,22 @@ func (iv *invariants) checkAccounting() {
 	s := iv.s
 	held := iv.heldSessions()
 	since := s.start.Add(-time.Minute).Format("2006-01-02T15:04:05")
-	var missing []string
-	var expected, none int
+	var missing, none []string
+	var expected int
 	_ = waitFor(figuresBound+time.Minute, func() error {
 		out, err := s.c.cmd(nil, "sacct", "-a", "-X", "-n", "-P", "-S", since, "-o", "JobIDRaw,State,NodeList,Start,AdminComment").Output()
 		if err != nil {
 			return err
 		}
-		missing, expected, none = nil, 0, 0
+		missing, expected, none = nil, 0, nil
 		for _, l := range strings.Split(strings.TrimSpace(string(out)), "\n") {
 			f := strings.SplitN(l, "|", 5)
 			if len(f) != 5 || f[3] == "Unknown" || f[3] == "None" || f[2] == "None assigned" || f[2] == "" {
 				continue
 			}
 			if len(held[f[0]]) == 0 {
-				none++ // no node made its session: nothing to report
+				// no node made its session: nothing to report
+				none = append(none, f[0]+" "+f[1]+" on "+f[2])
 				continue
 			}
 			expected++
@@ -58,8 +59,9 @@ func (iv *invariants) checkAccounting() {
 		}
 		return nil
 	})
-	if none > 0 {
-		iv.note("figures-in-accounting", fmt.Sprintf("%d jobs started without a session on any node (none to report)", none))
+	if len(none) > 0 {
+		iv.note("figures-in-accounting", fmt.Sprintf("%d jobs started without a session on any node (none to report)", len(none)))
+		s.logf("jobs started without a session on any node: %s", strings.Join(none, "; "))
 	}
 	for i := 0; i < expected; i++ {
 		bad := i < len(missing)

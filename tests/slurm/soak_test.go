@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"sync"
@@ -173,7 +174,14 @@ func TestSoak(t *testing.T) {
 		}
 	}
 	if v := s.inv.violations(); v > 0 {
-		t.Errorf("%d invariant violations (the report above; the soak's log in %s)", v, logPath)
+		// The daemons' logs go with the cluster's directory: a copy
+		// beside the soak's log tells what happened to each violation.
+		kept := logPath + ".daemons"
+		if out, err := exec.Command("cp", "-a", c.path("log"), kept).CombinedOutput(); err != nil {
+			t.Logf("keeping the daemons' logs: %v: %s", err, out)
+			kept = "(not kept)"
+		}
+		t.Errorf("%d invariant violations (the report above; the soak's log in %s, the daemons' in %s)", v, logPath, kept)
 	}
 }
 
