@@ -79,15 +79,24 @@ func (c *cluster) startAccounting() error {
 		return err
 	}
 	sock := filepath.Join(a.dbDir, "mysqld.sock")
+	// Its temporary tables in a directory of its own, not this machine's
+	// /tmp, which the other lanes' MariaDB and everything else share: a
+	// lane's mariadb-install-db failed with "Error on delete of
+	// '/tmp/#sql-temptable-2000-1-20.MAI' (Errcode: 2)" while two other
+	// lanes started theirs.
+	tmp := filepath.Join(a.dbDir, "tmp")
+	if err := os.MkdirAll(tmp, 0o700); err != nil {
+		return err
+	}
 	inst := exec.Command("mariadb-install-db", "--no-defaults", "--datadir="+filepath.Join(a.dbDir, "data"),
-		"--user=root", "--auth-root-authentication-method=socket", "--skip-test-db",
+		"--tmpdir="+tmp, "--user=root", "--auth-root-authentication-method=socket", "--skip-test-db",
 		// The grants name addresses; no look-up of this machine's name
 		// (which the Debian 13 root's /etc/hosts does not know).
 		"--skip-name-resolve")
 	if out, err := inst.CombinedOutput(); err != nil {
 		return fmt.Errorf("mariadb-install-db: %v\n%s", err, out)
 	}
-	db := exec.Command("mariadbd", "--no-defaults", "--datadir="+filepath.Join(a.dbDir, "data"),
+	db := exec.Command("mariadbd", "--no-defaults", "--datadir="+filepath.Join(a.dbDir, "data"), "--tmpdir="+tmp,
 		"--socket="+sock, "--port="+fmt.Sprint(a.dbPort), "--bind-address=127.0.0.1",
 		"--pid-file="+filepath.Join(a.dbDir, "mysqld.pid"), "--user=root", "--skip-log-bin",
 		"--innodb-buffer-pool-size=32M", "--skip-name-resolve", "--log-error="+c.path("log", "mariadb.log"))
