@@ -346,12 +346,12 @@ func (r *Recorder) done(it *item, reason string) {
 	seq := it.rec.Seq // 0: never written to the disk's queue
 	it.finished = true
 	r.mu.Unlock()
-	if seq == 0 {
-		// never written to disk: nothing to remove there
-	} else if err := r.st.DeleteAcct(seq); err != nil {
-		// It stays on disk and is sent again after a restart (the
-		// comment then holds it: nothing is written twice).
-		r.log.Error("accounting: cannot remove a sent record from the queue", "job", it.rec.JobID, "err", err)
+	if seq != 0 {
+		if err := r.st.DeleteAcct(seq); err != nil {
+			// It stays on disk and is sent again after a restart (the
+			// comment then holds it: nothing is written twice).
+			r.log.Error("accounting: cannot remove a sent record from the queue", "job", it.rec.JobID, "err", err)
+		}
 	}
 	r.mu.Lock()
 	for i, x := range r.items {
