@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"time"
 
@@ -79,20 +80,26 @@ func noAccounting(out []byte) bool {
 // writing `where jobid=ID` replaced every task's. So the row whose
 // JobIDRaw is this job's is the one read, and its JobID (110_3, 120+1)
 // names it to sacctmgr.
+//
+// That name must pick this job alone, and while slurmdbd catches up with
+// an array it may not: in CI's TestSeff the array's last task (raw id
+// 155) was written while its tasks 155_1 and 155_2 already had rows, and
+// both got its figures (then took them for their own). slurmdbd shows the
+// array's own row by the bare id for a moment (155, which picks every
+// task), and its start update for each task split off (job_array_split
+// gives that task the array's db_index) can name it by that task (155_1,
+// which picks that task too). A name that picks another job too is
+// errNotYet (alone): slurmdbd soon names the job by its own task.
 func (s Slurm) comment(ctx context.Context, id string) (comment, name, nodes string, err error) {
-	out, err := s.run(ctx, s.Sacct, "-X", "-n", "-P", "-j", id, "-o", "JobIDRaw,JobID,NodeList,AdminComment")
-	if err != nil && noAccounting(out) {
-		return "", "", "", errNoAccounting
-	}
+	rows, err := s.rows(ctx, id, "JobIDRaw,JobID,NodeList,AdminComment")
 	if err != nil {
-		return "", "", "", fmt.Errorf("sacct: %w: %s", err, strings.TrimSpace(string(out)))
+		return "", "", "", err
 	}
 	found := false
-	for _, l := range strings.Split(strings.TrimRight(string(out), "\n"), "\n") {
-		f := strings.SplitN(l, "|", 4) // the comment last: it may hold a site's "|"
-		if len(f) == 4 && strings.TrimSpace(f[0]) == id {
+	for _, f := range rows {
+		if len(f) == 4 && f[0] == id {
 			// the latest run of this job id comes last
-			name, nodes, comment, found = strings.TrimSpace(f[1]), strings.TrimSpace(f[2]), strings.TrimSpace(f[3]), true
+			name, nodes, comment, found = f[1], f[2], f[3], true
 		}
 	}
 	if !found {
@@ -101,7 +108,76 @@ func (s Slurm) comment(ctx context.Context, id string) (comment, name, nodes str
 	if name == "" {
 		name = id
 	}
+	if err := s.alone(ctx, id, name, rows); err != nil {
+		return "", "", "", err
+	}
 	return comment, name, nodes, nil
+}
+
+// rows runs sacct -X for job (an id or a name) with the fields fields
+// (the AdminComment last: it may hold a site's "|"), one slice per line.
+func (s Slurm) rows(ctx context.Context, job, fields string) ([][]string, error) {
+	out, err := s.run(ctx, s.Sacct, "-X", "-n", "-P", "-j", job, "-o", fields)
+	if err != nil && noAccounting(out) {
+		return nil, errNoAccounting
+	}
+	if err != nil {
+		return nil, fmt.Errorf("sacct: %w: %s", err, strings.TrimSpace(string(out)))
+	}
+	n := strings.Count(fields, ",") + 1
+	var rows [][]string
+	for _, l := range strings.Split(strings.TrimRight(string(out), "\n"), "\n") {
+		if l == "" {
+			continue
+		}
+		f := strings.SplitN(l, "|", n)
+		for i := range f {
+			f[i] = strings.TrimSpace(f[i])
+		}
+		rows = append(rows, f)
+	}
+	return rows, nil
+}
+
+// alone returns errNotYet when name, which sacct gives job id (its raw
+// id), would pick another job too in sacctmgr: rows are sacct's lines
+// for id (JobIDRaw first, JobID second). A bare id picks every line of
+// id's (an array's tasks, a heterogeneous job's components); a task's or
+// component's name (A_T, H+C) picks the lines of that name, which id's
+// lines hold when id is A or H, and one more sacct finds otherwise.
+func (s Slurm) alone(ctx context.Context, id, name string, rows [][]string) error {
+	var others []string
+	other := func(raw string) {
+		if raw != id && !slices.Contains(others, raw) {
+			others = append(others, raw)
+		}
+	}
+	base, _, sub := strings.Cut(strings.Replace(name, "+", "_", 1), "_")
+	switch {
+	case !sub && name == id:
+		for _, f := range rows {
+			other(f[0])
+		}
+	case base == id:
+		for _, f := range rows {
+			if len(f) > 1 && f[1] == name {
+				other(f[0])
+			}
+		}
+	default:
+		named, err := s.rows(ctx, name, "JobIDRaw")
+		if err != nil {
+			return err
+		}
+		for _, f := range named {
+			other(f[0])
+		}
+	}
+	if len(others) > 0 {
+		return fmt.Errorf("%w as a job of its own (sacct names it %s, which also picks job %s)", errNotYet, name,
+			strings.Join(others, ","))
+	}
+	return nil
 }
 
 // place puts a record not yet placed at its node's index in the job's
