@@ -10,6 +10,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"strings"
 
 	"github.com/gpuslice/gpuslice/daemon/session"
 	"github.com/gpuslice/gpuslice/internal/api"
@@ -118,7 +119,16 @@ func (h *handler) create(w http.ResponseWriter, r *http.Request) {
 		s, created, err = h.m.Create(req)
 	}
 	if err != nil {
-		if !errors.Is(err, api.ErrBadRequest) {
+		var refusal *session.Refusal
+		switch {
+		case errors.As(err, &refusal):
+			// who holds the room, for the administrator only
+			args := []any{"session", req.ID, "err", err}
+			for _, i := range refusal.GPUs {
+				args = append(args, fmt.Sprintf("gpu%d_held_by", i), strings.Join(h.m.Holders(i, 8), "; "))
+			}
+			h.log.Info("create refused", args...)
+		case !errors.Is(err, api.ErrBadRequest):
 			h.log.Info("create refused", "session", req.ID, "err", err)
 		}
 		writeErr(w, err)

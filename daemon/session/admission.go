@@ -6,6 +6,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/gpuslice/gpuslice/daemon/store"
 	"github.com/gpuslice/gpuslice/internal/api"
@@ -74,6 +75,7 @@ func (m *Manager) limitsFromRequest(req api.SessionRequest) (map[string]uint64, 
 func (m *Manager) admit(want map[string]uint64, except string) error {
 	committed, count := m.committedLocked(except)
 	var msgs []string
+	var refused []int
 	for uuid, v := range want {
 		i, ok := m.byUUID[uuid]
 		if !ok {
@@ -86,6 +88,7 @@ func (m *Manager) admit(want map[string]uint64, except string) error {
 			free = capacity - committed[i]
 		}
 		if v > free {
+			refused = append(refused, i)
 			msgs = append(msgs, fmt.Sprintf("GPU %d (%s): asked %s, %s free (%s capacity x overcommit %g, %s committed to %d other sessions)",
 				i, uuid, size.Format(v), size.Format(free), size.Format(g.Physical), m.opt.Overcommit,
 				size.Format(committed[i]), count[i]))
@@ -93,12 +96,66 @@ func (m *Manager) admit(want map[string]uint64, except string) error {
 	}
 	if len(msgs) > 0 {
 		sort.Strings(msgs)
+		sort.Ints(refused)
 		if m.ev.AdmissionRefuse != nil {
 			m.ev.AdmissionRefuse()
 		}
-		return fmt.Errorf("%w: %s", api.ErrQuotaExceeded, strings.Join(msgs, "; "))
+		return &Refusal{GPUs: refused, msg: fmt.Sprintf("%v: %s", api.ErrQuotaExceeded, strings.Join(msgs, "; "))}
 	}
 	return nil
+}
+
+// Refusal is a session refused for want of room on GPUs (inventory
+// indices): api.ErrQuotaExceeded.
+type Refusal struct {
+	GPUs []int
+	msg  string
+}
+
+func (r *Refusal) Error() string { return r.msg }
+func (r *Refusal) Unwrap() error { return api.ErrQuotaExceeded }
+
+// Holders names the sessions that hold the most of GPU i's room, largest
+// first, at most max: the administrator's answer to a refusal (which jobs
+// hold the memory, since when, and whether they ended and wait for their
+// processes), for the log; the job refused is told the totals only.
+func (m *Manager) Holders(i, max int) []string {
+	if i < 0 || i >= len(m.gpus) {
+		return nil
+	}
+	uuid := m.gpus[i].UUID
+	type holder struct {
+		s     *Session
+		bytes uint64
+	}
+	var hs []holder
+	m.mu.RLock()
+	for _, s := range m.sessions {
+		if v := s.rec.Limits[uuid]; v > 0 {
+			hs = append(hs, holder{s, v})
+		}
+	}
+	m.mu.RUnlock()
+	sort.Slice(hs, func(a, b int) bool {
+		if hs[a].bytes != hs[b].bytes {
+			return hs[a].bytes > hs[b].bytes
+		}
+		return hs[a].s.rec.ID < hs[b].s.rec.ID
+	})
+	var out []string
+	for _, h := range hs[:min(len(hs), max)] {
+		h.s.mu.Lock()
+		line := fmt.Sprintf("%s %s since %s", h.s.rec.ID, size.Format(h.bytes), h.s.rec.Created.UTC().Format(time.RFC3339))
+		if h.s.deleting {
+			line += " (released, waiting for its processes to end)"
+		}
+		h.s.mu.Unlock()
+		out = append(out, line)
+	}
+	if len(hs) > max {
+		out = append(out, fmt.Sprintf("and %d more", len(hs)-max))
+	}
+	return out
 }
 
 // committedLocked returns each GPU's committed bytes and session count,
