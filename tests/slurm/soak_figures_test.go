@@ -60,8 +60,9 @@ func (iv *invariants) checkAccounting() {
 		return nil
 	})
 	if len(none) > 0 {
-		iv.note("figures-in-accounting", fmt.Sprintf("%d jobs started without a session on any node (none to report)", len(none)))
-		s.logf("jobs started without a session on any node: %s", strings.Join(none, "; "))
+		note, lines := explainNoSession(none, iv.refusals(), iv.jobEnds(since))
+		iv.note("figures-in-accounting", note)
+		s.logf("jobs started without a session on any node:\n  %s", strings.Join(lines, "\n  "))
 	}
 	for i := 0; i < expected; i++ {
 		bad := i < len(missing)
