@@ -266,17 +266,33 @@ func (n *node) cgroupOf(pid int) (string, error) {
 // scontrol does not show it).
 func (c *cluster) jobCgroupName(t *testing.T, id string) string {
 	t.Helper()
-	if !slurm.sluidCgroups {
-		return "job_" + id
+	name, err := c.jobCgroupNameNow(t, id)
+	if err != nil {
+		t.Fatal(err)
 	}
-	env := c.prologEnv(t, id, c.jobNodes(t, id)[0])
-	for _, l := range strings.Split(env, "\n") {
+	return name
+}
+
+// jobCgroupNameNow is jobCgroupName, or an error while the job's Prolog
+// has not yet written its environment: a job shows as running in squeue
+// before its Prolog is done (on 26.05, TestDriverMemoryLimit read the
+// file too soon, failed, and its srun, killed with the test, left the
+// job's allocation running on the node for the rest of the suite).
+func (c *cluster) jobCgroupNameNow(t *testing.T, id string) (string, error) {
+	t.Helper()
+	if !slurm.sluidCgroups {
+		return "job_" + id, nil
+	}
+	b, err := os.ReadFile(c.path("log", "prolog-"+id+"-"+c.jobNodes(t, id)[0].Name+".env"))
+	if err != nil {
+		return "", fmt.Errorf("job %s's Prolog has not written its environment yet: %w", id, err)
+	}
+	for _, l := range strings.Split(string(b), "\n") {
 		if v, ok := strings.CutPrefix(l, "SLURM_JOB_SLUID="); ok && v != "" {
-			return v
+			return v, nil
 		}
 	}
-	t.Fatalf("job %s: no SLURM_JOB_SLUID in its Prolog's environment:\n%s", id, env)
-	return ""
+	return "", fmt.Errorf("job %s: no SLURM_JOB_SLUID in its Prolog's environment:\n%s", id, b)
 }
 
 // slurmCgroupRoot is where node n's slurmd makes its jobs' cgroups, as the

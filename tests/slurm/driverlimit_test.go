@@ -82,7 +82,11 @@ func TestDriverMemoryLimit(t *testing.T) {
 		if n == nil || !n.DriverLimits {
 			return fmt.Errorf("job %s runs on %s, not on a node with the feature", id, f[1])
 		}
-		held = n.limitsOf(t, filepath.Join(n.slurmCgroupRoot(), c.jobCgroupName(t, id)))
+		name, err := c.jobCgroupNameNow(t, id)
+		if err != nil {
+			return err
+		}
+		held = n.limitsOf(t, filepath.Join(n.slurmCgroupRoot(), name))
 		if !strings.Contains(held, fmt.Sprintf("hard=%d used=%d", 2*GiB, 2*GiB)) {
 			return fmt.Errorf("job %s's cgroup limits: %s", id, held)
 		}
