@@ -38,7 +38,7 @@ func (e soakEvent) String() string {
 // The kinds, in the order the schedule cycles through them (each cycle
 // shuffled), so that a run of a few minutes meets every one.
 var (
-	honestKinds = []string{"share", "share", "share", "array", "multinode", "whole", "compute", "interactive", "steps"}
+	honestKinds = []string{"share", "share", "share", "array", "multinode", "whole", "compute", "interactive", "steps", "apptainer"}
 	attackKinds = []string{"nopreload", "paced-bypass", "short-flood", "fork-storm", "burst"}
 	faultKinds  = []string{"gpusliced-kill", "slurmd-restart", "slurmctld-restart", "slurmdbd-stop", "job-kill", "state-full", "node-reboot"}
 )

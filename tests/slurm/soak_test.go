@@ -77,6 +77,8 @@ type soak struct {
 	busy     map[string]time.Time
 	inv      *invariants
 	wg       sync.WaitGroup
+	app      *slurmApptainer // nil: no Apptainer here (appWhy)
+	appWhy   string
 }
 
 // soakJob is a job the soak submitted.
@@ -113,6 +115,7 @@ func TestSoak(t *testing.T) {
 	if s.helper, err = s.copyHelper(); err != nil {
 		t.Fatal(err)
 	}
+	s.app, s.appWhy = soakApptainer(t, c)
 	logPath := c.path("log", "soak.log")
 	if p := os.Getenv("GPUSLICE_SOAK_REPORT"); p != "" {
 		logPath = p + ".log"

@@ -11,8 +11,10 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"testing"
 	"time"
 
+	"github.com/gpuslice/gpuslice/internal/debroot"
 	"github.com/gpuslice/gpuslice/internal/ipc"
 )
 
@@ -128,6 +130,18 @@ func (s *soak) submitHonest(e soakEvent) {
 			fmt.Fprintf(&b, "srun %s\n", s.holdCmd(step, 1, 1+e.Secs/e.N))
 		}
 		s.sbatch(u, e.What, b.String(), q)
+	case "apptainer":
+		// a program of a Debian 11 image run with apptainer exec in the
+		// job, as apptainer_test.go runs it (the node's apptainer.conf
+		// with gpuslice's snippet), holding half the quota
+		if s.app == nil {
+			s.logf("apptainer job of %s run as a share: %s", u.name, s.appWhy)
+			s.sbatch(u, "share", "#!/bin/sh\nexec "+hold+"\n", q)
+			return
+		}
+		argv := s.app.srun(s.c, s.app.conf, nil, nil, "/usr/local/bin/gs_probe", "dev:0", "meminfo",
+			fmt.Sprintf("alloc:%dM", e.MiB/2), fmt.Sprintf("sleep:%d", e.Secs*1000))
+		s.sbatch(u, e.What, "#!/bin/sh\nexec srun "+shellJoin(argv)+"\n", q)
 	case "interactive":
 		// srun from the submit host, as a user at a terminal: the soak
 		// learns the job's id from the task's SLURM_JOB_ID.
@@ -151,6 +165,29 @@ func (s *soak) submitHonest(e soakEvent) {
 		s.addJob(id, e.What, u.name, false)
 		s.logf("job %s: interactive srun of %s ended: exit %d", id, u.name, r.code)
 	}
+}
+
+// shellJoin quotes each word for sh.
+func shellJoin(words []string) string {
+	q := make([]string, len(words))
+	for i, w := range words {
+		q[i] = "'" + strings.ReplaceAll(w, "'", `'\''`) + "'"
+	}
+	return strings.Join(q, " ")
+}
+
+// soakApptainer readies the nodes for the soak's Apptainer jobs
+// (apptainerSetup), or says why there are none: the run in the Debian 13
+// root, or an Apptainer the build could not make. Those jobs then run as
+// plain shares.
+func soakApptainer(t *testing.T, c *cluster) (*slurmApptainer, string) {
+	if debroot.Inside() {
+		return nil, "Apptainer runs on this machine's nodes, not in the Debian 13 root's"
+	}
+	if b, err := os.ReadFile(filepath.Join(c.build, "containers", "apptainer", "UNAVAILABLE")); err == nil {
+		return nil, "apptainer was not built: " + strings.TrimSpace(string(b))
+	}
+	return apptainerSetup(t, c), ""
 }
 
 // attack runs one of the hostile user's attacks.
