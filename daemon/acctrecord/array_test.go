@@ -68,15 +68,23 @@ func (d *arraydb) writes() []string {
 	return strings.Fields(string(b))
 }
 
-func arrayRecorder(t *testing.T, s Slurm, c *counts) *Recorder {
+// lagging starts a recorder beside an arraydb of rows and comments, gives
+// it job's record (peak MiB on tn1) and lets it try for half a second
+// while slurmdbd lags.
+func lagging(t *testing.T, rows string, comments map[string]string, job string, peak uint64) (*arraydb, *counts) {
 	t.Helper()
+	db, s := newArraydb(t, rows, comments)
+	c := &counts{}
 	st := openStore(t, filepath.Join(t.TempDir(), "db"))
 	t.Cleanup(func() { st.Close() })
 	r, err := New(st, fast(s, c))
 	if err != nil {
 		t.Fatal(err)
 	}
-	return r
+	r.Add(record(job, "tn1", "tn1", peak))
+	run(t, r)
+	time.Sleep(500 * time.Millisecond) // several tries
+	return db, c
 }
 
 // An array of three tasks (raw ids 156, 157 and the array's own 155)
@@ -87,12 +95,7 @@ func arrayRecorder(t *testing.T, s Slurm, c *counts) *Recorder {
 // written by the name 155_1 they went to task 155_1 too, as in CI's
 // TestSeff (task 155_1 with task 155_3's peak).
 func TestArrayTaskWaitsForItsOwnName(t *testing.T) {
-	db, s := newArraydb(t, "1|155|155_1|COMPLETED|tn1\n2|156|155_1|COMPLETED|tn1\n3|157|155_2|COMPLETED|tn1", nil)
-	var c counts
-	r := arrayRecorder(t, s, &c)
-	r.Add(record("155", "tn1", "tn1", 1536))
-	run(t, r)
-	time.Sleep(500 * time.Millisecond) // several tries while slurmdbd lags
+	db, c := lagging(t, "1|155|155_1|COMPLETED|tn1\n2|156|155_1|COMPLETED|tn1\n3|157|155_2|COMPLETED|tn1", nil, "155", 1536)
 	if w := db.writes(); len(w) != 0 || c.sent.Load() != 0 {
 		t.Fatalf("written as %v (%d sent) while its name picked task 155_1 too", w, c.sent.Load())
 	}
@@ -115,12 +118,7 @@ func TestArrayTaskWaitsForItsOwnName(t *testing.T) {
 // comment, so its figures wait until slurmdbd names it 155_3.
 func TestArrayTaskWrittenByItsOwnName(t *testing.T) {
 	task1 := "gpuslice:v2;quota_mib=4096;nodes=1;reported=0;peak_mib=512;peak_on=tn1/gpu-tn1;denied=0"
-	db, s := newArraydb(t, "1|156|155_1|COMPLETED|tn1\n3|155|155|COMPLETED|tn1", map[string]string{"1": task1})
-	var c counts
-	r := arrayRecorder(t, s, &c)
-	r.Add(record("155", "tn1", "tn1", 1536))
-	run(t, r)
-	time.Sleep(500 * time.Millisecond)
+	db, c := lagging(t, "1|156|155_1|COMPLETED|tn1\n3|155|155|COMPLETED|tn1", map[string]string{"1": task1}, "155", 1536)
 	if w := db.writes(); len(w) != 0 || c.sent.Load() != 0 {
 		t.Fatalf("written as %v (%d sent) while its name picked every task", w, c.sent.Load())
 	}
@@ -134,12 +132,7 @@ func TestArrayTaskWrittenByItsOwnName(t *testing.T) {
 // A task split off the array (raw 156) is named 155_1; one more sacct
 // finds that no other job answers to that name before it is written.
 func TestArrayTaskNameCheckedAlone(t *testing.T) {
-	db, s := newArraydb(t, "1|156|155_1|COMPLETED|tn1\n2|155|155_1|COMPLETED|tn1", nil)
-	var c counts
-	r := arrayRecorder(t, s, &c)
-	r.Add(record("156", "tn1", "tn1", 512))
-	run(t, r)
-	time.Sleep(500 * time.Millisecond)
+	db, c := lagging(t, "1|156|155_1|COMPLETED|tn1\n2|155|155_1|COMPLETED|tn1", nil, "156", 512)
 	if w := db.writes(); len(w) != 0 {
 		t.Fatalf("written as %v while 155 answered to 155_1 too", w)
 	}
