@@ -283,7 +283,7 @@ func (c *cluster) jobCgroupNameNow(t *testing.T, id string) (string, error) {
 	if !slurm.sluidCgroups {
 		return "job_" + id, nil
 	}
-	b, err := os.ReadFile(c.path("log", "prolog-"+id+"-"+c.jobNodes(t, id)[0].Name+".env"))
+	b, err := os.ReadFile(c.prologEnvPath(id, c.jobNodes(t, id)[0]))
 	if err != nil {
 		return "", fmt.Errorf("job %s's Prolog has not written its environment yet: %w", id, err)
 	}

@@ -362,7 +362,7 @@ func startCluster(c *cluster, opts ClusterOptions) error {
 	if err := c.startAccounting(); err != nil {
 		return err
 	}
-	if err := c.start("slurmctld", exec.Command("slurmctld", "-D", "-i", "-f", c.conf)); err != nil {
+	if err := c.startSlurmctld(); err != nil {
 		return err
 	}
 	for _, n := range c.nodes {
@@ -460,6 +460,12 @@ func (n *node) startMunge() error {
 		return err
 	}
 	return waitSocket(filepath.Join(n.mungeDir(), "munge.sock"))
+}
+
+// startSlurmctld starts the cluster's slurmctld, recovering its state
+// (the first start, and each restart: a test's or the soak's).
+func (c *cluster) startSlurmctld() error {
+	return c.start("slurmctld", exec.Command("slurmctld", "-D", "-i", "-f", c.conf))
 }
 
 // restartGpusliced (re)starts the node's gpusliced on the same directories.

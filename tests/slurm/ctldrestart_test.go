@@ -20,7 +20,6 @@ package slurm
 import (
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -54,7 +53,7 @@ func TestSlurmctldRestartForgetsShards(t *testing.T) {
 	before := used()
 
 	c.killOnly("slurmctld", syscall.SIGTERM, 30*time.Second)
-	if err := c.start("slurmctld", exec.Command("slurmctld", "-D", "-i", "-f", c.conf)); err != nil {
+	if err := c.startSlurmctld(); err != nil {
 		t.Fatal(err)
 	}
 	if err := waitFor(30*time.Second, func() error {

@@ -570,5 +570,10 @@ func (n *node) history(t *testing.T, id string) *client.Report {
 // prologEnv is the environment the Prolog of job id got on node n.
 func (c *cluster) prologEnv(t *testing.T, id string, n *node) string {
 	t.Helper()
-	return readFile(t, c.path("log", "prolog-"+id+"-"+n.Name+".env"))
+	return readFile(t, c.prologEnvPath(id, n))
+}
+
+// prologEnvPath is where the cluster's Prolog wrapper writes it.
+func (c *cluster) prologEnvPath(id string, n *node) string {
+	return c.path("log", "prolog-"+id+"-"+n.Name+".env")
 }

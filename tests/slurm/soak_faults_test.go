@@ -11,7 +11,6 @@ import (
 	"bytes"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -39,7 +38,7 @@ func (s *soak) fault(e soakEvent) {
 	case "slurmctld-restart":
 		c.killOnly("slurmctld", syscall.SIGTERM, 30*time.Second)
 		time.Sleep(down)
-		err = c.start("slurmctld", exec.Command("slurmctld", "-D", "-i", "-f", c.conf))
+		err = c.startSlurmctld()
 	case "slurmdbd-stop":
 		c.kill("slurmdbd", syscall.SIGTERM, 10*time.Second)
 		time.Sleep(down)

@@ -33,15 +33,23 @@ func (iv *invariants) checkAccounting() {
 	since := s.start.Add(-time.Minute).Format("2006-01-02T15:04:05")
 	var missing, none []string
 	var expected int
+	ends := map[string]time.Time{} // JobIDRaw -> its End, for explainNoSession
 	_ = waitFor(figuresBound+time.Minute, func() error {
-		out, err := s.c.cmd(nil, "sacct", "-a", "-X", "-n", "-P", "-S", since, "-o", "JobIDRaw,State,NodeList,Start,AdminComment").Output()
+		out, err := s.c.cmd(nil, "sacct", "-a", "-X", "-n", "-P", "-S", since, "-o", "JobIDRaw,State,NodeList,Start,End,AdminComment").Output()
 		if err != nil {
 			return err
 		}
 		missing, expected, none = nil, 0, nil
 		for _, l := range strings.Split(strings.TrimSpace(string(out)), "\n") {
-			f := strings.SplitN(l, "|", 5)
-			if len(f) != 5 || f[3] == "Unknown" || f[3] == "None" || f[2] == "None assigned" || f[2] == "" {
+			f := strings.SplitN(l, "|", 6)
+			if len(f) != 6 {
+				continue
+			}
+			if end, err := time.ParseInLocation("2006-01-02T15:04:05", f[4], time.Local); err == nil {
+				ends[f[0]] = end
+			}
+			f = append(f[:4], f[5]) // JobIDRaw, State, NodeList, Start, AdminComment
+			if f[3] == "Unknown" || f[3] == "None" || f[2] == "None assigned" || f[2] == "" {
 				continue
 			}
 			if len(held[f[0]]) == 0 {
@@ -60,7 +68,7 @@ func (iv *invariants) checkAccounting() {
 		return nil
 	})
 	if len(none) > 0 {
-		note, lines := explainNoSession(none, iv.refusals(), iv.jobEnds(since))
+		note, lines := explainNoSession(none, iv.refusals(), ends)
 		iv.note("figures-in-accounting", note)
 		s.logf("jobs started without a session on any node:\n  %s", strings.Join(lines, "\n  "))
 	}

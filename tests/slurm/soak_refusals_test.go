@@ -83,8 +83,8 @@ func parseRefusals(node string, f *os.File) []refusal {
 // explainNoSession says why each job that started without a session had
 // none (none: "JOBID STATE on NODES"), from the nodes' refusals and
 // Slurm's end times of the sessions that held the room (ends: job id ->
-// its end in sacct). It returns the note's counts and, for the log, one
-// line per job.
+// its end in sacct, as checkAccounting reads it). It returns the note's
+// counts and, for the log, one line per job.
 func explainNoSession(none []string, refused map[string][]refusal, ends map[string]time.Time) (string, []string) {
 	var nRefused, nStale, nUnexplained int
 	var lines []string
@@ -121,20 +121,4 @@ func explainNoSession(none []string, refused map[string][]refusal, ends map[stri
 		"(%d of them while a session whose job Slurm had ended held room), %d with no refusal logged",
 		len(none), nRefused, nStale, nUnexplained)
 	return note, lines
-}
-
-// jobEnds is each job's end as sacct has it (JobIDRaw -> End).
-func (iv *invariants) jobEnds(since string) map[string]time.Time {
-	ends := map[string]time.Time{}
-	out, err := iv.s.c.cmd(nil, "sacct", "-a", "-X", "-n", "-P", "-S", since, "-o", "JobIDRaw,End").Output()
-	if err != nil {
-		return ends
-	}
-	for _, l := range strings.Split(strings.TrimSpace(string(out)), "\n") {
-		id, end, ok := strings.Cut(l, "|")
-		if t, err := time.ParseInLocation("2006-01-02T15:04:05", end, time.Local); ok && err == nil {
-			ends[id] = t
-		}
-	}
-	return ends
 }

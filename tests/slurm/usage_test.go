@@ -15,7 +15,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"strconv"
 	"strings"
 	"syscall"
@@ -50,7 +49,7 @@ func (c *cluster) setAccountingStorageEnforce(v string) error {
 	}
 	c.opts.AccountingStorageEnforce = v
 	c.kill("slurmctld", syscall.SIGTERM, 30*time.Second)
-	if err := c.start("slurmctld", exec.Command("slurmctld", "-D", "-i", "-f", c.conf)); err != nil {
+	if err := c.startSlurmctld(); err != nil {
 		return err
 	}
 	if err := c.waitNodeState("idle", 90*time.Second); err != nil {
