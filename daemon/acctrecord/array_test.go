@@ -142,3 +142,29 @@ func TestArrayTaskNameCheckedAlone(t *testing.T) {
 		t.Errorf("155_2: %q, 155_1: %q", db.comment("2"), db.comment("1"))
 	}
 }
+
+// The array's last task ends while slurmdbd still shows its row pending
+// (the row of the array's submission): its figures wait until the row
+// shows it ended, then go to it alone.
+func TestArrayTaskWaitsForItsEnd(t *testing.T) {
+	db, c := lagging(t, "1|155|155|PENDING|None assigned", nil, "155", 1536)
+	if w := db.writes(); len(w) != 0 || c.sent.Load() != 0 {
+		t.Fatalf("written as %v (%d sent) while slurmdbd showed the job pending", w, c.sent.Load())
+	}
+	db.setRows("1|155|155_3|COMPLETED|tn1\n2|156|155_1|COMPLETED|tn1\n3|157|155_2|COMPLETED|tn1")
+	waitUntil(t, "task 3's figures recorded", func() bool { return c.sent.Load() == 1 })
+	if w := db.writes(); strings.Join(w, " ") != "155_3" || db.comment("2") != "" || db.comment("3") != "" {
+		t.Errorf("sacctmgr ran for %v; 155_1 %q, 155_2 %q", w, db.comment("2"), db.comment("3"))
+	}
+}
+
+// sacct's States a job's run ends in, and those it does not.
+func TestEnded(t *testing.T) {
+	for state, want := range map[string]bool{"COMPLETED": true, "FAILED": true, "CANCELLED by 0": true, "TIMEOUT": true,
+		"NODE_FAIL": true, "OUT_OF_MEMORY": true, "REQUEUED": true, "PREEMPTED": true, "BOOT_FAIL": true, "DEADLINE": true,
+		"PENDING": false, "RUNNING": false, "SUSPENDED": false, "REQUEUE_HOLD": false, "": false} {
+		if ended(state) != want {
+			t.Errorf("ended(%q) = %v", state, !want)
+		}
+	}
+}

@@ -36,7 +36,7 @@ d=` + d.dir + `
 echo >> $d/reads
 case " $* " in *" -j ` + job + ` "*) ;; *) exit 0;; esac
 [ -e $d/known ] || exit 0
-echo "` + job + `|` + job + `|$(cat $d/nodes 2>/dev/null)|$(cat $d/comment)"
+echo "` + job + `|` + job + `|COMPLETED|$(cat $d/nodes 2>/dev/null)|$(cat $d/comment)"
 `
 	sacctmgr := `#!/bin/sh
 d=` + d.dir + `
