@@ -15,14 +15,15 @@ import (
 )
 
 // fakeDBD is Slurm's accounting behind two programs with sacct's and
-// sacctmgr's command lines (one job's AdminComment in a file; slurmdbd
-// down while the file "down" exists). tests/slurm runs gpusliced against
+// sacctmgr's command lines (one ended job, JobIDRaw|JobID|State|NodeList|
+// AdminComment, its comment in a file; slurmdbd down while the file
+// "down" exists). tests/slurm runs gpusliced against
 // Slurm's own programs and a real slurmdbd.
 func fakeDBD(t *testing.T, dir, job string) (args []string, comment func() string) {
 	t.Helper()
 	os.WriteFile(filepath.Join(dir, "comment"), nil, 0o644)
 	sacct := "#!/bin/sh\nd=" + dir + "\n[ -e $d/down ] && { echo 'sacct: error: Connection refused' >&2; exit 1; }\n" +
-		"echo \"" + job + "|" + job + "||$(cat $d/comment)\"\n"
+		"echo \"" + job + "|" + job + "|COMPLETED||$(cat $d/comment)\"\n"
 	sacctmgr := "#!/bin/sh\nd=" + dir + "\n[ -e $d/down ] && { echo 'sacctmgr: error: Connection refused' >&2; exit 1; }\n" +
 		"for a; do v=$a; done\nprintf '%s' \"${v#AdminComment=}\" > $d/comment\necho ' Modified jobs...'\n"
 	os.WriteFile(filepath.Join(dir, "sacct"), []byte(sacct), 0o755)
