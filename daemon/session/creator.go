@@ -94,7 +94,10 @@ func (m *Manager) CreateFor(req api.SessionRequest, c Creator) (api.Session, boo
 	rec.CreatorPID, rec.CreatorStart = c.PID, c.Start
 	s.rec = rec // kept in memory whatever the write below does: the sweep writes it again
 	if err := m.st.PutSession(rec); err != nil {
+		s.unsaved++
 		m.opt.Log.Warn("persist the creator of a session", "session", req.ID, "err", err)
+	} else {
+		s.unsaved = 0
 	}
 	s.mu.Unlock()
 	watched = true

@@ -110,6 +110,10 @@ type Session struct {
 	deleting bool                // delete asked while processes were alive: released when they are gone
 	images   map[int]uint64      // slot -> program image of its process (reclaim.ImageToken)
 	drv      map[int]*driverAcct // slot -> driver memory charged to its process (driver.go)
+	// unsaved counts the writes of rec the database refused (its
+	// filesystem full), 0 once one went through: the sweep writes rec
+	// again (unwritten.go)
+	unsaved uint64
 
 	auditPeak   []uint64 // per ledger GPU: the most the driver reported the session holding
 	seenPeak    []uint64 // per ledger GPU: the most the daemon read in the ledger itself (figures.go)

@@ -66,13 +66,17 @@ func (m *Manager) Create(req api.SessionRequest) (api.Session, bool, error) {
 		return api.Session{}, false, fmt.Errorf("create ledger: %w", err)
 	}
 	m.leaveContextCostLocked(led, idx)
+	var unsaved uint64
 	if err := m.st.PutSession(rec); err != nil {
-		led.Remove()
-		return api.Session{}, false, fmt.Errorf("persist session: %w", err)
+		// The job starts all the same (a full filesystem is no reason
+		// to fail its Prolog and drain the node): the sweep writes the
+		// record once there is room (unwritten.go).
+		unsaved = 1
+		m.opt.Log.Warn("persist session: created all the same; written when the state directory has room", "session", rec.ID, "err", err)
 	}
 	delete(m.unwritten, rec.ID) // an older session of the id: its record is this one's now
 	led.FreezeIfIdle()          // no page of an idle session stays in the daemon
-	s := &Session{rec: rec, uid: rec.UID, led: led, gidx: idx, images: map[int]uint64{}, auditPeak: make([]uint64, len(idx)), seenPeak: make([]uint64, len(idx)), fig: newFigures(len(idx))}
+	s := &Session{rec: rec, uid: rec.UID, led: led, gidx: idx, images: map[int]uint64{}, auditPeak: make([]uint64, len(idx)), seenPeak: make([]uint64, len(idx)), fig: newFigures(len(idx)), unsaved: unsaved}
 	m.sessions[rec.ID] = s
 	if sluid != "" {
 		m.bySLUID[sluid] = rec.ID

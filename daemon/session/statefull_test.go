@@ -66,3 +66,38 @@ func TestReleaseWithStateFull(t *testing.T) {
 		t.Errorf("history after a restart: %+v, %v", got, err)
 	}
 }
+
+// A job that starts while the state directory's filesystem is full gets
+// its session all the same (the soak's state-full fault: the Prolog's
+// create failed with "persist session: ... no space left on device", and
+// Slurm drained the node); its record is written once there is room, so
+// a restart after that finds it.
+func TestCreateWithStateFull(t *testing.T) {
+	dir, fill, free := testenv.FullDir(t, "4m")
+	f := newFixture(t, dir)
+	fill()
+	const n = 300
+	for i := 0; i < n; i++ {
+		id := fmt.Sprintf("job-%d", i)
+		if _, _, err := f.m.Create(api.SessionRequest{ID: id, QuotaBytes: 1 << 20}); err != nil {
+			t.Fatalf("create of %s (%d of %d) with the state filesystem full: %v", id, i+1, n, err)
+		}
+		if _, err := f.m.Get(id); err != nil {
+			t.Fatalf("session %s after its create: %v", id, err)
+		}
+	}
+	f.m.Sweep() // still full: nothing written, nothing lost
+	if l := f.m.List(); len(l) != n {
+		t.Fatalf("%d sessions live after a sweep with the filesystem full, want %d", len(l), n)
+	}
+	free()
+	f.m.Sweep()
+	f.close()
+	f2 := newFixture(t, dir)
+	if err := f2.m.Restore(); err != nil {
+		t.Fatal(err)
+	}
+	if l := f2.m.List(); len(l) != n {
+		t.Errorf("%d of the %d sessions created while the filesystem was full came back after a restart", len(l), n)
+	}
+}

@@ -21,6 +21,11 @@ func (m *Manager) Sweep() {
 	now := m.opt.Now()
 	var expired, deleted []string
 	var dirty []store.Record
+	type unsavedAt struct {
+		s *Session
+		n uint64
+	}
+	var unsaved []unsavedAt // of the records in dirty
 	for _, s := range ss {
 		s.mu.Lock()
 		if s.released {
@@ -57,13 +62,25 @@ func (m *Manager) Sweep() {
 				s.rec.Peak[uuid] = p
 			}
 		}
-		if changed {
+		if changed || s.unsaved > 0 {
 			dirty = append(dirty, s.rec)
+		}
+		if s.unsaved > 0 {
+			unsaved = append(unsaved, unsavedAt{s, s.unsaved})
 		}
 		s.mu.Unlock()
 	}
 	if err := m.st.PutSessions(dirty); err != nil {
 		m.opt.Log.Warn("persist peaks and expiry", "err", err)
+	} else {
+		for _, u := range unsaved {
+			u.s.mu.Lock()
+			if u.s.unsaved == u.n { // not refused again since
+				u.s.unsaved = 0
+				m.opt.Log.Info("persist session: written", "session", u.s.rec.ID)
+			}
+			u.s.mu.Unlock()
+		}
 	}
 	m.writeUnwritten()
 	for _, id := range deleted {

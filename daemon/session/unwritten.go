@@ -1,14 +1,21 @@
 package session
 
-// Releases the database could not take. A session is released when its
-// job ends whatever the state directory's filesystem says: the memory is
-// given back and the report returned (the Epilog records it in Slurm's
-// accounting) at once. When the database cannot be written (the
-// filesystem full), the report waits here and Sweep writes it, with the
-// removal of the session's record, once there is room; Close tries once
-// more. Not handled: a gpusliced killed (-9) while a report waits finds
-// the session's record at its next start and restores it, and the
-// session lives to its TTL (its Epilog has run).
+// What the database could not take. A session is created when its job
+// starts, and released when it ends, whatever the state directory's
+// filesystem says: a full filesystem fails no Prolog (Slurm would drain
+// the node) and keeps no session past its job. A record the database
+// refused is kept in memory (Session.unsaved) and Sweep writes it once
+// there is room. A release's report (the Epilog records it in Slurm's
+// accounting) is returned at once; when the database refuses it, it
+// waits here and Sweep writes it, with the removal of the session's
+// record, once there is room; Close tries once more. Not handled: a
+// gpusliced killed (-9) while a report waits finds the session's record
+// at its next start and restores it, and the session lives to its TTL
+// (its Epilog has run); one killed while a created session's record
+// waits does not find that session: its processes keep the quota their
+// ledger holds, but the GPU's memory is no longer counted for it (logged
+// at the start: "a live process maps a ledger of a session the database
+// does not list").
 
 import (
 	"github.com/gpuslice/gpuslice/internal/api"
