@@ -12,6 +12,7 @@ DEB_PKGS := gcc make libc6-dev pkg-config libslurm-dev slurmd slurmctld slurm-cl
             lua5.1 lua5.4 slurmdbd mariadb-server iproute2 tmux debootstrap ffmpeg \
             python3 python3-numpy python3-pytools python3-platformdirs valgrind \
             squashfs-tools squashfuse fuse-overlayfs fuse3 libbsd-dev makeself libseccomp-dev zstd graphviz \
+            openssh-server openssh-client libpam-slurm-adopt \
             $(SLURM_SRC_DEB_PKGS)
 
 .PHONY: deps

@@ -58,7 +58,7 @@ SLURM_NOACCOUNTING_TESTS := TestEpilogWithoutAccountingReturnsAtOnce
 # The cluster with a third node of four GPUs (tn3): a job of one whole GPU
 # beside shares of the others (tests/slurm/wholegpu_test.go); also on
 # 24.11 and 26.05 (mk/trixie.mk, mk/slurm-src.mk).
-SLURM_QUAD_TESTS := TestWholeGPUBesideShares
+SLURM_QUAD_TESTS := TestWholeGPUBesideShares|TestSshAdopt
 
 # The cluster without cgroups (proctrack/linuxproc, task/none), for sites
 # that have none: the quota, the escapes the environment allows, and the

@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"os/user"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 )
@@ -64,18 +65,11 @@ func EnsureUser(name string) (Account, error) {
 	if os.Getuid() != 0 {
 		return Account{}, fmt.Errorf("no such user and not root")
 	}
-	if err := os.MkdirAll("/run/lock", 0o755); err != nil {
-		return Account{}, err
-	}
-	f, err := os.OpenFile(usersLock, os.O_CREATE|os.O_RDWR, 0o600)
+	unlock, err := lockUsers()
 	if err != nil {
 		return Account{}, err
 	}
-	defer f.Close()
-	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
-		return Account{}, fmt.Errorf("lock %s: %w", usersLock, err)
-	}
-	defer syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
+	defer unlock()
 	if a, err := lookupAccount(name); err == nil {
 		return a, nil // another binary made it while this one waited
 	}
@@ -85,6 +79,53 @@ func EnsureUser(name string) (Account, error) {
 		return Account{}, fmt.Errorf("useradd: %v: %s", err, out)
 	}
 	return lookupAccount(name)
+}
+
+// lockUsers takes usersLock; the function it returns releases it.
+func lockUsers() (func(), error) {
+	if err := os.MkdirAll("/run/lock", 0o755); err != nil {
+		return nil, err
+	}
+	f, err := os.OpenFile(usersLock, os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("lock %s: %w", usersLock, err)
+	}
+	return func() { syscall.Flock(int(f.Fd()), syscall.LOCK_UN); f.Close() }, nil
+}
+
+// LoginShell gives the test account name the shell /bin/sh, for the tests
+// that log it in over ssh (sshd runs a command through the account's
+// shell; the accounts are made with nologin). Root only.
+func LoginShell(name string) error {
+	if _, err := EnsureUser(name); err != nil {
+		return err
+	}
+	unlock, err := lockUsers()
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	u, err := user.Lookup(name)
+	if err != nil {
+		return err
+	}
+	b, err := os.ReadFile("/etc/passwd")
+	if err != nil {
+		return err
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if f := strings.Split(l, ":"); len(f) == 7 && f[0] == u.Username && f[6] == "/bin/sh" {
+			return nil
+		}
+	}
+	if out, err := exec.Command("usermod", "--shell", "/bin/sh", name).CombinedOutput(); err != nil {
+		return fmt.Errorf("usermod --shell /bin/sh %s: %v: %s", name, err, out)
+	}
+	return nil
 }
 
 func lookupAccount(name string) (Account, error) {

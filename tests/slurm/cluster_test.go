@@ -75,6 +75,11 @@ type ClusterOptions struct {
 	// gpusliced state directory in the node's mount namespace (the soak
 	// fills it).
 	StateTmpfs string
+	// Ssh runs sshd on each node with pam_slurm_adopt in its PAM stack
+	// (sshadopt_test.go) and slurm.conf's PrologFlags=Alloc,Contain (the
+	// extern step it adopts logins into); the hostile user (gsltest3)
+	// has a key.
+	Ssh bool
 }
 
 // defaultOptions is the suite's cluster: two hosts, the first with smaller
@@ -97,6 +102,7 @@ func defaultOptions() ClusterOptions {
 	if os.Getenv("GPUSLICE_SLURM_QUAD") == "1" {
 		o.Nodes = append(o.Nodes, NodeSpec{Name: quadNode, Addr: nodeAddr(2), Devices: "4x16GiB", CPUs: 24})
 		o.Partitions = append(o.Partitions, "PartitionName=quad Nodes="+quadNode+" MaxTime=10 State=UP")
+		o.Ssh = sshWhy() == ""
 	}
 	return o
 }
@@ -212,6 +218,24 @@ func installPackages() error {
 		return fmt.Errorf("apt-get install %v: %v\n%s", missing, err, out)
 	}
 	return nil
+}
+
+// addUser makes a third user (the hostile one) known to the cluster, with a directory
+// of its own.
+func (c *cluster) addUser(name string) (*testUser, error) {
+	u, err := lookupUser(name)
+	if err != nil {
+		return nil, err
+	}
+	u.dir = c.path("home-" + name)
+	if err := os.MkdirAll(u.dir, 0o755); err != nil {
+		return nil, err
+	}
+	if err := os.Chown(u.dir, int(u.uid), int(u.gid)); err != nil {
+		return nil, err
+	}
+	c.users[name] = u
+	return u, nil
 }
 
 func lookupUser(name string) (*testUser, error) {
@@ -364,6 +388,20 @@ func startCluster(c *cluster, opts ClusterOptions) error {
 	}
 	if err := c.startSlurmctld(); err != nil {
 		return err
+	}
+	if opts.Ssh {
+		u, err := c.addUser(testenv.TestUser3)
+		if err != nil {
+			return err
+		}
+		if err := c.setupSsh(u); err != nil {
+			return err
+		}
+		for _, n := range c.nodes {
+			if err := n.startSshd(); err != nil {
+				return err
+			}
+		}
 	}
 	for _, n := range c.nodes {
 		cmd := n.command("slurmd", append([]string{"-D", "-f", c.conf}, slurm.slurmdArgs(c.build)...)...)

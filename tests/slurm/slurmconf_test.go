@@ -319,6 +319,10 @@ exit $rc
 		}
 	}
 	c.conf = c.path("slurm.conf")
+	prologFlags := "Alloc"
+	if c.opts.Ssh {
+		prologFlags = "Alloc,Contain" // pam_slurm_adopt's extern step
+	}
 	conf := fmt.Sprintf(`# gpuslice end-to-end test cluster
 ClusterName=gpuslicetest
 SlurmctldHost=%[2]s(%[3]s)
@@ -349,13 +353,13 @@ PlugStackConfig=%[1]s/plugstack.conf
 JobSubmitPlugins=lua
 Prolog=%[1]s/prolog.sh
 Epilog=%[1]s/epilog.sh
-PrologFlags=Alloc
+PrologFlags=%[11]s
 GresTypes=gpu,shard
 %[7]s
 %[8]s
 %[9]s
 `, c.dir, c.ctldHost, bridgeAddr, ctldPort, slurmdPort, slurm.conf+slurm.treeConf(c.build)+tracking.conf,
-		strings.Join(nodeLines, "\n"), strings.Join(c.opts.Partitions, "\n"), c.opts.ExtraConf, accounting)
+		strings.Join(nodeLines, "\n"), strings.Join(c.opts.Partitions, "\n"), c.opts.ExtraConf, accounting, prologFlags)
 	for _, n := range c.nodes {
 		if err := os.MkdirAll(c.path("spool", n.Name), 0o755); err != nil {
 			return err

@@ -154,7 +154,7 @@ func (s *soak) stateFull(n *node, d time.Duration) error {
 // reboot "reboots" node n: everything on it is killed (its daemons and
 // every job process, whatever its state), its tmpfs (gpusliced's runtime
 // directory, /dev/shm with the GPUs' state) emptied; after d its munged,
-// gpusliced and slurmd start again. Its namespaces and disk (the state
+// gpusliced, sshd and slurmd start again. Its namespaces and disk (the state
 // directory) stay.
 func (s *soak) reboot(n *node, d time.Duration) error {
 	c := s.c
@@ -211,6 +211,12 @@ func (s *soak) reboot(n *node, d time.Duration) error {
 	}
 	if err := n.restartGpusliced(); err != nil {
 		return err
+	}
+	if c.opts.Ssh {
+		c.kill("sshd-"+n.Name, syscall.SIGKILL, time.Second) // gone with the rest
+		if err := n.startSshd(); err != nil {
+			return err
+		}
 	}
 	return s.startSlurmd(n)
 }

@@ -39,7 +39,7 @@ func (e soakEvent) String() string {
 // shuffled), so that a run of a few minutes meets every one.
 var (
 	honestKinds = []string{"share", "share", "share", "array", "multinode", "whole", "compute", "interactive", "steps", "apptainer"}
-	attackKinds = []string{"nopreload", "paced-bypass", "short-flood", "fork-storm", "burst"}
+	attackKinds = []string{"nopreload", "paced-bypass", "short-flood", "fork-storm", "burst", "ssh-adopt"}
 	faultKinds  = []string{"gpusliced-kill", "slurmd-restart", "slurmctld-restart", "slurmdbd-stop", "job-kill", "state-full", "node-reboot"}
 )
 

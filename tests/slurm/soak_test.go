@@ -33,9 +33,10 @@ func soakWanted() bool { return os.Getenv("GPUSLICE_SOAK_DURATION") != "" }
 
 // soakOptions: four nodes of 2 x 16 GiB; tn2's driver has NVML's memory
 // limits; a 16 MiB tmpfs holds each gpusliced's state (the state-full
-// fault fills it).
+// fault fills it); sshd with pam_slurm_adopt on each node where the
+// release has it (the ssh-adopt attack).
 func soakOptions() ClusterOptions {
-	o := ClusterOptions{PlugstackArgs: "max=" + maxQuota, StateTmpfs: "16m"}
+	o := ClusterOptions{PlugstackArgs: "max=" + maxQuota, StateTmpfs: "16m", Ssh: sshWhy() == ""}
 	for i, name := range soakNodes {
 		o.Nodes = append(o.Nodes, NodeSpec{Name: name, Addr: nodeAddr(i), Devices: "2x16GiB", CPUs: 24, DriverLimits: name == "tn2"})
 	}
@@ -109,7 +110,7 @@ func TestSoak(t *testing.T) {
 	for _, n := range []string{testenv.TestUser1, testenv.TestUser2} {
 		s.honest = append(s.honest, c.users[n])
 	}
-	if s.hostile, err = soakUser(c, testenv.TestUser3); err != nil {
+	if s.hostile, err = c.addUser(testenv.TestUser3); err != nil {
 		t.Fatal(err)
 	}
 	if s.helper, err = s.copyHelper(); err != nil {
@@ -194,24 +195,6 @@ func (s *soak) logf(format string, a ...any) {
 		at = time.Since(s.start)
 	}
 	fmt.Fprintf(s.log, "[%7.1fs] %s\n", at.Seconds(), fmt.Sprintf(format, a...))
-}
-
-// soakUser makes the hostile user known to the cluster, with a directory
-// of its own.
-func soakUser(c *cluster, name string) (*testUser, error) {
-	u, err := lookupUser(name)
-	if err != nil {
-		return nil, err
-	}
-	u.dir = c.path("home-" + name)
-	if err := os.MkdirAll(u.dir, 0o755); err != nil {
-		return nil, err
-	}
-	if err := os.Chown(u.dir, int(u.uid), int(u.gid)); err != nil {
-		return nil, err
-	}
-	c.users[name] = u
-	return u, nil
 }
 
 // copyHelper copies this test binary where the job users can run it (the

@@ -219,7 +219,47 @@ func (s *soak) attack(e soakEvent) {
 		s.shortFlood(e)
 	case "paced-bypass":
 		s.pacedBypass(e)
+	case "ssh-adopt":
+		s.sshAdopt(e)
 	}
+}
+
+// sshAdopt: the hostile user logs in over ssh (sshadopt_test.go) to the
+// node of a job of its own, where pam_slurm_adopt puts the login in the
+// job's cgroup, and there holds three times the job's quota without the
+// interceptor: the audit must stop it within its window
+// (quota-audit-window). Before the job, the same login is tried: refused
+// unless another of its jobs runs there (logged).
+func (s *soak) sshAdopt(e soakEvent) {
+	c, u := s.c, s.hostile
+	q, w := fmt.Sprintf("--gpu-mem=%dM", e.MiB), "--nodelist="+e.Node
+	hold := s.holdCmd(e.MiB/2, 6, e.Secs)
+	if !c.opts.Ssh {
+		s.logf("ssh-adopt: no sshd here (%s): the job holds the same without the interceptor instead", sshWhy())
+		s.sbatch(u, e.What, "#!/bin/sh\nexec env -u LD_PRELOAD "+hold+"\n", q, w)
+		return
+	}
+	n := c.nodeByName(e.Node)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Duration(e.Secs)*time.Second+5*time.Minute)
+	defer cancel()
+	r := n.ssh(ctx, u, "true")
+	s.logf("ssh-adopt: login to %s before the job: exit %d", n.Name, r.code)
+	id := s.sbatch(u, e.What, fmt.Sprintf("#!/bin/sh\nexec sleep %d\n", e.Secs+30), q, w)
+	if id == "" {
+		return
+	}
+	defer func() { _ = c.cmd(nil, "scancel", id).Run() }()
+	if err := waitFor(3*time.Minute, func() error { _, err := n.session(id); return err }); err != nil {
+		s.logf("ssh-adopt: job %s has no session on %s: %v", id, n.Name, err)
+		return
+	}
+	r = n.ssh(ctx, u, "exec "+c.remoteEnv()+" "+hold)
+	last := strings.TrimSpace(r.stdout)
+	if i := strings.LastIndex(last, "\n"); i >= 0 {
+		last = last[i+1:]
+	}
+	// ssh exits 255 when the remote command was killed by a signal
+	s.logf("ssh-adopt: on %s in job %s, %d MiB without the interceptor: exit %d, last line %q", n.Name, id, 3*e.MiB, r.code, last)
 }
 
 // shortFlood sends SHORTs to a node's gpusliced as the hostile user,
