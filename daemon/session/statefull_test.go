@@ -52,13 +52,7 @@ func TestReleaseWithStateFull(t *testing.T) {
 	if got, err := f.m.History(last); err != nil || got.ID != last {
 		t.Errorf("history before the release is written: %+v, %v", got, err)
 	}
-	free()
-	f.m.Sweep()
-	f.close()
-	f2 := newFixture(t, dir)
-	if err := f2.m.Restore(); err != nil {
-		t.Fatal(err)
-	}
+	f2 := freedAndRestarted(t, f, dir, free)
 	if l := f2.m.List(); len(l) != 0 {
 		t.Errorf("%d released sessions came back after a restart (%s, ...)", len(l), l[0].ID)
 	}
@@ -90,6 +84,16 @@ func TestCreateWithStateFull(t *testing.T) {
 	if l := f.m.List(); len(l) != n {
 		t.Fatalf("%d sessions live after a sweep with the filesystem full, want %d", len(l), n)
 	}
+	f2 := freedAndRestarted(t, f, dir, free)
+	if l := f2.m.List(); len(l) != n {
+		t.Errorf("%d of the %d sessions created while the filesystem was full came back after a restart", len(l), n)
+	}
+}
+
+// freedAndRestarted frees the filesystem, lets f's manager sweep once,
+// closes it and restores a new one from the same directory.
+func freedAndRestarted(t *testing.T, f *fixture, dir string, free func()) *fixture {
+	t.Helper()
 	free()
 	f.m.Sweep()
 	f.close()
@@ -97,7 +101,5 @@ func TestCreateWithStateFull(t *testing.T) {
 	if err := f2.m.Restore(); err != nil {
 		t.Fatal(err)
 	}
-	if l := f2.m.List(); len(l) != n {
-		t.Errorf("%d of the %d sessions created while the filesystem was full came back after a restart", len(l), n)
-	}
+	return f2
 }
