@@ -95,6 +95,8 @@ func ipcRatios(o options, d *daemon, r *results) error {
 	rounds := o.ipcRounds
 	var seqR, seq99R, conR, con50R []float64
 	var dSeq, eSeq, dCon, eCon []float64
+	pid := map[string]int{d.ipcSock: d.cmd.Process.Pid, e.sock: e.cmd.Process.Pid}
+	cpu := map[string]float64{} // server CPU seconds over the 32-client phases
 	for i := 0; i < rounds; i++ {
 		socks := []string{d.ipcSock, e.sock}
 		if i%2 == 1 {
@@ -107,10 +109,19 @@ func ipcRatios(o options, d *daemon, r *results) error {
 			if err != nil {
 				return fmt.Errorf("ping %s: %w", s, err)
 			}
+			c0, err := cpuSeconds(pid[s])
+			if err != nil {
+				return err
+			}
 			c50, c99, err := pingConcurrent(s, o.clients, o.pings/10/rounds)
 			if err != nil {
 				return fmt.Errorf("ping %s (%d clients): %w", s, o.clients, err)
 			}
+			c1, err := cpuSeconds(pid[s])
+			if err != nil {
+				return err
+			}
+			cpu[s] += c1 - c0
 			got[s] = fig{p50, p99, c50, c99}
 		}
 		g, ref := got[d.ipcSock], got[e.sock]
@@ -121,6 +132,8 @@ func ipcRatios(o options, d *daemon, r *results) error {
 		dSeq, eSeq = append(dSeq, g.p50), append(eSeq, ref.p50)
 		dCon, eCon = append(dCon, g.c99), append(eCon, ref.c99)
 	}
+	// The same number of pings went to each: the ratio of CPU per ping.
+	r.set("ipc_ping_cpu_32_ratio", cpu[d.ipcSock]/cpu[e.sock])
 	r.set("ipc_ping_p50_ratio", median(seqR))
 	r.set("ipc_ping_p99_ratio", median(seq99R))
 	r.set("ipc_ping_p99_32_ratio", median(conR))

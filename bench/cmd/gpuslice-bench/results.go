@@ -162,6 +162,7 @@ var targets = []target{
 	{"ipc_ping_p99_ratio", "  the same at p99", true, 1.2, ""},
 	{"ipc_ping_p50_32_ratio", "IPC ping p50 at 32 clients, gpusliced / echo server", true, 1.2, ""},
 	{"ipc_ping_p99_32_ratio", "  the same at p99", true, 1.2, ""},
+	{"ipc_ping_cpu_32_ratio", "  the server's CPU time per ping at 32 clients, gpusliced / echo server", true, 1.2, ""},
 	{"attach_p50_us", "ATTACH round trip, one process attaching again (Go client) p50", true, 300, "µs"},
 	{"exec_to_first_alloc_added_ms", "exec -> first allocation, with interceptor minus without (a job's later process)", true, 0.3, " ms"},
 	{"exec_to_first_alloc_first_of_session_added_ms", "  the same for a job's first process (a session of its own; gpusliced measured the context cost)", true, 0.3, " ms"},
