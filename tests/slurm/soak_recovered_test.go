@@ -24,6 +24,9 @@ func (iv *invariants) faultBegin(kind, node string) {
 		}
 	}
 	iv.active[faultScope(kind, node)]++
+	if movesGPUTime(kind) {
+		iv.active[gpuTimeKey(node)]++
+	}
 	iv.mu.Unlock()
 }
 
@@ -37,6 +40,10 @@ func (iv *invariants) faultEnd(kind, node string) {
 	scope := faultScope(kind, node)
 	iv.active[scope]--
 	iv.back[scope] = time.Now()
+	if movesGPUTime(kind) {
+		iv.active[gpuTimeKey(node)]--
+		iv.back[gpuTimeKey(node)] = iv.back[scope]
+	}
 	var check []string
 	for _, d := range faultDaemons(kind, node) {
 		if iv.holding[d] == 0 {
@@ -61,6 +68,19 @@ func faultScope(kind, node string) string {
 	}
 	return node
 }
+
+// movesGPUTime: a fault that changes how a node's GPU time is split
+// between its jobs (the controller that holds a job to its share gone,
+// or jobs' processes killed). The others leave the node's jobs and its
+// gpusliced running: slurmctld, slurmdbd and slurmd restarted or stopped,
+// the state directory full (the share must hold through them).
+func movesGPUTime(kind string) bool {
+	return kind == "gpusliced-kill" || kind == "node-reboot" || kind == "job-kill"
+}
+
+// gpuTimeKey is the key of active and back for node's faults that move its
+// GPU time.
+func gpuTimeKey(node string) string { return "gpu-time:" + node }
 
 // faultDaemons are the daemons a fault stops (a job's kill, none: its
 // node's must still run after it).
@@ -134,10 +154,12 @@ func TestFaultRecoveredOverlap(t *testing.T) {
 }
 
 // A minute of the paced bypass is its share's measure only while its
-// neighbour competes: not when a fault on the node (the neighbour's
-// processes killed, in seed 60's 2-hour run: 17.8 % "against a share of
-// 3.2 %" on a GPU it then had to itself) or the cluster's came within it,
-// nor when the neighbour ended.
+// neighbour competes: not when a fault that moves the node's GPU time came
+// within it (the neighbour's processes killed, in seed 60's 2-hour run:
+// 17.8 % "against a share of 3.2 %" on a GPU it then had to itself;
+// gpusliced killed; the node rebooted), nor when the neighbour ended. The
+// cluster's faults and the node's others leave both jobs and the
+// controller running: those minutes count.
 func TestHostileShareNeedsTheNeighbour(t *testing.T) {
 	var log bytes.Buffer
 	iv := newInvariants(&soak{log: &log, start: time.Now()})
@@ -149,19 +171,29 @@ func TestHostileShareNeedsTheNeighbour(t *testing.T) {
 	if why := iv.uncontended("tn4", from, false); why == "" {
 		t.Errorf("the neighbour gone: counted")
 	}
-	iv.faultBegin("job-kill", "tn4")
-	if why := iv.uncontended("tn4", from, true); why == "" {
-		t.Errorf("a fault in progress on the node: counted")
+	for _, kind := range []string{"job-kill", "gpusliced-kill", "node-reboot"} {
+		from := time.Now()
+		iv.faultBegin(kind, "tn4")
+		if why := iv.uncontended("tn4", from, true); why == "" {
+			t.Errorf("%s in progress on the node: counted", kind)
+		}
+		iv.faultEnd(kind, "tn4")
+		if why := iv.uncontended("tn4", from, true); why == "" {
+			t.Errorf("%s on the node within the minute: counted", kind)
+		}
+		if why := iv.uncontended("tn3", from, true); why != "" {
+			t.Errorf("%s on another node: %q", kind, why)
+		}
 	}
-	iv.faultEnd("job-kill", "tn4")
-	if why := iv.uncontended("tn4", from, true); why == "" {
-		t.Errorf("a fault on the node within the minute: counted")
-	}
-	if why := iv.uncontended("tn3", from, true); why != "" {
-		t.Errorf("a fault on another node: %q", why)
-	}
-	iv.faultBegin("slurmctld-restart", "tn1")
-	if why := iv.uncontended("tn3", from, true); why == "" {
-		t.Errorf("a cluster fault in progress: counted")
+	for _, f := range [][2]string{{"slurmctld-restart", "tn1"}, {"slurmdbd-stop", "tn1"}, {"slurmd-restart", "tn4"}, {"state-full", "tn4"}} {
+		from := time.Now()
+		iv.faultBegin(f[0], f[1])
+		if why := iv.uncontended("tn4", from, true); why != "" {
+			t.Errorf("%s in progress on %s: not counted: %q", f[0], f[1], why)
+		}
+		iv.faultEnd(f[0], f[1])
+		if why := iv.uncontended("tn4", from, true); why != "" {
+			t.Errorf("%s on %s within the minute: not counted: %q", f[0], f[1], why)
+		}
 	}
 }
