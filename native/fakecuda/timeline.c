@@ -18,6 +18,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,6 +28,9 @@
 #include <time.h>
 #include <unistd.h>
 
+
+_Static_assert(offsetof(struct tl_shm, clock_step_ns) == FC_TL_CLOCK_STEP_OFF, "timeline.h's FC_TL_CLOCK_STEP_OFF");
+_Static_assert(sizeof(((struct tl_shm *)0)->pad) + 40 == 4096, "the timeline's header is 4096 bytes");
 
 FC_HIDDEN struct tl_shm *fc_tl;
 static pthread_once_t tl_once = PTHREAD_ONCE_INIT;
@@ -130,7 +134,10 @@ void fc_tl_unlock(struct tl_dev *d)
 static void close_period(struct tl_dev *d)
 {
 	uint64_t len = d->now - d->period_start;
-	uint64_t t_us = (uint64_t)((int64_t)d->now + fc_tl->realtime_off) / 1000;
+	/* the wall clock at the period's end: as it was at the timeline's
+	 * creation, plus the time since, plus its steps since (fc_clockstep) */
+	int64_t step = atomic_load_explicit(&fc_tl->clock_step_ns, memory_order_relaxed);
+	uint64_t t_us = (uint64_t)((int64_t)d->now + fc_tl->realtime_off + step) / 1000;
 	for (unsigned i = 0; i < TL_CTX; i++) {
 		struct tl_ctx *c = &d->ctx[i];
 		if (c->period_busy == 0)

@@ -12,6 +12,12 @@
 #define FC_TL_SAMPLE_NS 100000000ULL /* NVML's sample period: 100 ms (FAKECUDA_NVML_SAMPLE_NS) */
 #define FC_TL_DEFAULT_SLICE_NS 2000000ULL /* time slice between processes: 2 ms */
 #define FC_TL_DEFAULT_WAVE_NS 10000ULL    /* one wave of blocks over the SMs: 10 us */
+/* Where the timeline file keeps the steps of the node's wall clock made
+ * since it was created (int64_t ns, atomic): NVML stamps its utilisation
+ * samples with the wall clock, as NVIDIA's driver stamps them with the
+ * host's. One kernel serves every node of the tests, so a node's clock
+ * cannot be stepped; fc_clockstep steps the clock its fakecuda stamps with. */
+#define FC_TL_CLOCK_STEP_OFF 32
 
 /* How long a kernel of this shape runs, in ns: FAKECUDA_KERNEL_NS when set,
  * else its waves (blocks over 108 SMs x resident blocks per SM) times

@@ -48,7 +48,8 @@ struct tl_shm {
 	uint64_t slice_ns;
 	int64_t realtime_off; /* CLOCK_REALTIME - CLOCK_MONOTONIC, ns, at creation */
 	uint64_t sample_ns;   /* NVML's sample period (0 in a file made before it was kept: 100 ms) */
-	uint8_t pad[4096 - 32];
+	_Atomic int64_t clock_step_ns; /* steps of the node's wall clock since, ns (fc_clockstep) */
+	uint8_t pad[4096 - 40];
 	struct tl_dev dev[FC_MAX_DEVICES];
 };
 

@@ -20,6 +20,29 @@
 
 #define MAXP 256
 #define MAXT 4096
+#define MAXS 2048 /* samples NVML keeps: 32 of each of 64 processes (fakecuda) */
+#define SEEN (1u << 17) /* (pid, stamp) pairs counted: 64 processes x 10 samples/s x 200 s */
+
+/* Whether the sample (pid, stamp) was counted already; marks it counted. */
+static int counted(unsigned pid, unsigned long long stamp)
+{
+	static struct {
+		unsigned long long stamp;
+		unsigned pid;
+	} seen[SEEN];
+	unsigned long long h = (stamp * 0x9E3779B97F4A7C15ULL) ^ ((unsigned long long)pid * 0xC2B2AE3D27D4EB4FULL);
+	for (unsigned i = 0; i < SEEN; i++) {
+		unsigned k = (unsigned)((h >> 32) + i) & (SEEN - 1);
+		if (seen[k].pid == 0) {
+			seen[k].pid = pid ? pid : 1;
+			seen[k].stamp = stamp;
+			return 0;
+		}
+		if (seen[k].pid == (pid ? pid : 1) && seen[k].stamp == stamp)
+			return 1;
+	}
+	return 1; /* full: count nothing more */
+}
 
 int main(int argc, char **argv)
 {
@@ -41,13 +64,16 @@ int main(int argc, char **argv)
 	unsigned gpu = gi ? (unsigned)atoi(gi) : 0;
 	if (!init || !get || !procs || init() != NVML_SUCCESS || get(gpu, &d) != NVML_SUCCESS)
 		return 2;
-	/* start after the samples that exist now */
-	unsigned long long seen = 0;
-	nvmlProcessUtilizationSample_t s[MAXP];
-	unsigned n = MAXP;
+	/* Every poll reads all the samples NVML keeps (lastSeenTimeStamp 0)
+	 * and counts those it has not counted: a sample is its (pid, stamp).
+	 * Reading on from the newest stamp seen would count nothing after the
+	 * node's clock went back (fc_clockstep). It starts after the samples
+	 * that exist now. */
+	static nvmlProcessUtilizationSample_t s[MAXS];
+	unsigned n = MAXS;
 	if (procs(d, s, &n, 0) == NVML_SUCCESS)
 		for (unsigned i = 0; i < n; i++)
-			seen = s[i].timeStamp > seen ? s[i].timeStamp : seen;
+			counted(s[i].pid, s[i].timeStamp);
 	unsigned pid[MAXP] = {0};
 	double ms[MAXP] = {0};
 	unsigned np = 0;
@@ -57,11 +83,12 @@ int main(int argc, char **argv)
 	struct timespec ts = {0, 50000000};
 	for (int k = 0; k < (int)(secs * 20); k++) {
 		nanosleep(&ts, NULL);
-		n = MAXP;
-		if (procs(d, s, &n, seen) != NVML_SUCCESS)
+		n = MAXS;
+		if (procs(d, s, &n, 0) != NVML_SUCCESS)
 			continue;
-		unsigned long long top = seen;
 		for (unsigned i = 0; i < n; i++) {
+			if (counted(s[i].pid, s[i].timeStamp))
+				continue;
 			unsigned j;
 			for (j = 0; j < np && pid[j] != s[i].pid; j++)
 				;
@@ -69,7 +96,6 @@ int main(int argc, char **argv)
 				pid[np++] = s[i].pid;
 			if (j < MAXP)
 				ms[j] += s[i].smUtil * period_ms / 100;
-			top = s[i].timeStamp > top ? s[i].timeStamp : top;
 			unsigned k2;
 			for (k2 = 0; k2 < nstamps && stamps[k2] != s[i].timeStamp; k2++)
 				;
@@ -77,9 +103,9 @@ int main(int argc, char **argv)
 				stamps[nstamps++] = s[i].timeStamp;
 			if (first == 0 || s[i].timeStamp < first)
 				first = s[i].timeStamp;
+			if (s[i].timeStamp > last)
+				last = s[i].timeStamp;
 		}
-		seen = top;
-		last = top;
 	}
 	for (unsigned j = 0; j < np; j++)
 		printf("event=busy pid=%u ms=%.0f\n", pid[j], ms[j]);
