@@ -92,6 +92,10 @@ func (c *computeShare) start(ctx context.Context, cfg config.Config, log *slog.L
 		log.Warn("compute share disabled: the driver's per-process utilisation cannot be read", "err", err)
 		return
 	}
+	src.Stepped = func(g int, from, to uint64) {
+		log.Warn("compute share: the GPU's utilisation samples went back in time (the node's clock was stepped back); reading on from the newest",
+			"gpu", g, "newest_seen_us", from, "reading_from_us", to, "back_s", float64(from-to)/1e6)
+	}
 	phys := make([]uint64, len(gpus))
 	for i, g := range gpus {
 		phys[i] = g.Physical

@@ -22,6 +22,7 @@ import "C"
 import (
 	"fmt"
 	"slices"
+	"time"
 	"unsafe"
 
 	nvmlgpu "github.com/gpuslice/gpuslice/daemon/gpu"
@@ -58,9 +59,16 @@ type NVMLBusy struct {
 	seen   []uint64 // newest sample timestamp read, per GPU (us)
 	period []float64
 	buf    []C.gs_util_sample
+	read   []time.Time           // when each GPU's last samples were read (monotonic)
+	step   []stepWatch           // per GPU: its samples' clock going back (clockstep.go)
+	skip   []map[uint64]struct{} // per GPU: stamps from before the clock went back, still kept
 	// Period is the sample period assumed until a GPU's samples show
 	// theirs (ns).
 	Period float64
+	// Stepped, when set, is told that GPU gpu's samples' clock went back
+	// (the node's clock was stepped): reading goes on from stamp to
+	// instead of from (µs).
+	Stepped func(gpu int, from, to uint64)
 }
 
 // A GPU's sample period is not given by NVML: NVIDIA documents 1/6 s to
@@ -77,7 +85,8 @@ func OpenNVMLBusy(libPath string, n int) (*NVMLBusy, error) {
 		return nil, err
 	}
 	b := &NVMLBusy{lib: lib, fn: lib.Sym("nvmlDeviceGetProcessUtilization"),
-		seen: make([]uint64, n), period: make([]float64, n), buf: make([]C.gs_util_sample, 256), Period: 100e6}
+		seen: make([]uint64, n), period: make([]float64, n), buf: make([]C.gs_util_sample, 256), Period: 100e6,
+		read: make([]time.Time, n), step: make([]stepWatch, n), skip: make([]map[uint64]struct{}, n)}
 	byIndex := lib.Sym("nvmlDeviceGetHandleByIndex_v2")
 	if b.fn == nil || byIndex == nil {
 		lib.Close(false)
@@ -109,27 +118,23 @@ func (b *NVMLBusy) errString(r C.int) string { return b.lib.ErrorString(int(r)) 
 // with no new samples is left out.
 func (b *NVMLBusy) Busy() (map[int]Window, error) {
 	out := map[int]Window{}
-	for i, dev := range b.devs {
-		var n C.uint
-		var r C.int
-		for {
-			n = C.uint(len(b.buf))
-			r = C.gs_util(b.fn, dev, &b.buf[0], &n, C.ulonglong(b.seen[i]))
-			if r != nvmlInsufficientSize || len(b.buf) >= maxSamples {
-				break
-			}
-			b.buf = make([]C.gs_util_sample, min(max(2*len(b.buf), int(n)), maxSamples))
+	for i := range b.devs {
+		n, r := b.samples(i, b.seen[i])
+		if r == nvmlNotFound {
+			b.watchStep(i) // none since the last read; or the clock went back
+			continue
 		}
-		if r == nvmlNotFound || r == nvmlInsufficientSize { // none since the last read; or more than maxSamples: next pass
+		if r == nvmlInsufficientSize { // more than maxSamples: next pass
 			continue
 		}
 		if r != nvmlSuccess {
 			return nil, fmt.Errorf("NVML device %d process utilisation: %s", i, b.errString(r))
 		}
+		b.step[i] = stepWatch{}
 		pct := map[uint32]float64{} // percent of a sample period, summed per pid
 		stamps := make([]uint64, 0, 8)
-		for _, s := range b.buf[:min(int(n), len(b.buf))] {
-			if ts := uint64(s.timeStamp); ts > b.seen[i] {
+		for _, s := range b.buf[:n] {
+			if ts := uint64(s.timeStamp); ts > b.seen[i] && !b.before(i, ts) {
 				stamps = append(stamps, ts)
 				pct[uint32(s.pid)] += float64(s.smUtil)
 			}
@@ -151,9 +156,16 @@ func (b *NVMLBusy) Busy() (map[int]Window, error) {
 			period = b.Period
 		}
 		w := Window{Procs: map[uint32]float64{}, Span: float64(len(stamps)) * period} // the first read: no earlier stamp
+		now := time.Now()
 		if b.seen[i] > 0 {
 			w.Span = float64(stamps[len(stamps)-1]-b.seen[i]) * 1e3
+			// The clock stepped forward since the last read: the samples
+			// cover no more than the time since (and a period's stamp).
+			if since := float64(now.Sub(b.read[i]).Nanoseconds()) + 2*period; w.Span > since {
+				w.Span = since
+			}
 		}
+		b.read[i] = now
 		for pid, p := range pct {
 			w.Procs[pid] = p / 100 * period
 		}
@@ -161,6 +173,20 @@ func (b *NVMLBusy) Busy() (map[int]Window, error) {
 		out[i] = w
 	}
 	return out, nil
+}
+
+// samples reads GPU i's samples newer than since into b.buf, growing it
+// while the driver answers INSUFFICIENT_SIZE (up to maxSamples): how many
+// there are in b.buf, and the driver's answer.
+func (b *NVMLBusy) samples(i int, since uint64) (int, C.int) {
+	for {
+		n := C.uint(len(b.buf))
+		r := C.gs_util(b.fn, b.devs[i], &b.buf[0], &n, C.ulonglong(since))
+		if r != nvmlInsufficientSize || len(b.buf) >= maxSamples {
+			return min(int(n), len(b.buf)), r
+		}
+		b.buf = make([]C.gs_util_sample, min(max(2*len(b.buf), int(n)), maxSamples))
+	}
 }
 
 // Close unloads NVML.
