@@ -49,6 +49,8 @@ func (s *soak) fault(e soakEvent) {
 		err = s.stateFull(n, down)
 	case "node-reboot":
 		err = s.reboot(n, down)
+	case "clock-step":
+		err = s.stepClock(n, e.N*e.Secs)
 	}
 	s.mu.Lock()
 	s.faults[e.What]++
@@ -147,6 +149,21 @@ func (s *soak) stateFull(n *node, d time.Duration) error {
 	time.Sleep(d)
 	if out, err := n.command("rm", "-f", filler).CombinedOutput(); err != nil {
 		return fmt.Errorf("rm %s: %v: %s", filler, err, out)
+	}
+	return nil
+}
+
+// stepClock steps node n's wall clock by secs, as NTP or `date -s` does,
+// for good: the clock NVML stamps its utilisation samples with (fakecuda's
+// fc_clockstep; one kernel serves every node, so the kernel's clock stays,
+// and gpusliced times itself with Go's monotonic clock, which no step
+// moves). A step back left a GPU's shares unheld for as long as the step
+// (TestSharesHoldThroughClockStep).
+func (s *soak) stepClock(n *node, secs int) error {
+	out, err := n.onNode(nil, filepath.Join(s.c.build, "tests", "fakecuda", "fc_clockstep"), strconv.Itoa(secs)).CombinedOutput()
+	s.logf("clock-step on %s by %d s: %s", n.Name, secs, strings.TrimSpace(string(out)))
+	if err != nil {
+		return fmt.Errorf("fc_clockstep %d: %v: %s", secs, err, out)
 	}
 	return nil
 }

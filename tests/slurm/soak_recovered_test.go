@@ -73,7 +73,8 @@ func faultScope(kind, node string) string {
 // between its jobs (the controller that holds a job to its share gone,
 // or jobs' processes killed). The others leave the node's jobs and its
 // gpusliced running: slurmctld, slurmdbd and slurmd restarted or stopped,
-// the state directory full (the share must hold through them).
+// the state directory full, the node's clock stepped (the share must hold
+// through them).
 func movesGPUTime(kind string) bool {
 	return kind == "gpusliced-kill" || kind == "node-reboot" || kind == "job-kill"
 }
@@ -90,7 +91,7 @@ func faultDaemons(kind, node string) []string {
 		return []string{"slurmctld"}
 	case "slurmdbd-stop":
 		return []string{"slurmdbd"}
-	case "gpusliced-kill", "state-full":
+	case "gpusliced-kill", "state-full", "clock-step":
 		return []string{"gpusliced-" + node}
 	case "slurmd-restart":
 		return []string{"slurmd-" + node}
@@ -185,7 +186,7 @@ func TestHostileShareNeedsTheNeighbour(t *testing.T) {
 			t.Errorf("%s on another node: %q", kind, why)
 		}
 	}
-	for _, f := range [][2]string{{"slurmctld-restart", "tn1"}, {"slurmdbd-stop", "tn1"}, {"slurmd-restart", "tn4"}, {"state-full", "tn4"}} {
+	for _, f := range [][2]string{{"slurmctld-restart", "tn1"}, {"slurmdbd-stop", "tn1"}, {"slurmd-restart", "tn4"}, {"state-full", "tn4"}, {"clock-step", "tn4"}} {
 		from := time.Now()
 		iv.faultBegin(f[0], f[1])
 		if why := iv.uncontended("tn4", from, true); why != "" {

@@ -40,7 +40,7 @@ func (e soakEvent) String() string {
 var (
 	honestKinds = []string{"share", "share", "share", "array", "multinode", "whole", "compute", "interactive", "steps", "apptainer"}
 	attackKinds = []string{"nopreload", "paced-bypass", "short-flood", "fork-storm", "burst", "ssh-adopt"}
-	faultKinds  = []string{"gpusliced-kill", "slurmd-restart", "slurmctld-restart", "slurmdbd-stop", "job-kill", "state-full", "node-reboot"}
+	faultKinds  = []string{"gpusliced-kill", "slurmd-restart", "slurmctld-restart", "slurmdbd-stop", "job-kill", "state-full", "node-reboot", "clock-step"}
 )
 
 // The soak's pace: an honest job every honestEvery on average, an attack
@@ -158,6 +158,9 @@ func soakSchedule(seed int64, d time.Duration, honest []string, hostile string) 
 			e.Secs = 20 + r.Intn(41)
 		case "node-reboot":
 			e.Secs = 5 + r.Intn(11)
+		case "clock-step":
+			e.Secs = 30 + r.Intn(271) // stepped by, back (N -1) or forward (N 1)
+			e.N = 1 - 2*r.Intn(2)
 		}
 		evs = append(evs, e)
 	}
