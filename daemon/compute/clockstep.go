@@ -66,10 +66,11 @@ func (b *NVMLBusy) watchStep(i int) {
 		return
 	}
 	from := b.seen[i]
-	b.skip[i] = map[uint64]struct{}{}
+	b.skip[i] = skipList{stamps: map[uint64]struct{}{}}
 	for ts := range stamps {
 		if ts > newest {
-			b.skip[i][ts] = struct{}{}
+			b.skip[i].stamps[ts] = struct{}{}
+			b.skip[i].top = max(b.skip[i].top, ts)
 		}
 	}
 	b.seen[i] = newest
@@ -84,17 +85,19 @@ func (b *NVMLBusy) watchStep(i int) {
 // clock went back (kept by the driver, newer than where reading goes on):
 // counted already. The skip list goes once the clock has passed it.
 func (b *NVMLBusy) before(i int, ts uint64) bool {
-	if b.skip[i] == nil {
+	if b.skip[i].stamps == nil {
 		return false
 	}
-	if _, old := b.skip[i][ts]; old {
-		return true
+	if ts > b.skip[i].top {
+		b.skip[i] = skipList{} // past every one of them
+		return false
 	}
-	for old := range b.skip[i] {
-		if old >= ts {
-			return false
-		}
-	}
-	b.skip[i] = nil // ts is past every one of them
-	return false
+	_, old := b.skip[i].stamps[ts]
+	return old
+}
+
+// skipList is a GPU's stamps from before its clock went back.
+type skipList struct {
+	stamps map[uint64]struct{}
+	top    uint64 // the newest of them
 }

@@ -59,9 +59,9 @@ type NVMLBusy struct {
 	seen   []uint64 // newest sample timestamp read, per GPU (us)
 	period []float64
 	buf    []C.gs_util_sample
-	read   []time.Time           // when each GPU's last samples were read (monotonic)
-	step   []stepWatch           // per GPU: its samples' clock going back (clockstep.go)
-	skip   []map[uint64]struct{} // per GPU: stamps from before the clock went back, still kept
+	read   []time.Time // when each GPU's last samples were read (monotonic)
+	step   []stepWatch // per GPU: its samples' clock going back (clockstep.go)
+	skip   []skipList  // per GPU: stamps from before the clock went back, still kept
 	// Period is the sample period assumed until a GPU's samples show
 	// theirs (ns).
 	Period float64
@@ -86,7 +86,7 @@ func OpenNVMLBusy(libPath string, n int) (*NVMLBusy, error) {
 	}
 	b := &NVMLBusy{lib: lib, fn: lib.Sym("nvmlDeviceGetProcessUtilization"),
 		seen: make([]uint64, n), period: make([]float64, n), buf: make([]C.gs_util_sample, 256), Period: 100e6,
-		read: make([]time.Time, n), step: make([]stepWatch, n), skip: make([]map[uint64]struct{}, n)}
+		read: make([]time.Time, n), step: make([]stepWatch, n), skip: make([]skipList, n)}
 	byIndex := lib.Sym("nvmlDeviceGetHandleByIndex_v2")
 	if b.fn == nil || byIndex == nil {
 		lib.Close(false)
