@@ -328,6 +328,12 @@ func TestAttachAgain(t *testing.T) {
 	}
 	t.Cleanup(func() { child.Process.Kill(); child.Wait() })
 	pid := uint32(child.Process.Pid)
+	// Start returns once bash's exec is past its point of no return, not
+	// once its stack is placed: an image token read then is 0 (unknown;
+	// half the time here), and two unknown tokens left the image after
+	// the exec below unproven (a flake). A job's process attaches from its
+	// constructors, its stack placed long before.
+	waitImage(t, pid, "/bash")
 	a, err := f.m.Attach("x", 0, pid, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -356,16 +362,7 @@ func TestAttachAgain(t *testing.T) {
 	// changes before (an attach then reads no image, 0, and keeps the
 	// slot as it is); a job's process attaches from its new image's
 	// constructors, well after.
-	for i := 0; ; i++ {
-		exe, _ := os.Readlink(fmt.Sprintf("/proc/%d/exe", pid))
-		if strings.HasSuffix(exe, "/sleep") && reclaim.ImageToken(pid) != 0 {
-			break
-		}
-		if i > 500 {
-			t.Fatalf("child did not exec sleep (exe %q)", exe)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	waitImage(t, pid, "/sleep")
 	c, err := f.m.Attach("x", 0, pid, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -379,6 +376,22 @@ func TestAttachAgain(t *testing.T) {
 	}
 	if n := len(l.Attached()); n != 1 {
 		t.Errorf("%d attached slots, want 1", n)
+	}
+}
+
+// waitImage waits until pid runs the program whose path ends in suffix
+// with its stack placed (its image token known).
+func waitImage(t *testing.T, pid uint32, suffix string) {
+	t.Helper()
+	for i := 0; ; i++ {
+		exe, _ := os.Readlink(fmt.Sprintf("/proc/%d/exe", pid))
+		if strings.HasSuffix(exe, suffix) && reclaim.ImageToken(pid) != 0 {
+			return
+		}
+		if i > 500 {
+			t.Fatalf("pid %d does not run %s with its stack placed (exe %q)", pid, suffix, exe)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
 
