@@ -5,11 +5,13 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/gpuslice/gpuslice/internal/testenv"
 )
 
 // stepClock steps the wall clock the node's NVML stamps its samples with
 // (fc_clockstep: fakecuda's; one kernel serves every node of the tests).
-func stepClock(t *testing.T, d interface{ Env() []string }, secs string) {
+func stepClock(t *testing.T, d *testenv.Daemon, secs string) {
 	t.Helper()
 	cmd := exec.Command(program(t, "fc_clockstep"), secs)
 	cmd.Env = d.Env()
