@@ -96,7 +96,7 @@ func ipcRatios(o options, d *daemon, r *results) error {
 	var seqR, seq99R, conR, con50R []float64
 	var dSeq, eSeq, dCon, eCon []float64
 	pid := map[string]int{d.ipcSock: d.cmd.Process.Pid, e.sock: e.cmd.Process.Pid}
-	cpu := map[string]float64{} // server CPU seconds over the 32-client phases
+	cpu := map[string]float64{} // server CPU seconds over the 32-client phases (both at once)
 	for i := 0; i < rounds; i++ {
 		socks := []string{d.ipcSock, e.sock}
 		if i%2 == 1 {
@@ -109,20 +109,27 @@ func ipcRatios(o options, d *daemon, r *results) error {
 			if err != nil {
 				return fmt.Errorf("ping %s: %w", s, err)
 			}
-			c0, err := cpuSeconds(pid[s])
-			if err != nil {
+			got[s] = fig{p50: p50, p99: p99}
+		}
+		var c0 [2]float64
+		for k, s := range socks {
+			if c0[k], err = cpuSeconds(pid[s]); err != nil {
 				return err
 			}
-			c50, c99, err := pingConcurrent(s, o.clients, o.pings/10/rounds)
-			if err != nil {
-				return fmt.Errorf("ping %s (%d clients): %w", s, o.clients, err)
-			}
+		}
+		con, err := pingPaired(socks[0], socks[1], o.clients, o.pings/10/rounds)
+		if err != nil {
+			return fmt.Errorf("ping %s and %s (%d clients): %w", socks[0], socks[1], o.clients, err)
+		}
+		for k, s := range socks {
 			c1, err := cpuSeconds(pid[s])
 			if err != nil {
 				return err
 			}
-			cpu[s] += c1 - c0
-			got[s] = fig{p50, p99, c50, c99}
+			cpu[s] += c1 - c0[k]
+			f := got[s]
+			f.c50, f.c99 = con[k][0], con[k][1]
+			got[s] = f
 		}
 		g, ref := got[d.ipcSock], got[e.sock]
 		seqR = append(seqR, g.p50/ref.p50)

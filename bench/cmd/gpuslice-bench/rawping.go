@@ -89,47 +89,58 @@ func pingSequential(sock string, n int) (p50, p99 float64, err error) {
 	return percentile(lat, 50), percentile(lat, 99), nil
 }
 
-// pingConcurrent runs clients blocking clients, each on its own OS thread.
-func pingConcurrent(sock string, clients, per int) (p50, p99 float64, err error) {
+// pingPaired runs clients blocking clients, each on its own OS thread
+// with a connection to each of two servers, pinging them in turn (which
+// first alternating): both servers' pings are taken in the same moments,
+// so a client thread preempted on 2 cores delays either server's pings
+// alike. It returns each server's p50 and p99.
+func pingPaired(a, b string, clients, per int) (p [2][2]float64, err error) {
 	var mu sync.Mutex
-	var all []float64
+	var all [2][]float64
 	var firstErr error
-	var wg sync.WaitGroup
-	var ready sync.WaitGroup
+	var wg, ready sync.WaitGroup
 	start := make(chan struct{})
+	fail := func(err error) {
+		mu.Lock()
+		firstErr = err
+		mu.Unlock()
+	}
 	for i := 0; i < clients; i++ {
 		wg.Add(1)
 		ready.Add(1)
 		go func() {
 			defer wg.Done()
 			lockThread()
-			c, err := dialRaw(sock)
-			if err != nil {
-				mu.Lock()
-				firstErr = err
-				mu.Unlock()
-				ready.Done()
-				return
+			var cs [2]*rawConn
+			for k, sock := range []string{a, b} {
+				c, err := dialRaw(sock)
+				if err != nil {
+					fail(err)
+					ready.Done()
+					return
+				}
+				defer c.close()
+				for j := 0; j < 100; j++ {
+					c.ping()
+				}
+				cs[k] = c
 			}
-			defer c.close()
-			for j := 0; j < 100; j++ {
-				c.ping()
-			}
-			lat := make([]float64, 0, per)
+			var lat [2][]float64
 			ready.Done()
 			<-start
 			for j := 0; j < per; j++ {
-				t0 := time.Now()
-				if err := c.ping(); err != nil {
-					mu.Lock()
-					firstErr = err
-					mu.Unlock()
-					return
+				for n := 0; n < 2; n++ {
+					k := (j + n) % 2
+					t0 := time.Now()
+					if err := cs[k].ping(); err != nil {
+						fail(err)
+						return
+					}
+					lat[k] = append(lat[k], float64(time.Since(t0).Nanoseconds())/1e3)
 				}
-				lat = append(lat, float64(time.Since(t0).Nanoseconds())/1e3)
 			}
 			mu.Lock()
-			all = append(all, lat...)
+			all[0], all[1] = append(all[0], lat[0]...), append(all[1], lat[1]...)
 			mu.Unlock()
 		}()
 	}
@@ -137,7 +148,10 @@ func pingConcurrent(sock string, clients, per int) (p50, p99 float64, err error)
 	close(start)
 	wg.Wait()
 	if firstErr != nil {
-		return 0, 0, firstErr
+		return p, firstErr
 	}
-	return percentile(all, 50), percentile(all, 99), nil
+	for k := range all {
+		p[k] = [2]float64{percentile(all[k], 50), percentile(all[k], 99)}
+	}
+	return p, nil
 }
